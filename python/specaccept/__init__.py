@@ -1,0 +1,30 @@
+"""specaccept: the verification step of speculative decoding, exact and zero-copy.
+
+A small draft model proposes ``K`` tokens, the target model scores them in one
+pass, and :func:`verify` decides which to keep so that the output follows the
+target model exactly. The work runs in Rust over NumPy buffers read in place;
+:mod:`specaccept.reference` is the pure-Python oracle it matches token for token.
+"""
+
+from ._api import (
+    RngLike,
+    accepted_prefix_length,
+    acceptance_mask,
+    rejection_probability,
+    verify,
+    verify_greedy,
+)
+from ._result import Verification
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "RngLike",
+    "Verification",
+    "__version__",
+    "accepted_prefix_length",
+    "acceptance_mask",
+    "rejection_probability",
+    "verify",
+    "verify_greedy",
+]

@@ -1,0 +1,372 @@
+"""The public API: argument normalisation in Python, the work in Rust.
+
+This layer checks what Python is good at checking (types, dtypes, the ``rng``
+forms), draws the uniforms that were not given, and calls ``specaccept._native``,
+which reads every array in place and checks shapes and the values it reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _native
+from ._result import Verification
+
+__all__ = [
+    "RngLike",
+    "accepted_prefix_length",
+    "acceptance_mask",
+    "rejection_probability",
+    "verify",
+    "verify_greedy",
+]
+
+#: What ``rng`` accepts: ``None`` (fresh entropy), an int seed, a Generator, or
+#: one Generator per batch row.
+RngLike = Union[None, int, np.random.Generator, Sequence[np.random.Generator]]
+
+_PROB_CHARS = "efd"  # float16, float32, float64: read in place
+_ID_TYPES = (np.dtype(np.int32), np.dtype(np.int64))  # read in place
+
+
+def _not_array(x: object, name: str, what: str) -> TypeError:
+    return TypeError(f"{name} must be a numpy.ndarray of {what}, got {type(x).__name__}")
+
+
+def _floats(x: Any, name: str) -> np.ndarray:
+    """``x`` as a float16/32/64 array: in place, or converted from another float dtype."""
+    if not isinstance(x, np.ndarray):
+        raise _not_array(x, name, "float16, float32 or float64")
+    dt = x.dtype
+    if dt.char in _PROB_CHARS and dt.isnative and x.flags.aligned:
+        return x
+    if dt.kind != "f":
+        raise TypeError(f"{name} must have a floating dtype (float16/32/64), got {dt}")
+    # Byte-swapped, unaligned or extended precision: the one case that is converted.
+    return x.astype(dt.newbyteorder("=") if dt.itemsize <= 8 else np.float64)
+
+
+def _ints(x: Any, name: str) -> np.ndarray:
+    """``x`` as an int32/int64 array: in place, or converted from another integer dtype."""
+    if not isinstance(x, np.ndarray):
+        raise _not_array(x, name, "integers")
+    dt = x.dtype
+    if (dt is _ID_TYPES[1] or dt is _ID_TYPES[0] or dt in _ID_TYPES) and x.flags.aligned:
+        return x
+    if dt.kind not in "iu":
+        raise TypeError(f"{name} must have an integer dtype, got {dt}")
+    if dt.kind == "u" and dt.itemsize == 8 and x.size and int(x.max()) > np.iinfo(np.int64).max:
+        # Values past int64 cannot be ids; keep them out of range rather than wrapping.
+        return np.where(x > np.iinfo(np.int64).max, np.iinfo(np.int64).max, x).astype(np.int64)
+    return x.astype(np.int64)
+
+
+def _bools(x: Any, name: str) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise _not_array(x, name, "bool")
+    if x.dtype.kind != "b":
+        raise TypeError(f"{name} must have dtype bool, got {x.dtype}")
+    return x if x.flags.aligned else x.copy()
+
+
+def _greedy(greedy: Any) -> bool | np.ndarray:
+    if greedy is True or greedy is False:
+        return greedy
+    if isinstance(greedy, np.bool_):
+        return bool(greedy)
+    if isinstance(greedy, np.ndarray) and greedy.dtype.kind == "b":
+        return bool(greedy) if greedy.ndim == 0 else _bools(greedy, "greedy")
+    raise TypeError(f"greedy must be a bool or a bool array of shape [B], got {type(greedy).__name__}")
+
+
+def _generator(rng: Any) -> np.random.Generator:
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_))):
+        return np.random.default_rng(rng)
+    raise TypeError(
+        "rng must be None, an int seed, a numpy.random.Generator or a sequence of B "
+        f"Generators, got {type(rng).__name__}"
+    )
+
+
+def _draw(
+    rng: Any,
+    batch: int,
+    num_draft: int,
+    counts: np.ndarray | None,
+    need_uniforms: bool,
+    need_recovery: bool,
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Draws the missing uniforms from ``rng`` in the order SPEC.md fixes."""
+    if isinstance(rng, Sequence) and not isinstance(rng, (str, bytes)):
+        if len(rng) != batch:
+            raise ValueError(f"rng: a sequence of Generators must have one per row (B = {batch}), "
+                             f"got {len(rng)}")
+        for b, g in enumerate(rng):
+            if not isinstance(g, np.random.Generator):
+                raise TypeError(f"rng[{b}] must be a numpy.random.Generator, got {type(g).__name__}")
+        uniforms = np.zeros((batch, num_draft)) if need_uniforms else None
+        recovery = np.zeros(batch) if need_recovery else None
+        for b, g in enumerate(rng):
+            k = num_draft if counts is None else int(counts[b])
+            if not 0 <= k <= num_draft:
+                raise ValueError(f"num_draft_tokens[{b}] = {k} is outside [0, K] with K = {num_draft}")
+            # Row b's stream: its k_b acceptance uniforms, then its recovery uniform.
+            if uniforms is not None:
+                uniforms[b, :k] = g.random(k)
+            if recovery is not None:
+                recovery[b] = g.random()
+        return uniforms, recovery
+    g = _generator(rng)
+    uniforms = g.random((batch, num_draft)) if need_uniforms else None
+    recovery = g.random(batch) if need_recovery else None
+    return uniforms, recovery
+
+
+def verify(
+    draft_token_ids: npt.ArrayLike,
+    target_probs: npt.ArrayLike,
+    draft_probs: npt.ArrayLike | None = None,
+    *,
+    num_draft_tokens: npt.ArrayLike | None = None,
+    uniforms: npt.ArrayLike | None = None,
+    recovery_uniforms: npt.ArrayLike | None = None,
+    rng: RngLike = None,
+    greedy: bool | npt.ArrayLike = False,
+) -> Verification:
+    """Verify drafted tokens against the target model (speculative sampling).
+
+    Per row ``b``, position ``t`` with drafted token ``x_t`` is accepted outright
+    when ``q(x_t) <= p(x_t)`` (and ``p(x_t) > 0``), otherwise accepted iff
+    ``u_t < p(x_t) / q(x_t)``; ``p(x_t) == 0`` always rejects. The row stops at its
+    first rejection ``n_b`` and emits ``x_0 .. x_{n_b-1}`` plus one token sampled
+    from the residual ``max(0, p - q)`` at ``n_b``, or, when all ``k_b`` drafts
+    are accepted, a bonus token from ``p`` at ``k_b``. The emitted tokens follow
+    the target distribution exactly.
+
+    Parameters
+    ----------
+    draft_token_ids : ndarray of int, shape ``[B, K]``
+        The drafted tokens (int32/int64 read in place).
+    target_probs : ndarray of float16/32/64, shape ``[B, K+1, V]``
+        Target probabilities ``p`` at each draft position; row ``k_b`` is the
+        bonus distribution. Rows need not sum to 1.
+    draft_probs : ndarray of float16/32/64, shape ``[B, K, V]``, optional
+        The probabilities ``q`` the drafts were sampled from. ``None``: the drafts
+        are deterministic proposals (n-gram, prompt lookup, top-1 drafter), so
+        ``q`` is one-hot at ``x_t``.
+    num_draft_tokens : ndarray of int, shape ``[B]``, optional
+        Ragged batches: row ``b`` has ``k_b <= K`` drafts; entries at positions
+        ``>= k_b`` are ignored (any value, ``-1`` included).
+    uniforms : ndarray of float, shape ``[B, K]``, optional
+        The acceptance draws ``u_t`` in ``[0, 1)``. Drawn from ``rng`` if missing.
+    recovery_uniforms : ndarray of float, shape ``[B]``, optional
+        One more draw per row for the replacement or bonus sample. Drawn from
+        ``rng`` if missing.
+    rng : None, int, Generator or sequence of B Generators
+        Where missing uniforms come from. One Generator (or a seed, or ``None`` for
+        fresh entropy) draws ``uniforms = g.random((B, K))`` then
+        ``recovery_uniforms = g.random(B)``. A sequence gives each row its own
+        stream: row ``b`` draws ``g_b.random(k_b)`` then ``g_b.random()``, so a
+        row's result does not depend on the rest of the batch. When ``greedy`` is
+        the scalar ``True`` nothing is drawn.
+    greedy : bool or ndarray of bool, shape ``[B]``
+        Rows verified by argmax: accept iff ``x_t == argmax p_t`` (first maximal
+        index); the next token is the argmax too.
+
+    Returns
+    -------
+    Verification
+        ``output_token_ids [B, K+1]`` (emitted tokens, ``-1`` padded),
+        ``num_accepted [B]``, ``num_emitted [B]``.
+
+    Raises
+    ------
+    TypeError
+        A non-array argument or an unsupported dtype.
+    ValueError
+        Wrong shapes, ids outside ``[0, V)``, ``k_b`` outside ``[0, K]``, uniforms
+        outside ``[0, 1)``, probabilities that are read and are NaN, infinite,
+        negative or (for ``p(x_t)``, ``q(x_t)``) above 1, or a row that must be
+        sampled but sums to 0. The message names the argument and the index.
+
+    Examples
+    --------
+    >>> import numpy as np, specaccept
+    >>> p = np.array([[[0.6, 0.4], [0.5, 0.5]]])       # target, [B=1, K+1=2, V=2]
+    >>> q = np.array([[[0.8, 0.2]]])                   # draft,  [B=1, K=1,   V=2]
+    >>> r = specaccept.verify(np.array([[0]]), p, q, uniforms=np.array([[0.7]]),
+    ...                       recovery_uniforms=np.array([0.9]))
+    >>> int(r.num_accepted[0]), r.tokens(0).tolist()   # 0.7 < 0.6/0.8: accepted
+    (1, [0, 1])
+    """
+    ids = _ints(draft_token_ids, "draft_token_ids")
+    target = _floats(target_probs, "target_probs")
+    draft = None if draft_probs is None else _floats(draft_probs, "draft_probs")
+    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
+    u = None if uniforms is None else _floats(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    greedy_rows = _greedy(greedy)
+    if (u is None or ru is None) and greedy_rows is not True:
+        if ids.ndim != 2:
+            raise ValueError(f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}")
+        if counts is not None and counts.shape != ids.shape[:1]:
+            raise ValueError(
+                f"num_draft_tokens: has shape {counts.shape}, expected {ids.shape[:1]} ([B])"
+            )
+        drawn_u, drawn_ru = _draw(rng, ids.shape[0], ids.shape[1], counts, u is None, ru is None)
+        u = drawn_u if u is None else u
+        ru = drawn_ru if ru is None else ru
+    output_token_ids, num_accepted, num_emitted = _native.verify(
+        ids, target, draft, counts, u, ru, greedy_rows
+    )
+    return Verification(output_token_ids, num_accepted, num_emitted)
+
+
+def verify_greedy(
+    draft_token_ids: npt.ArrayLike,
+    target_token_ids: npt.ArrayLike,
+    *,
+    num_draft_tokens: npt.ArrayLike | None = None,
+) -> Verification:
+    """Greedy verification when the target's argmax ids were computed elsewhere.
+
+    Row ``b`` accepts drafts while ``draft_token_ids[b, t] == target_token_ids[b, t]``
+    (for ``t < k_b``), then emits ``target_token_ids[b, n_b]``: the correction at
+    the first mismatch, or the bonus token when all drafts match. Integer
+    compares and a prefix scan; no probabilities are read.
+
+    Parameters
+    ----------
+    draft_token_ids : ndarray of int, shape ``[B, K]``
+    target_token_ids : ndarray of int, shape ``[B, K+1]``
+        The target model's argmax token at each position (e.g. computed on a GPU).
+    num_draft_tokens : ndarray of int, shape ``[B]``, optional
+        Drafts per row, ``0 <= k_b <= K``.
+
+    Returns
+    -------
+    Verification
+
+    Examples
+    --------
+    >>> import numpy as np, specaccept
+    >>> r = specaccept.verify_greedy(np.array([[3, 4, 5], [3, 4, 5]]),
+    ...                              np.array([[3, 4, 5, 6], [3, 8, 5, 6]]))
+    >>> r.to_lists(), r.num_accepted.tolist()
+    ([[3, 4, 5, 6], [3, 8]], [3, 1])
+    """
+    ids = _ints(draft_token_ids, "draft_token_ids")
+    targets = _ints(target_token_ids, "target_token_ids")
+    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
+    output_token_ids, num_accepted, num_emitted = _native.verify_greedy(ids, targets, counts)
+    return Verification(output_token_ids, num_accepted, num_emitted)
+
+
+def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:
+    """Float arrays (or scalars) broadcast to one shape, and whether all were scalars."""
+    arrays = []
+    for x, name in args:
+        if isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(
+            x, (bool, np.bool_)
+        ):
+            x = np.asarray(x, dtype=np.float64 if isinstance(x, (int, np.integer)) else None)
+        arrays.append(_floats(x, name))
+    scalar = all(a.ndim == 0 for a in arrays)
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        try:
+            arrays = list(np.broadcast_arrays(*arrays))
+        except ValueError:
+            names = ", ".join(f"{name} {a.shape}" for a, (_, name) in zip(arrays, args))
+            raise ValueError(f"shapes do not broadcast together: {names}") from None
+    return arrays, scalar
+
+
+def rejection_probability(target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike) -> Any:
+    """Probability that a drafted token is rejected, elementwise.
+
+    ``0`` where accepted outright (``q <= p`` and ``p > 0``), ``1`` where
+    ``p == 0``, else ``1 - p/q``, computed in float64.
+
+    Parameters
+    ----------
+    target_prob, draft_prob : float arrays (any rank, broadcastable) or scalars
+        ``p(x_t)`` and ``q(x_t)``, each in ``[0, 1]``.
+
+    Returns
+    -------
+    ndarray of float64, or a float64 scalar when both inputs are scalars.
+
+    Examples
+    --------
+    >>> import specaccept
+    >>> round(float(specaccept.rejection_probability(0.6, 0.8)), 12)  # 1 - 0.6/0.8
+    0.25
+    """
+    (p, q), scalar = _elementwise((target_prob, "target_prob"), (draft_prob, "draft_prob"))
+    out = _native.rejection_probability(p, q)
+    return out[()] if scalar else out
+
+
+def acceptance_mask(
+    target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike, uniform: npt.ArrayLike
+) -> Any:
+    """The acceptance rule applied to every element (also after a rejection).
+
+    ``True`` where ``p > 0`` and (``q <= p`` or ``uniform < p/q``).
+
+    Parameters
+    ----------
+    target_prob, draft_prob : float arrays (any rank, broadcastable) or scalars
+        ``p(x_t)`` and ``q(x_t)``, each in ``[0, 1]``.
+    uniform : float array or scalar
+        The draws ``u_t`` in ``[0, 1)``.
+
+    Returns
+    -------
+    ndarray of bool, or a bool scalar when all inputs are scalars.
+
+    Examples
+    --------
+    >>> import specaccept
+    >>> bool(specaccept.acceptance_mask(0.6, 0.8, 0.74)), bool(specaccept.acceptance_mask(0.6, 0.8, 0.75))
+    (True, False)
+    """
+    (p, q, u), scalar = _elementwise(
+        (target_prob, "target_prob"), (draft_prob, "draft_prob"), (uniform, "uniform")
+    )
+    out = _native.acceptance_mask(p, q, u)
+    return out[()] if scalar else out
+
+
+def accepted_prefix_length(
+    accepted: npt.ArrayLike, num_draft_tokens: npt.ArrayLike | None = None
+) -> npt.NDArray[np.int64]:
+    """The accepted prefix length of each row: leading ``True`` among the first ``k_b``.
+
+    Parameters
+    ----------
+    accepted : ndarray of bool, shape ``[B, K]``
+        Per-position decisions, e.g. from :func:`acceptance_mask`.
+    num_draft_tokens : ndarray of int, shape ``[B]``, optional
+        Drafts per row, ``0 <= k_b <= K``; later positions are ignored.
+
+    Returns
+    -------
+    ndarray of int64, shape ``[B]``
+
+    Examples
+    --------
+    >>> import numpy as np, specaccept
+    >>> specaccept.accepted_prefix_length(np.array([[True, False, True], [True, True, True]])).tolist()
+    [1, 3]
+    """
+    mask = _bools(accepted, "accepted")
+    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
+    return _native.accepted_prefix_length(mask, counts)

@@ -1,0 +1,410 @@
+//! Chain verification: per row, decide drafted positions in order with the
+//! acceptance rule (or by argmax for greedy rows), stop at the first rejection,
+//! then emit one more token: a residual sample where the row was rejected, the
+//! bonus token where every draft was accepted. Also the accepted-prefix scan and
+//! greedy verification on precomputed target ids.
+
+use std::marker::PhantomData;
+
+use ndarray::{s, ArrayView1, ArrayView2, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2};
+
+use crate::error::CoreError;
+use crate::rule::{check_gathered, check_uniform, is_accepted};
+use crate::sample::{self, OneHotResidualWeights, ResidualWeights, RowAt, TargetWeights};
+use crate::view::{FloatView, IntView, Prob};
+
+/// Which rows are verified greedily (by argmax) instead of by sampling.
+#[derive(Clone, Copy)]
+pub enum Greedy<'a> {
+    All(bool),
+    PerRow(ArrayView1<'a, bool>),
+}
+
+impl Greedy<'_> {
+    #[inline]
+    fn row(&self, b: usize) -> bool {
+        match self {
+            Greedy::All(g) => *g,
+            Greedy::PerRow(g) => g[b],
+        }
+    }
+}
+
+/// The inputs of `verify`, as SPEC.md section 2 names them.
+pub struct ChainInputs<'a, P, Q> {
+    /// `[B, K]` drafted tokens.
+    pub draft_token_ids: IntView<'a, Ix2>,
+    /// `[B, K+1, V]` target probabilities; row `k_b` is the bonus distribution.
+    pub target_probs: ArrayView3<'a, P>,
+    /// `[B, K, V]` draft probabilities, or `None` for deterministic (one-hot) drafts.
+    pub draft_probs: Option<ArrayView3<'a, Q>>,
+    /// `[B]` drafts per row, `0 <= k_b <= K`; `None` means `K` for every row.
+    pub num_draft_tokens: Option<IntView<'a, Ix1>>,
+    /// `[B, K]` uniform draws `u_t` (needed by rows verified by sampling).
+    pub uniforms: Option<FloatView<'a, Ix2>>,
+    /// `[B]` uniform draws for the replacement or bonus sample.
+    pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
+    pub greedy: Greedy<'a>,
+}
+
+/// Where `verify` writes its result.
+pub struct ChainOutputs<'a> {
+    /// `[B, K+1]`: the `n_b + 1` emitted tokens, then `-1`.
+    pub output_token_ids: ArrayViewMut2<'a, i64>,
+    /// `[B]`: `n_b`, the accepted prefix length.
+    pub num_accepted: ArrayViewMut1<'a, i64>,
+    /// `[B]`: `n_b + 1`.
+    pub num_emitted: ArrayViewMut1<'a, i64>,
+}
+
+/// `B`, `K` and `V` of a chain batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainDims {
+    pub batch: usize,
+    pub num_draft: usize,
+    pub vocab: usize,
+}
+
+fn expect_shape(arg: &'static str, shape: &[usize], expected: &[usize], what: &str) -> Result<(), CoreError> {
+    if shape == expected {
+        Ok(())
+    } else {
+        Err(CoreError::shape(
+            arg,
+            format!("has shape {shape:?}, expected {expected:?} ({what})"),
+        ))
+    }
+}
+
+/// `k_b`, checked against `[0, K]`.
+fn draft_len(num_draft_tokens: Option<&IntView<'_, Ix1>>, b: usize, k_max: usize) -> Result<usize, CoreError> {
+    let Some(counts) = num_draft_tokens else {
+        return Ok(k_max);
+    };
+    let k = counts.get(b);
+    if k < 0 || k as u64 > k_max as u64 {
+        return Err(CoreError::value(
+            "num_draft_tokens",
+            &[b],
+            format!("= {k} is outside [0, K] with K = {k_max}"),
+        ));
+    }
+    Ok(k as usize)
+}
+
+fn check_counts_shape(num_draft_tokens: Option<&IntView<'_, Ix1>>, batch: usize) -> Result<(), CoreError> {
+    match num_draft_tokens {
+        Some(counts) => expect_shape("num_draft_tokens", counts.shape(), &[batch], "[B]"),
+        None => Ok(()),
+    }
+}
+
+impl<P: Prob, Q: Prob> ChainInputs<'_, P, Q> {
+    /// Checks every shape against `draft_token_ids [B, K]` and `target_probs [B, K+1, V]`.
+    pub fn dims(&self) -> Result<ChainDims, CoreError> {
+        let &[batch, num_draft] = self.draft_token_ids.shape() else {
+            return Err(CoreError::shape("draft_token_ids", "must be 2-D [B, K]"));
+        };
+        let &[_, _, vocab] = self.target_probs.shape() else {
+            unreachable!("ArrayView3 has three axes")
+        };
+        expect_shape(
+            "target_probs",
+            self.target_probs.shape(),
+            &[batch, num_draft + 1, vocab],
+            "[B, K+1, V] with B, K from draft_token_ids",
+        )?;
+        if let Some(q) = &self.draft_probs {
+            expect_shape("draft_probs", q.shape(), &[batch, num_draft, vocab], "[B, K, V]")?;
+        }
+        check_counts_shape(self.num_draft_tokens.as_ref(), batch)?;
+        if let Some(u) = &self.uniforms {
+            expect_shape("uniforms", u.shape(), &[batch, num_draft], "[B, K]")?;
+        }
+        if let Some(u) = &self.recovery_uniforms {
+            expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
+        }
+        if let Greedy::PerRow(g) = &self.greedy {
+            expect_shape("greedy", g.shape(), &[batch], "[B] or a scalar")?;
+        }
+        Ok(ChainDims {
+            batch,
+            num_draft,
+            vocab,
+        })
+    }
+}
+
+fn check_outputs(out: &ChainOutputs<'_>, batch: usize, num_draft: usize) -> Result<(), CoreError> {
+    expect_shape("out", out.output_token_ids.shape(), &[batch, num_draft + 1], "[B, K+1]")?;
+    expect_shape("out", out.num_accepted.shape(), &[batch], "[B]")?;
+    expect_shape("out", out.num_emitted.shape(), &[batch], "[B]")
+}
+
+/// Chain verification of a batch (SPEC.md section 2). On error the outputs
+/// hold partial results and must be discarded.
+pub fn verify<P: Prob, Q: Prob>(inputs: &ChainInputs<'_, P, Q>, out: &mut ChainOutputs<'_>) -> Result<(), CoreError> {
+    let dims = inputs.dims()?;
+    check_outputs(out, dims.batch, dims.num_draft)?;
+    let mut scratch = Vec::new();
+    for b in 0..dims.batch {
+        let mut row = out.output_token_ids.row_mut(b);
+        let n = verify_row(inputs, dims, b, &mut row, &mut scratch)?;
+        out.num_accepted[b] = n as i64;
+        out.num_emitted[b] = n as i64 + 1;
+    }
+    Ok(())
+}
+
+/// Verifies row `b`, writes its emitted tokens and `-1` padding, returns `n_b`.
+fn verify_row<P: Prob, Q: Prob>(
+    inputs: &ChainInputs<'_, P, Q>,
+    dims: ChainDims,
+    b: usize,
+    out_row: &mut ArrayViewMut1<'_, i64>,
+    scratch: &mut Vec<f64>,
+) -> Result<usize, CoreError> {
+    let k = draft_len(inputs.num_draft_tokens.as_ref(), b, dims.num_draft)?;
+    let ids = &inputs.draft_token_ids;
+    for t in 0..k {
+        let x = ids.get(b, t);
+        if x < 0 || x as u64 >= dims.vocab as u64 {
+            return Err(CoreError::value(
+                "draft_token_ids",
+                &[b, t],
+                format!("= {x} is outside [0, V) with V = {}", dims.vocab),
+            ));
+        }
+    }
+    let target_row = |t: usize| inputs.target_probs.slice(s![b, t, ..]);
+    let target_at = |t: usize| RowAt {
+        arg: "target_probs",
+        b,
+        t,
+    };
+
+    let next = if inputs.greedy.row(b) {
+        let mut n = k;
+        let mut choice = None;
+        for t in 0..k {
+            let best = argmax_of(target_row(t), target_at(t))?;
+            if best != ids.get(b, t) as usize {
+                n = t;
+                choice = Some(best);
+                break;
+            }
+        }
+        let next = match choice {
+            Some(best) => best,
+            None => argmax_of(target_row(k), target_at(k))?,
+        };
+        (n, next)
+    } else {
+        let (Some(uniforms), Some(recovery)) = (&inputs.uniforms, &inputs.recovery_uniforms) else {
+            return Err(CoreError::shape(
+                "uniforms",
+                "uniforms and recovery_uniforms are required for rows verified by sampling",
+            ));
+        };
+        for t in 0..k {
+            check_uniform(uniforms.get(b, t), "uniforms", &[b, t])?;
+        }
+        let recovery_u = check_uniform(recovery.get(b), "recovery_uniforms", &[b])?;
+        let mut n = k;
+        for t in 0..k {
+            let x = ids.get(b, t) as usize;
+            let p = check_gathered(inputs.target_probs[[b, t, x]].to_f64(), "target_probs", &[b, t, x])?;
+            let q = match &inputs.draft_probs {
+                Some(dp) => check_gathered(dp[[b, t, x]].to_f64(), "draft_probs", &[b, t, x])?,
+                None => 1.0,
+            };
+            if !is_accepted(p, q, uniforms.get(b, t)) {
+                n = t;
+                break;
+            }
+        }
+        let next = if n < k {
+            let x = ids.get(b, n) as usize;
+            let residual = match &inputs.draft_probs {
+                Some(dp) => sample_residual(target_row(n), dp.slice(s![b, n, ..]), b, n, recovery_u, scratch)?,
+                None => sample_one_hot_residual(target_row(n), x, target_at(n), recovery_u, scratch)?,
+            };
+            match residual {
+                Some(token) => token,
+                // Only rounding or unnormalised rows get here: sample from p itself.
+                None => sample_target(target_row(n), target_at(n), recovery_u, scratch)?,
+            }
+        } else {
+            sample_target(target_row(k), target_at(k), recovery_u, scratch)?
+        };
+        (n, next)
+    };
+    let (n, next) = next;
+    for t in 0..n {
+        out_row[t] = ids.get(b, t);
+    }
+    out_row[n] = next as i64;
+    for t in n + 1..out_row.len() {
+        out_row[t] = -1;
+    }
+    Ok(n)
+}
+
+fn argmax_of<P: Prob>(row: ArrayView1<'_, P>, at: RowAt) -> Result<usize, CoreError> {
+    match row.as_slice() {
+        Some(contiguous) => sample::argmax(contiguous, at),
+        None => sample::argmax(row, at),
+    }
+}
+
+fn zero_row(at: RowAt) -> CoreError {
+    CoreError::value(
+        at.arg,
+        &[at.b, at.t],
+        "sums to 0, but a token must be sampled from it",
+    )
+}
+
+fn sample_target<P: Prob>(row: ArrayView1<'_, P>, at: RowAt, u: f64, scratch: &mut Vec<f64>) -> Result<usize, CoreError> {
+    let drawn = match row.as_slice() {
+        Some(p) => sample::sample(&TargetWeights { p, at, _elem: PhantomData }, u, scratch),
+        None => sample::sample(&TargetWeights { p: row, at, _elem: PhantomData }, u, scratch),
+    }?;
+    drawn.ok_or_else(|| zero_row(at))
+}
+
+fn sample_residual<P: Prob, Q: Prob>(
+    p: ArrayView1<'_, P>,
+    q: ArrayView1<'_, Q>,
+    b: usize,
+    t: usize,
+    u: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<Option<usize>, CoreError> {
+    let p_at = RowAt {
+        arg: "target_probs",
+        b,
+        t,
+    };
+    let q_at = RowAt {
+        arg: "draft_probs",
+        b,
+        t,
+    };
+    match (p.as_slice(), q.as_slice()) {
+        (Some(p), Some(q)) => sample::sample(
+            &ResidualWeights {
+                p,
+                q,
+                p_at,
+                q_at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        ),
+        _ => sample::sample(
+            &ResidualWeights {
+                p,
+                q,
+                p_at,
+                q_at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        ),
+    }
+}
+
+fn sample_one_hot_residual<P: Prob>(
+    row: ArrayView1<'_, P>,
+    x: usize,
+    at: RowAt,
+    u: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<Option<usize>, CoreError> {
+    match row.as_slice() {
+        Some(p) => sample::sample(&OneHotResidualWeights { p, x, at, _elem: PhantomData }, u, scratch),
+        None => sample::sample(&OneHotResidualWeights { p: row, x, at, _elem: PhantomData }, u, scratch),
+    }
+}
+
+/// Accepted prefix length per row of a `[B, K]` acceptance mask: the number of
+/// leading `true` among the first `k_b` positions.
+pub fn accepted_prefix_length(
+    accepted: ArrayView2<'_, bool>,
+    num_draft_tokens: Option<IntView<'_, Ix1>>,
+    mut out: ArrayViewMut1<'_, i64>,
+) -> Result<(), CoreError> {
+    let &[batch, num_draft] = accepted.shape() else {
+        unreachable!("ArrayView2 has two axes")
+    };
+    check_counts_shape(num_draft_tokens.as_ref(), batch)?;
+    expect_shape("out", out.shape(), &[batch], "[B]")?;
+    for b in 0..batch {
+        let k = draft_len(num_draft_tokens.as_ref(), b, num_draft)?;
+        let row = accepted.row(b);
+        let n = (0..k).position(|t| !row[t]).unwrap_or(k);
+        out[b] = n as i64;
+    }
+    Ok(())
+}
+
+/// The inputs of `verify_greedy`: drafts checked against target argmax ids
+/// computed elsewhere.
+pub struct GreedyIdsInputs<'a> {
+    /// `[B, K]` drafted tokens.
+    pub draft_token_ids: IntView<'a, Ix2>,
+    /// `[B, K+1]` the target's argmax token at each position; column `k_b` is the bonus.
+    pub target_token_ids: IntView<'a, Ix2>,
+    pub num_draft_tokens: Option<IntView<'a, Ix1>>,
+}
+
+/// Greedy verification on ids: integer compares and a prefix scan.
+pub fn verify_greedy(inputs: &GreedyIdsInputs<'_>, out: &mut ChainOutputs<'_>) -> Result<(), CoreError> {
+    let &[batch, num_draft] = inputs.draft_token_ids.shape() else {
+        return Err(CoreError::shape("draft_token_ids", "must be 2-D [B, K]"));
+    };
+    expect_shape(
+        "target_token_ids",
+        inputs.target_token_ids.shape(),
+        &[batch, num_draft + 1],
+        "[B, K+1] with B, K from draft_token_ids",
+    )?;
+    check_counts_shape(inputs.num_draft_tokens.as_ref(), batch)?;
+    check_outputs(out, batch, num_draft)?;
+    let (drafts, targets) = (&inputs.draft_token_ids, &inputs.target_token_ids);
+    for b in 0..batch {
+        let k = draft_len(inputs.num_draft_tokens.as_ref(), b, num_draft)?;
+        for t in 0..k {
+            let x = drafts.get(b, t);
+            if x < 0 {
+                return Err(CoreError::value(
+                    "draft_token_ids",
+                    &[b, t],
+                    format!("= {x} is negative; token ids must be >= 0"),
+                ));
+            }
+        }
+        let n = (0..k).position(|t| drafts.get(b, t) != targets.get(b, t)).unwrap_or(k);
+        let mut row = out.output_token_ids.row_mut(b);
+        for t in 0..=n {
+            let y = targets.get(b, t);
+            if y < 0 {
+                return Err(CoreError::value(
+                    "target_token_ids",
+                    &[b, t],
+                    format!("= {y} is negative; token ids must be >= 0"),
+                ));
+            }
+            row[t] = y;
+        }
+        for t in n + 1..=num_draft {
+            row[t] = -1;
+        }
+        out.num_accepted[b] = n as i64;
+        out.num_emitted[b] = n as i64 + 1;
+    }
+    Ok(())
+}

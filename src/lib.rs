@@ -1,0 +1,26 @@
+//! specaccept: the verification step of speculative decoding.
+//!
+//! The core (every module but `py`) knows nothing of Python: it reads
+//! [`ndarray`] views in place, writes into caller-provided outputs and returns
+//! [`CoreError`] on bad input. `py` (feature `python`) is the one binding module:
+//! every `#[pyfunction]`, the dtype dispatch and the error mapping.
+//!
+//! Where each number is computed:
+//! - [`rule`]: the acceptance rule for one drafted token (accept outright when
+//!   `q <= p`, else accept iff `u < p / q`; `p == 0` rejects) and the
+//!   elementwise primitives built on it.
+//! - [`sample`]: inverse-CDF sampling with the canonical summation order that
+//!   `specaccept.reference` mirrors to the bit.
+//! - [`chain`]: chain verification (`verify`), greedy verification on ids
+//!   (`verify_greedy`) and the accepted-prefix scan.
+
+pub mod chain;
+pub mod error;
+pub mod rule;
+pub mod sample;
+pub mod view;
+
+#[cfg(feature = "python")]
+mod py;
+
+pub use error::CoreError;

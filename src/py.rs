@@ -1,0 +1,362 @@
+//! The binding module: every `#[pyfunction]`, the dtype dispatch and the one
+//! error mapping. Arrays are borrowed read-only in place (no copy), checked for
+//! dtype and rank here (for clear messages), and handed to the core with the
+//! GIL released. Nothing a caller controls is unwrapped.
+
+use half::f16;
+use ndarray::{ArrayD, Dimension, Ix1, Ix2, Ix3, IxDyn};
+use numpy::{
+    dtype, Element, PyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArray,
+    PyUntypedArray, PyUntypedArrayMethods,
+};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBool;
+
+use crate::chain::{self, ChainInputs, ChainOutputs, Greedy, GreedyIdsInputs};
+use crate::error::CoreError;
+use crate::rule;
+use crate::view::{FloatView, IntView, Prob};
+
+impl From<CoreError> for PyErr {
+    fn from(err: CoreError) -> PyErr {
+        PyValueError::new_err(err.to_string())
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_string())
+}
+
+/// `obj` as an aligned, native-byte-order array of rank `D`.
+fn ndarray_arg<'a, 'py, D: Dimension>(
+    obj: &'a Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<&'a Bound<'py, PyUntypedArray>> {
+    let arr = obj
+        .cast::<PyUntypedArray>()
+        .map_err(|_| PyTypeError::new_err(format!("{name} must be a numpy.ndarray, got {}", type_name(obj))))?;
+    if let Some(ndim) = D::NDIM {
+        if arr.ndim() != ndim {
+            return Err(PyValueError::new_err(format!(
+                "{name} must be {ndim}-D, got shape {:?}",
+                arr.shape()
+            )));
+        }
+    }
+    if !arr.is_aligned() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} is not aligned in memory; pass a copy (numpy.array({name}))"
+        )));
+    }
+    Ok(arr)
+}
+
+fn borrow<'py, T: Element, D: Dimension>(
+    arr: &Bound<'py, PyUntypedArray>,
+    name: &str,
+) -> PyResult<PyReadonlyArray<'py, T, D>> {
+    let typed = arr
+        .cast::<PyArray<T, D>>()
+        .map_err(|_| PyTypeError::new_err(format!("{name} has an unsupported dtype {}", arr.dtype())))?;
+    typed
+        .try_readonly()
+        .map_err(|e| PyValueError::new_err(format!("{name} cannot be read: {e}")))
+}
+
+fn is<T: Element>(arr: &Bound<'_, PyUntypedArray>) -> bool {
+    arr.dtype().is_equiv_to(&dtype::<T>(arr.py()))
+}
+
+/// A borrowed float array of any probability dtype.
+enum FloatArg<'py, D: Dimension> {
+    F16(PyReadonlyArray<'py, f16, D>),
+    F32(PyReadonlyArray<'py, f32, D>),
+    F64(PyReadonlyArray<'py, f64, D>),
+}
+
+impl<'py, D: Dimension> FloatArg<'py, D> {
+    fn extract(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
+        let arr = ndarray_arg::<D>(obj, name)?;
+        if is::<f64>(arr) {
+            Ok(FloatArg::F64(borrow(arr, name)?))
+        } else if is::<f32>(arr) {
+            Ok(FloatArg::F32(borrow(arr, name)?))
+        } else if is::<f16>(arr) {
+            Ok(FloatArg::F16(borrow(arr, name)?))
+        } else {
+            Err(PyTypeError::new_err(format!(
+                "{name} must have dtype float16, float32 or float64 (native byte order), got {}",
+                arr.dtype()
+            )))
+        }
+    }
+
+    fn view(&self) -> FloatView<'_, D> {
+        match self {
+            FloatArg::F16(a) => FloatView::F16(a.as_array()),
+            FloatArg::F32(a) => FloatView::F32(a.as_array()),
+            FloatArg::F64(a) => FloatView::F64(a.as_array()),
+        }
+    }
+}
+
+/// A borrowed integer array of either id dtype.
+enum IntArg<'py, D: Dimension> {
+    I32(PyReadonlyArray<'py, i32, D>),
+    I64(PyReadonlyArray<'py, i64, D>),
+}
+
+impl<'py, D: Dimension> IntArg<'py, D> {
+    fn extract(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
+        let arr = ndarray_arg::<D>(obj, name)?;
+        if is::<i64>(arr) {
+            Ok(IntArg::I64(borrow(arr, name)?))
+        } else if is::<i32>(arr) {
+            Ok(IntArg::I32(borrow(arr, name)?))
+        } else {
+            Err(PyTypeError::new_err(format!(
+                "{name} must have dtype int32 or int64 (native byte order), got {}",
+                arr.dtype()
+            )))
+        }
+    }
+
+    fn view(&self) -> IntView<'_, D> {
+        match self {
+            IntArg::I32(a) => IntView::I32(a.as_array()),
+            IntArg::I64(a) => IntView::I64(a.as_array()),
+        }
+    }
+}
+
+fn bool_arg<'py, D: Dimension>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<PyReadonlyArray<'py, bool, D>> {
+    let arr = ndarray_arg::<D>(obj, name)?;
+    if !is::<bool>(arr) {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must have dtype bool, got {}",
+            arr.dtype()
+        )));
+    }
+    borrow(arr, name)
+}
+
+fn optional<'py, T>(
+    obj: Option<&Bound<'py, PyAny>>,
+    extract: impl FnOnce(&Bound<'py, PyAny>) -> PyResult<T>,
+) -> PyResult<Option<T>> {
+    match obj {
+        Some(o) if !o.is_none() => extract(o).map(Some),
+        _ => Ok(None),
+    }
+}
+
+type ChainResult<'py> = (
+    Bound<'py, PyArray2<i64>>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+);
+
+fn new_outputs(py: Python<'_>, batch: usize, num_draft: usize) -> ChainResult<'_> {
+    (
+        PyArray2::<i64>::zeros(py, [batch, num_draft + 1], false),
+        PyArray1::<i64>::zeros(py, [batch], false),
+        PyArray1::<i64>::zeros(py, [batch], false),
+    )
+}
+
+/// Runs `work` on freshly allocated outputs with the GIL released.
+fn with_outputs<'py>(
+    py: Python<'py>,
+    batch: usize,
+    num_draft: usize,
+    work: impl FnOnce(&mut ChainOutputs<'_>) -> Result<(), CoreError> + Send,
+) -> PyResult<ChainResult<'py>> {
+    let (ids, accepted, emitted) = new_outputs(py, batch, num_draft);
+    {
+        let mut ids_w = ids.try_readwrite().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let mut acc_w = accepted.try_readwrite().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let mut emi_w = emitted.try_readwrite().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let mut out = ChainOutputs {
+            output_token_ids: ids_w.as_array_mut(),
+            num_accepted: acc_w.as_array_mut(),
+            num_emitted: emi_w.as_array_mut(),
+        };
+        py.detach(|| work(&mut out))?;
+    }
+    Ok((ids, accepted, emitted))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_chain<'py, 'a, P: Prob, Q: Prob>(
+    py: Python<'py>,
+    draft_token_ids: IntView<'a, Ix2>,
+    target_probs: ndarray::ArrayView3<'a, P>,
+    draft_probs: Option<ndarray::ArrayView3<'a, Q>>,
+    num_draft_tokens: Option<IntView<'a, Ix1>>,
+    uniforms: Option<FloatView<'a, Ix2>>,
+    recovery_uniforms: Option<FloatView<'a, Ix1>>,
+    greedy: Greedy<'a>,
+) -> PyResult<ChainResult<'py>> {
+    let &[batch, num_draft] = draft_token_ids.shape() else {
+        return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
+    };
+    let inputs = ChainInputs {
+        draft_token_ids,
+        target_probs,
+        draft_probs,
+        num_draft_tokens,
+        uniforms,
+        recovery_uniforms,
+        greedy,
+    };
+    with_outputs(py, batch, num_draft, |out| chain::verify(&inputs, out))
+}
+
+/// Chain verification (see `specaccept.verify`); every argument already normalised:
+/// `uniforms`/`recovery_uniforms` present for rows verified by sampling, `greedy`
+/// a bool or a bool array `[B]`. Returns `(output_token_ids, num_accepted, num_emitted)`.
+#[pyfunction]
+#[pyo3(signature = (draft_token_ids, target_probs, draft_probs, num_draft_tokens, uniforms, recovery_uniforms, greedy))]
+#[allow(clippy::too_many_arguments)]
+fn verify<'py>(
+    py: Python<'py>,
+    draft_token_ids: &Bound<'py, PyAny>,
+    target_probs: &Bound<'py, PyAny>,
+    draft_probs: Option<&Bound<'py, PyAny>>,
+    num_draft_tokens: Option<&Bound<'py, PyAny>>,
+    uniforms: Option<&Bound<'py, PyAny>>,
+    recovery_uniforms: Option<&Bound<'py, PyAny>>,
+    greedy: &Bound<'py, PyAny>,
+) -> PyResult<ChainResult<'py>> {
+    let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
+    let target = FloatArg::<Ix3>::extract(target_probs, "target_probs")?;
+    let draft = optional(draft_probs, |o| FloatArg::<Ix3>::extract(o, "draft_probs"))?;
+    let counts = optional(num_draft_tokens, |o| IntArg::<Ix1>::extract(o, "num_draft_tokens"))?;
+    let u = optional(uniforms, |o| FloatArg::<Ix2>::extract(o, "uniforms"))?;
+    let ru = optional(recovery_uniforms, |o| FloatArg::<Ix1>::extract(o, "recovery_uniforms"))?;
+    let greedy_rows = if let Ok(flag) = greedy.cast::<PyBool>() {
+        None.ok_or(flag.is_true())
+    } else {
+        Ok(bool_arg::<Ix1>(greedy, "greedy")?)
+    };
+    let greedy_view = match &greedy_rows {
+        Err(all) => Greedy::All(*all),
+        Ok(rows) => Greedy::PerRow(rows.as_array()),
+    };
+    let (ids, counts) = (ids.view(), counts.as_ref().map(IntArg::view));
+    let (u, ru) = (u.as_ref().map(FloatArg::view), ru.as_ref().map(FloatArg::view));
+
+    macro_rules! with_draft {
+        ($p:expr) => {
+            match &draft {
+                None => run_chain::<_, f64>(py, ids, $p, None, counts, u, ru, greedy_view),
+                Some(FloatArg::F16(q)) => run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view),
+                Some(FloatArg::F32(q)) => run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view),
+                Some(FloatArg::F64(q)) => run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view),
+            }
+        };
+    }
+    match &target {
+        FloatArg::F16(p) => with_draft!(p.as_array()),
+        FloatArg::F32(p) => with_draft!(p.as_array()),
+        FloatArg::F64(p) => with_draft!(p.as_array()),
+    }
+}
+
+/// Greedy verification on target argmax ids (see `specaccept.verify_greedy`).
+#[pyfunction]
+#[pyo3(signature = (draft_token_ids, target_token_ids, num_draft_tokens))]
+fn verify_greedy<'py>(
+    py: Python<'py>,
+    draft_token_ids: &Bound<'py, PyAny>,
+    target_token_ids: &Bound<'py, PyAny>,
+    num_draft_tokens: Option<&Bound<'py, PyAny>>,
+) -> PyResult<ChainResult<'py>> {
+    let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
+    let targets = IntArg::<Ix2>::extract(target_token_ids, "target_token_ids")?;
+    let counts = optional(num_draft_tokens, |o| IntArg::<Ix1>::extract(o, "num_draft_tokens"))?;
+    let inputs = GreedyIdsInputs {
+        draft_token_ids: ids.view(),
+        target_token_ids: targets.view(),
+        num_draft_tokens: counts.as_ref().map(IntArg::view),
+    };
+    let &[batch, num_draft] = inputs.draft_token_ids.shape() else {
+        return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
+    };
+    with_outputs(py, batch, num_draft, |out| chain::verify_greedy(&inputs, out))
+}
+
+fn shaped<'py, T: Element>(
+    py: Python<'py>,
+    shape: &[usize],
+    values: Vec<T>,
+) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
+    let array = ArrayD::from_shape_vec(IxDyn(shape), values).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok(PyArray::from_owned_array(py, array))
+}
+
+/// Elementwise rejection probability of same-shape arrays (see `specaccept.rejection_probability`).
+#[pyfunction]
+fn rejection_probability<'py>(
+    py: Python<'py>,
+    target_prob: &Bound<'py, PyAny>,
+    draft_prob: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+    let p = FloatArg::<IxDyn>::extract(target_prob, "target_prob")?;
+    let q = FloatArg::<IxDyn>::extract(draft_prob, "draft_prob")?;
+    let (pv, qv) = (p.view(), q.view());
+    let values = py.detach(|| rule::rejection_probability_array(&pv, &qv))?;
+    shaped(py, pv.shape(), values)
+}
+
+/// Elementwise acceptance decisions of same-shape arrays (see `specaccept.acceptance_mask`).
+#[pyfunction]
+fn acceptance_mask<'py>(
+    py: Python<'py>,
+    target_prob: &Bound<'py, PyAny>,
+    draft_prob: &Bound<'py, PyAny>,
+    uniform: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyArrayDyn<bool>>> {
+    let p = FloatArg::<IxDyn>::extract(target_prob, "target_prob")?;
+    let q = FloatArg::<IxDyn>::extract(draft_prob, "draft_prob")?;
+    let u = FloatArg::<IxDyn>::extract(uniform, "uniform")?;
+    let (pv, qv, uv) = (p.view(), q.view(), u.view());
+    let values = py.detach(|| rule::acceptance_mask_array(&pv, &qv, &uv))?;
+    shaped(py, pv.shape(), values)
+}
+
+/// Accepted prefix length of a `[B, K]` bool mask (see `specaccept.accepted_prefix_length`).
+#[pyfunction]
+#[pyo3(signature = (accepted, num_draft_tokens))]
+fn accepted_prefix_length<'py>(
+    py: Python<'py>,
+    accepted: &Bound<'py, PyAny>,
+    num_draft_tokens: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let mask = bool_arg::<Ix2>(accepted, "accepted")?;
+    let counts = optional(num_draft_tokens, |o| IntArg::<Ix1>::extract(o, "num_draft_tokens"))?;
+    let mask_view = mask.as_array();
+    let out = PyArray1::<i64>::zeros(py, [mask_view.shape()[0]], false);
+    {
+        let mut w = out.try_readwrite().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let out_view = w.as_array_mut();
+        let counts_view = counts.as_ref().map(IntArg::view);
+        py.detach(|| chain::accepted_prefix_length(mask_view, counts_view, out_view))?;
+    }
+    Ok(out)
+}
+
+#[pymodule(gil_used = false)]
+mod _native {
+    #[pymodule_export]
+    use super::{acceptance_mask, accepted_prefix_length, rejection_probability, verify, verify_greedy};
+
+    #[pymodule_export]
+    const SUM_BLOCK: usize = crate::sample::SUM_BLOCK;
+    #[pymodule_export]
+    const SUM_LANES: usize = crate::sample::SUM_LANES;
+}

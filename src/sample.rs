@@ -1,0 +1,322 @@
+//! Inverse-CDF sampling from unnormalised weights, and argmax.
+//!
+//! Sampling from weights `w` with a uniform `u` returns the smallest `i` with
+//! `w_i > 0` and `w_0 + .. + w_i > u * T`, `T = sum(w)`; if rounding leaves
+//! none, the last `i` with `w_i > 0`. Floating-point sums depend on their
+//! order, so the order is fixed here and `specaccept.reference` follows it to
+//! the bit (the canonical summation order):
+//!
+//! - the row is cut into blocks of [`SUM_BLOCK`] elements;
+//! - a block sum uses [`SUM_LANES`] accumulators, lane `l` adding the elements
+//!   with `i % SUM_LANES == l` in index order, combined as
+//!   `((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))` (eight independent
+//!   chains keep the adder pipeline full; one chain would be latency-bound);
+//! - `T` adds the block sums in block order;
+//! - the search walks the block sums with a running total and rescans only the
+//!   block where the running total would pass `u * T`, adding its elements one
+//!   by one onto the running total. So each weight is read once to sum, and
+//!   one block is read a second time.
+
+use std::marker::PhantomData;
+
+use crate::error::{show, CoreError};
+use crate::view::{Prob, Row};
+
+/// Elements per block of the canonical summation.
+pub const SUM_BLOCK: usize = 256;
+/// Accumulators per block of the canonical summation.
+pub const SUM_LANES: usize = 8;
+
+/// Which probability row is being read: for error messages.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RowAt {
+    pub arg: &'static str,
+    pub b: usize,
+    pub t: usize,
+}
+
+impl RowAt {
+    fn bad_value(self, i: usize, v: f64) -> CoreError {
+        CoreError::value(
+            self.arg,
+            &[self.b, self.t, i],
+            format!("= {}: probabilities must be finite and non-negative", show(v)),
+        )
+    }
+}
+
+/// Checks that `row[start..end]` holds finite, non-negative values.
+#[inline]
+fn check_probs<P: Prob, R: Row<P>>(row: R, at: RowAt, start: usize, end: usize) -> Result<(), CoreError> {
+    // One predictable branch per block; the slow search only runs on bad input.
+    let ok = (start..end).fold(true, |ok, i| {
+        let v = row.at(i).to_f64();
+        ok & (v >= 0.0) & (v <= f64::MAX)
+    });
+    if ok {
+        return Ok(());
+    }
+    for i in start..end {
+        let v = row.at(i).to_f64();
+        if !(v >= 0.0 && v <= f64::MAX) {
+            return Err(at.bad_value(i, v));
+        }
+    }
+    Ok(())
+}
+
+/// Non-negative weights read element by element, checked block by block.
+pub(crate) trait Weights {
+    fn len(&self) -> usize;
+    /// Checks the probabilities behind `w[start..end]`; the error names the first bad one.
+    fn check(&self, start: usize, end: usize) -> Result<(), CoreError>;
+    fn weight(&self, i: usize) -> f64;
+}
+
+/// `w = p`: the bonus row, or the fallback when a residual sums to 0.
+pub(crate) struct TargetWeights<P, R> {
+    pub p: R,
+    pub at: RowAt,
+    pub _elem: PhantomData<P>,
+}
+
+impl<P: Prob, R: Row<P>> Weights for TargetWeights<P, R> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.p.len()
+    }
+    #[inline]
+    fn check(&self, start: usize, end: usize) -> Result<(), CoreError> {
+        check_probs(self.p, self.at, start, end)
+    }
+    #[inline(always)]
+    fn weight(&self, i: usize) -> f64 {
+        self.p.at(i).to_f64()
+    }
+}
+
+/// `w = max(0, p - q)`: the residual after a rejection with draft probabilities.
+pub(crate) struct ResidualWeights<P, Q, RP, RQ> {
+    pub p: RP,
+    pub q: RQ,
+    pub p_at: RowAt,
+    pub q_at: RowAt,
+    pub _elem: PhantomData<(P, Q)>,
+}
+
+impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> Weights for ResidualWeights<P, Q, RP, RQ> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.p.len()
+    }
+    #[inline]
+    fn check(&self, start: usize, end: usize) -> Result<(), CoreError> {
+        // Element order: p_i then q_i, as the reference reads them.
+        for i in start..end {
+            check_probs(self.p, self.p_at, i, i + 1)?;
+            check_probs(self.q, self.q_at, i, i + 1)?;
+        }
+        Ok(())
+    }
+    #[inline(always)]
+    fn weight(&self, i: usize) -> f64 {
+        (self.p.at(i).to_f64() - self.q.at(i).to_f64()).max(0.0)
+    }
+}
+
+/// `w = p` with the drafted token zeroed: the residual when the draft is a
+/// deterministic proposal (`draft_probs=None`, `q` one-hot at `x`).
+pub(crate) struct OneHotResidualWeights<P, R> {
+    pub p: R,
+    pub x: usize,
+    pub at: RowAt,
+    pub _elem: PhantomData<P>,
+}
+
+impl<P: Prob, R: Row<P>> Weights for OneHotResidualWeights<P, R> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.p.len()
+    }
+    #[inline]
+    fn check(&self, start: usize, end: usize) -> Result<(), CoreError> {
+        check_probs(self.p, self.at, start, end)
+    }
+    #[inline(always)]
+    fn weight(&self, i: usize) -> f64 {
+        if i == self.x {
+            0.0
+        } else {
+            self.p.at(i).to_f64()
+        }
+    }
+}
+
+/// The canonical sum of `w[start..end]`, a block that starts at a multiple of
+/// [`SUM_LANES`].
+#[inline]
+fn block_sum<W: Weights>(w: &W, start: usize, end: usize) -> f64 {
+    let mut lanes = [0.0f64; SUM_LANES];
+    let mut i = start;
+    while i + SUM_LANES <= end {
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            *lane += w.weight(i + l);
+        }
+        i += SUM_LANES;
+    }
+    for (lane, j) in lanes.iter_mut().zip(i..end) {
+        *lane += w.weight(j);
+    }
+    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+}
+
+/// Draws an index from `w` with uniform `u`; `None` when every weight is 0.
+/// `block_sums` is scratch space (one entry per block, not per element).
+pub(crate) fn sample<W: Weights>(w: &W, u: f64, block_sums: &mut Vec<f64>) -> Result<Option<usize>, CoreError> {
+    let n = w.len();
+    block_sums.clear();
+    let mut total = 0.0f64;
+    for start in (0..n).step_by(SUM_BLOCK) {
+        let end = (start + SUM_BLOCK).min(n);
+        w.check(start, end)?;
+        let s = block_sum(w, start, end);
+        block_sums.push(s);
+        total += s;
+    }
+    // Weights are >= 0, so the total is 0 exactly when no weight is positive.
+    if total == 0.0 {
+        return Ok(None);
+    }
+    let threshold = u * total;
+    let mut running = 0.0f64;
+    for (j, &s) in block_sums.iter().enumerate() {
+        if running + s > threshold {
+            let start = j * SUM_BLOCK;
+            let end = (start + SUM_BLOCK).min(n);
+            let mut cumulative = running;
+            for i in start..end {
+                let wi = w.weight(i);
+                cumulative += wi;
+                if wi > 0.0 && cumulative > threshold {
+                    return Ok(Some(i));
+                }
+            }
+        }
+        running += s;
+    }
+    // Rounding left no index past the threshold: take the last positive weight.
+    // A block sum is positive exactly when the block holds a positive weight.
+    let j = block_sums.iter().rposition(|&s| s > 0.0).unwrap_or(0);
+    let start = j * SUM_BLOCK;
+    let end = (start + SUM_BLOCK).min(n);
+    Ok((start..end).rev().find(|&i| w.weight(i) > 0.0))
+}
+
+/// The first index of the largest value of a probability row (greedy decoding).
+pub(crate) fn argmax<P: Prob, R: Row<P>>(row: R, at: RowAt) -> Result<usize, CoreError> {
+    let n = row.len();
+    if n == 0 {
+        return Err(CoreError::value(
+            at.arg,
+            &[at.b, at.t],
+            "is empty (V = 0): there is no token to choose",
+        ));
+    }
+    check_probs(row, at, 0, n)?;
+    let mut best = 0;
+    let mut best_value = row.at(0).to_f64();
+    for i in 1..n {
+        let v = row.at(i).to_f64();
+        if v > best_value {
+            best = i;
+            best_value = v;
+        }
+    }
+    Ok(best)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(p: &[f64]) -> TargetWeights<f64, &[f64]> {
+        TargetWeights {
+            p,
+            at: RowAt {
+                arg: "target_probs",
+                b: 0,
+                t: 0,
+            },
+            _elem: PhantomData,
+        }
+    }
+
+    fn draw(p: &[f64], u: f64) -> Option<usize> {
+        sample(&target(p), u, &mut Vec::new()).unwrap()
+    }
+
+    #[test]
+    fn inverse_cdf_picks_the_first_index_past_the_threshold() {
+        let p = [0.0, 0.25, 0.0, 0.5, 0.25];
+        assert_eq!(draw(&p, 0.0), Some(1), "u = 0 takes the first positive weight");
+        assert_eq!(draw(&p, 0.2499), Some(1));
+        assert_eq!(draw(&p, 0.25), Some(3), "the cumulative sum must exceed u * T strictly");
+        assert_eq!(draw(&p, 0.7499), Some(3));
+        assert_eq!(draw(&p, 0.75), Some(4));
+        assert_eq!(draw(&p, 1.0 - f64::EPSILON / 2.0), Some(4));
+    }
+
+    #[test]
+    fn unnormalised_rows_and_zero_rows() {
+        assert_eq!(draw(&[2.0, 6.0], 0.24), Some(0));
+        assert_eq!(draw(&[2.0, 6.0], 0.26), Some(1));
+        assert_eq!(draw(&[0.0, 0.0, 0.0], 0.5), None);
+        assert_eq!(draw(&[], 0.5), None);
+    }
+
+    #[test]
+    fn draws_across_many_blocks_match_a_sequential_scan() {
+        // A long row spanning several blocks, with a zero tail.
+        let n = 5 * SUM_BLOCK + 37;
+        let p: Vec<f64> = (0..n).map(|i| if i > n - 50 { 0.0 } else { ((i * 7919) % 101) as f64 }).collect();
+        let total: f64 = p.iter().sum();
+        for k in 0..200 {
+            let u = k as f64 / 200.0;
+            let got = draw(&p, u).unwrap();
+            // The sequential cumulative sum agrees with the blocked one away from ties.
+            let mut c = 0.0;
+            let expected = p
+                .iter()
+                .position(|&w| {
+                    c += w;
+                    w > 0.0 && c > u * total
+                })
+                .unwrap();
+            assert_eq!(got, expected, "u = {u}");
+        }
+    }
+
+    #[test]
+    fn rounding_falls_back_to_the_last_positive_weight() {
+        // A tiny last weight: u * T can exceed every cumulative sum.
+        let p = [1.0, 1e-30, 0.0];
+        assert_eq!(draw(&p, 1.0 - f64::EPSILON / 2.0), Some(1));
+    }
+
+    #[test]
+    fn bad_values_name_their_index() {
+        let p = [0.5, f64::NAN, 0.5];
+        let e = sample(&target(&p), 0.5, &mut Vec::new()).unwrap_err();
+        assert_eq!(e.to_string(), "target_probs[0, 0, 1] = nan: probabilities must be finite and non-negative");
+        let at = RowAt {
+            arg: "target_probs",
+            b: 2,
+            t: 1,
+        };
+        assert!(argmax(&[0.1, -0.5][..], at).is_err());
+        assert!(argmax(&[0.1, f64::INFINITY][..], at).is_err());
+        assert_eq!(argmax(&[0.1, 0.7, 0.7, 0.2][..], at).unwrap(), 1, "first maximal index");
+        assert_eq!(argmax(&[0.0, 0.0][..], at).unwrap(), 0);
+        assert!(argmax(&[0.0f64; 0][..], at).is_err());
+    }
+}
