@@ -8,8 +8,8 @@ target model exactly. The work runs in Rust over NumPy buffers read in place;
 
 from ._api import (
     RngLike,
-    accepted_prefix_length,
     acceptance_mask,
+    accepted_prefix_length,
     rejection_probability,
     verify,
     verify_greedy,
@@ -22,8 +22,8 @@ __all__ = [
     "RngLike",
     "Verification",
     "__version__",
-    "accepted_prefix_length",
     "acceptance_mask",
+    "accepted_prefix_length",
     "rejection_probability",
     "verify",
     "verify_greedy",

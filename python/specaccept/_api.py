@@ -8,7 +8,7 @@ which reads every array in place and checks shapes and the values it reads.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -18,8 +18,8 @@ from ._result import Verification
 
 __all__ = [
     "RngLike",
-    "accepted_prefix_length",
     "acceptance_mask",
+    "accepted_prefix_length",
     "rejection_probability",
     "verify",
     "verify_greedy",
@@ -27,7 +27,7 @@ __all__ = [
 
 #: What ``rng`` accepts: ``None`` (fresh entropy), an int seed, a Generator, or
 #: one Generator per batch row.
-RngLike = Union[None, int, np.random.Generator, Sequence[np.random.Generator]]
+RngLike = int | np.random.Generator | Sequence[np.random.Generator] | None
 
 _PROB_CHARS = "efd"  # float16, float32, float64: read in place
 _ID_TYPES = (np.dtype(np.int32), np.dtype(np.int64))  # read in place
@@ -80,13 +80,17 @@ def _greedy(greedy: Any) -> bool | np.ndarray:
         return bool(greedy)
     if isinstance(greedy, np.ndarray) and greedy.dtype.kind == "b":
         return bool(greedy) if greedy.ndim == 0 else _bools(greedy, "greedy")
-    raise TypeError(f"greedy must be a bool or a bool array of shape [B], got {type(greedy).__name__}")
+    raise TypeError(
+        f"greedy must be a bool or a bool array of shape [B], got {type(greedy).__name__}"
+    )
 
 
 def _generator(rng: Any) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
-    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_))):
+    if rng is None or (
+        isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_))
+    ):
         return np.random.default_rng(rng)
     raise TypeError(
         "rng must be None, an int seed, a numpy.random.Generator or a sequence of B "
@@ -105,17 +109,22 @@ def _draw(
     """Draws the missing uniforms from ``rng`` in the order SPEC.md fixes."""
     if isinstance(rng, Sequence) and not isinstance(rng, (str, bytes)):
         if len(rng) != batch:
-            raise ValueError(f"rng: a sequence of Generators must have one per row (B = {batch}), "
-                             f"got {len(rng)}")
+            raise ValueError(
+                f"rng: a sequence of Generators must have one per row (B = {batch}), got {len(rng)}"
+            )
         for b, g in enumerate(rng):
             if not isinstance(g, np.random.Generator):
-                raise TypeError(f"rng[{b}] must be a numpy.random.Generator, got {type(g).__name__}")
+                raise TypeError(
+                    f"rng[{b}] must be a numpy.random.Generator, got {type(g).__name__}"
+                )
         uniforms = np.zeros((batch, num_draft)) if need_uniforms else None
         recovery = np.zeros(batch) if need_recovery else None
         for b, g in enumerate(rng):
             k = num_draft if counts is None else int(counts[b])
             if not 0 <= k <= num_draft:
-                raise ValueError(f"num_draft_tokens[{b}] = {k} is outside [0, K] with K = {num_draft}")
+                raise ValueError(
+                    f"num_draft_tokens[{b}] = {k} is outside [0, K] with K = {num_draft}"
+                )
             # Row b's stream: its k_b acceptance uniforms, then its recovery uniform.
             if uniforms is not None:
                 uniforms[b, :k] = g.random(k)
@@ -283,7 +292,9 @@ def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:
         try:
             arrays = list(np.broadcast_arrays(*arrays))
         except ValueError:
-            names = ", ".join(f"{name} {a.shape}" for a, (_, name) in zip(arrays, args))
+            names = ", ".join(
+                f"{name} {a.shape}" for a, (_, name) in zip(arrays, args, strict=True)
+            )
             raise ValueError(f"shapes do not broadcast together: {names}") from None
     return arrays, scalar
 

@@ -1,0 +1,475 @@
+"""The pure-Python reference: what specaccept computes, written to be read.
+
+Every public function of :mod:`specaccept` is here with the same signature and
+the same exceptions, in plain loops over Python floats. It is the oracle of the
+parity tests: the Rust code must return the same tokens and counts on every
+valid input, and raise the same exception types on bad input. It is slow; use it
+to read the rules or to check a result, not to serve.
+
+All arithmetic is IEEE float64, like the native code. The one place where the
+order of float operations matters, the sum of a row of weights, follows the
+canonical summation order (blocks of ``SUM_BLOCK`` elements, ``SUM_LANES``
+accumulators each) so that both sides round identically.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ._result import Verification
+
+__all__ = [
+    "SUM_BLOCK",
+    "SUM_LANES",
+    "acceptance_mask",
+    "accepted_prefix_length",
+    "rejection_probability",
+    "sample_index",
+    "verify",
+    "verify_greedy",
+]
+
+SUM_BLOCK = 256
+SUM_LANES = 8
+
+
+# --------------------------------------------------------------------------
+# Section 1 of SPEC.md: the acceptance rule for one drafted token.
+# --------------------------------------------------------------------------
+
+
+def _rejection_probability(p: float, q: float) -> float:
+    if p == 0.0:
+        return 1.0  # the target rules the token out
+    if q <= p:
+        return 0.0  # accepted outright
+    return 1.0 - p / q
+
+
+def _is_accepted(p: float, q: float, u: float) -> bool:
+    if p == 0.0:
+        return False  # even when q == 0: a token the target rules out is never emitted
+    if q <= p:
+        return True  # accepted outright; u is not consulted
+    return u < p / q  # rejected with probability 1 - p/q
+
+
+# --------------------------------------------------------------------------
+# Checking what is read. Messages name the argument and the index.
+# --------------------------------------------------------------------------
+
+
+def _where(name: str, index: tuple[int, ...]) -> str:
+    return f"{name}[{', '.join(str(i) for i in index)}]"
+
+
+def _gathered(value: Any, name: str, index: tuple[int, ...]) -> float:
+    """A drafted token's probability p(x_t) or q(x_t): must lie in [0, 1]."""
+    v = float(value)
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(
+            f"{_where(name, index)} = {v!r}: the probability of a drafted token must lie in [0, 1]"
+        )
+    return v
+
+
+def _uniform(value: Any, name: str, index: tuple[int, ...]) -> float:
+    u = float(value)
+    if not 0.0 <= u < 1.0:
+        raise ValueError(f"{_where(name, index)} = {u!r}: a uniform draw must lie in [0, 1)")
+    return u
+
+
+def _row(values: np.ndarray, name: str, b: int, t: int) -> list[float]:
+    """A whole probability row that is read: every entry finite and >= 0."""
+    row = [float(v) for v in values]
+    for i, v in enumerate(row):
+        if not (v >= 0.0 and v != float("inf")):
+            raise ValueError(
+                f"{_where(name, (b, t, i))} = {v!r}: probabilities must be finite and non-negative"
+            )
+    return row
+
+
+def _array(x: Any, name: str, kinds: str, what: str) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of {what}, got {type(x).__name__}")
+    if x.dtype.kind not in kinds:
+        raise TypeError(f"{name} must have dtype {what}, got {x.dtype}")
+    return x
+
+
+def _floats(x: Any, name: str) -> np.ndarray:
+    return _array(x, name, "f", "float16, float32 or float64")
+
+
+def _ints(x: Any, name: str) -> np.ndarray:
+    return _array(x, name, "iu", "integers")
+
+
+def _ndim(x: np.ndarray, name: str, ndim: int) -> None:
+    if x.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {x.shape}")
+
+
+def _shape(x: np.ndarray | None, name: str, shape: tuple[int, ...]) -> None:
+    if x is not None and x.shape != shape:
+        raise ValueError(f"{name}: has shape {x.shape}, expected {shape}")
+
+
+def _draft_len(counts: np.ndarray | None, b: int, num_draft: int) -> int:
+    if counts is None:
+        return num_draft
+    k = int(counts[b])
+    if not 0 <= k <= num_draft:
+        raise ValueError(f"num_draft_tokens[{b}] = {k} is outside [0, K] with K = {num_draft}")
+    return k
+
+
+# --------------------------------------------------------------------------
+# Sampling from weights (SPEC.md section 2, step 3) and argmax.
+# --------------------------------------------------------------------------
+
+
+def _block_sum(block: list[float]) -> float:
+    """One block of the canonical summation: lane l adds the elements i % 8 == l."""
+    lanes = [0.0] * SUM_LANES
+    for j, w in enumerate(block):
+        lanes[j % SUM_LANES] += w
+    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + (
+        (lanes[4] + lanes[5]) + (lanes[6] + lanes[7])
+    )
+
+
+def sample_index(weights: Sequence[float], u: float) -> int | None:
+    """Inverse-CDF draw from non-negative weights with uniform ``u`` in ``[0, 1)``.
+
+    Returns the smallest ``i`` with ``w_i > 0`` and ``w_0 + .. + w_i > u * T``
+    (``T = sum(w)``); if rounding leaves none, the last ``i`` with ``w_i > 0``;
+    ``None`` when every weight is 0. The sums follow the canonical order: block
+    sums, their running total, and one block rescanned element by element.
+    """
+    blocks = [list(weights[s : s + SUM_BLOCK]) for s in range(0, len(weights), SUM_BLOCK)]
+    block_sums = [_block_sum(block) for block in blocks]
+    total = 0.0
+    for s in block_sums:
+        total += s
+    if total == 0.0:
+        return None
+    threshold = u * total
+    running = 0.0
+    for j, s in enumerate(block_sums):
+        if running + s > threshold:
+            cumulative = running
+            for i, w in enumerate(blocks[j]):
+                cumulative += w
+                if w > 0.0 and cumulative > threshold:
+                    return j * SUM_BLOCK + i
+        running += s
+    return max(i for i, w in enumerate(weights) if w > 0.0)
+
+
+def _argmax(values: np.ndarray, b: int, t: int) -> int:
+    """The first index of the largest target probability (greedy decoding)."""
+    if len(values) == 0:
+        raise ValueError(f"target_probs[{b}, {t}] is empty (V = 0): there is no token to choose")
+    row = _row(values, "target_probs", b, t)
+    best = 0
+    for i, v in enumerate(row):
+        if v > row[best]:
+            best = i
+    return best
+
+
+def _sample_target(p: np.ndarray, b: int, t: int, u: float) -> int:
+    token = sample_index(_row(p[b, t], "target_probs", b, t), u)
+    if token is None:
+        raise ValueError(f"target_probs[{b}, {t}] sums to 0, but a token must be sampled from it")
+    return token
+
+
+def _residual(p: np.ndarray, q: np.ndarray | None, b: int, t: int, x: int) -> list[float]:
+    """``max(0, p - q)`` at position t; with ``q`` one-hot at ``x``: ``p`` with ``x`` zeroed."""
+    if q is None:
+        weights = _row(p[b, t], "target_probs", b, t)
+        weights[x] = 0.0
+        return weights
+    weights = []
+    for i in range(p.shape[2]):
+        p_i = float(p[b, t, i])
+        q_i = float(q[b, t, i])
+        for v, name in ((p_i, "target_probs"), (q_i, "draft_probs")):
+            if not (v >= 0.0 and v != float("inf")):
+                raise ValueError(
+                    f"{_where(name, (b, t, i))} = {v!r}: "
+                    "probabilities must be finite and non-negative"
+                )
+        weights.append(max(0.0, p_i - q_i))
+    return weights
+
+
+# --------------------------------------------------------------------------
+# Randomness: what is missing is drawn from rng, in this order.
+# --------------------------------------------------------------------------
+
+
+def _draw_uniforms(rng, batch, num_draft, counts, uniforms, recovery_uniforms):
+    if uniforms is not None and recovery_uniforms is not None:
+        return uniforms, recovery_uniforms
+    if isinstance(rng, Sequence) and not isinstance(rng, (str, bytes)):
+        # One stream per row: row b draws its k_b uniforms, then its recovery uniform.
+        if len(rng) != batch:
+            raise ValueError(f"rng: a sequence of Generators must have one per row (B = {batch})")
+        for b, g in enumerate(rng):
+            if not isinstance(g, np.random.Generator):
+                raise TypeError(f"rng[{b}] must be a numpy.random.Generator")
+        new_uniforms = np.zeros((batch, num_draft))
+        new_recovery = np.zeros(batch)
+        for b, g in enumerate(rng):
+            k = _draft_len(counts, b, num_draft)
+            if uniforms is None:
+                new_uniforms[b, :k] = g.random(k)
+            if recovery_uniforms is None:
+                new_recovery[b] = g.random()
+    else:
+        if isinstance(rng, (bool, np.bool_)):
+            raise TypeError("rng must be None, an int seed or a numpy.random.Generator")
+        if rng is None or isinstance(rng, (int, np.integer)):
+            g = np.random.default_rng(rng)
+        elif isinstance(rng, np.random.Generator):
+            g = rng
+        else:
+            raise TypeError("rng must be None, an int seed or a numpy.random.Generator")
+        # One stream for the batch: all acceptance uniforms, then the recovery uniforms.
+        new_uniforms = g.random((batch, num_draft)) if uniforms is None else None
+        new_recovery = g.random(batch) if recovery_uniforms is None else None
+    return (
+        new_uniforms if uniforms is None else uniforms,
+        new_recovery if recovery_uniforms is None else recovery_uniforms,
+    )
+
+
+def _greedy_rows(greedy: Any, batch: int) -> list[bool]:
+    if isinstance(greedy, (bool, np.bool_)):
+        return [bool(greedy)] * batch
+    if isinstance(greedy, np.ndarray) and greedy.dtype.kind == "b":
+        if greedy.ndim == 0:
+            return [bool(greedy)] * batch
+        _shape(greedy, "greedy", (batch,))
+        return [bool(g) for g in greedy]
+    raise TypeError(
+        f"greedy must be a bool or a bool array of shape [B], got {type(greedy).__name__}"
+    )
+
+
+# --------------------------------------------------------------------------
+# Section 2: chain verification.
+# --------------------------------------------------------------------------
+
+
+def verify(
+    draft_token_ids,
+    target_probs,
+    draft_probs=None,
+    *,
+    num_draft_tokens=None,
+    uniforms=None,
+    recovery_uniforms=None,
+    rng=None,
+    greedy=False,
+) -> Verification:
+    """Reference of :func:`specaccept.verify`: the same arguments, the same result."""
+    # Types of every argument first, then shapes, then values row by row.
+    ids = _ints(draft_token_ids, "draft_token_ids")
+    p = _floats(target_probs, "target_probs")
+    q = None if draft_probs is None else _floats(draft_probs, "draft_probs")
+    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
+    u = None if uniforms is None else _floats(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    if not (
+        isinstance(greedy, (bool, np.bool_))
+        or (isinstance(greedy, np.ndarray) and greedy.dtype.kind == "b")
+    ):
+        raise TypeError(
+            f"greedy must be a bool or a bool array of shape [B], got {type(greedy).__name__}"
+        )
+    all_greedy = isinstance(greedy, (bool, np.bool_)) and bool(greedy)
+
+    _ndim(ids, "draft_token_ids", 2)
+    batch, num_draft = ids.shape
+    if not all_greedy:
+        if counts is not None:
+            _shape(counts, "num_draft_tokens", (batch,))
+        u, ru = _draw_uniforms(rng, batch, num_draft, counts, u, ru)
+    _ndim(p, "target_probs", 3)
+    vocab = p.shape[2]
+    for x, name, ndim in (
+        (q, "draft_probs", 3),
+        (counts, "num_draft_tokens", 1),
+        (u, "uniforms", 2),
+        (ru, "recovery_uniforms", 1),
+    ):
+        if x is not None:
+            _ndim(x, name, ndim)
+    _shape(p, "target_probs", (batch, num_draft + 1, vocab))
+    _shape(q, "draft_probs", (batch, num_draft, vocab))
+    _shape(counts, "num_draft_tokens", (batch,))
+    _shape(u, "uniforms", (batch, num_draft))
+    _shape(ru, "recovery_uniforms", (batch,))
+    greedy_rows = _greedy_rows(greedy, batch)
+
+    output_token_ids = np.full((batch, num_draft + 1), -1, dtype=np.int64)
+    num_accepted = np.zeros(batch, dtype=np.int64)
+    for b in range(batch):
+        k = _draft_len(counts, b, num_draft)
+        drafts = [int(x) for x in ids[b, :k]]
+        for t, x in enumerate(drafts):
+            if not 0 <= x < vocab:
+                raise ValueError(
+                    f"draft_token_ids[{b}, {t}] = {x} is outside [0, V) with V = {vocab}"
+                )
+        if greedy_rows[b]:
+            n, next_token = _verify_row_greedy(p, b, drafts)
+        else:
+            n, next_token = _verify_row_sampled(p, q, u, ru, b, drafts)
+        output_token_ids[b, :n] = drafts[:n]
+        output_token_ids[b, n] = next_token
+        num_accepted[b] = n
+    return Verification(output_token_ids, num_accepted, num_accepted + 1)
+
+
+def _verify_row_greedy(p: np.ndarray, b: int, drafts: list[int]) -> tuple[int, int]:
+    """Accept while the draft is the target's argmax; then emit the argmax."""
+    for t, x in enumerate(drafts):
+        best = _argmax(p[b, t], b, t)
+        if best != x:
+            return t, best
+    k = len(drafts)
+    return k, _argmax(p[b, k], b, k)
+
+
+def _verify_row_sampled(p, q, u, ru, b: int, drafts: list[int]) -> tuple[int, int]:
+    """Speculative sampling of one row: accept a prefix, then one sampled token."""
+    if u is None or ru is None:
+        raise ValueError(
+            "uniforms: uniforms and recovery_uniforms are required for rows verified by sampling"
+        )
+    k = len(drafts)
+    row_uniforms = [_uniform(u[b, t], "uniforms", (b, t)) for t in range(k)]
+    recovery = _uniform(ru[b], "recovery_uniforms", (b,))
+    for t, x in enumerate(drafts):
+        p_x = _gathered(p[b, t, x], "target_probs", (b, t, x))
+        q_x = 1.0 if q is None else _gathered(q[b, t, x], "draft_probs", (b, t, x))
+        if not _is_accepted(p_x, q_x, row_uniforms[t]):
+            # Rejected at t: the replacement comes from the residual max(0, p - q).
+            token = sample_index(_residual(p, q, b, t, x), recovery)
+            if token is None:
+                # Only rounding or unnormalised rows get here: sample from p itself.
+                token = _sample_target(p, b, t, recovery)
+            return t, token
+    # Every draft accepted: the bonus token comes from the target's next row.
+    return k, _sample_target(p, b, k, recovery)
+
+
+def verify_greedy(draft_token_ids, target_token_ids, *, num_draft_tokens=None) -> Verification:
+    """Reference of :func:`specaccept.verify_greedy`."""
+    ids = _ints(draft_token_ids, "draft_token_ids")
+    targets = _ints(target_token_ids, "target_token_ids")
+    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
+    _ndim(ids, "draft_token_ids", 2)
+    _ndim(targets, "target_token_ids", 2)
+    if counts is not None:
+        _ndim(counts, "num_draft_tokens", 1)
+    batch, num_draft = ids.shape
+    _shape(targets, "target_token_ids", (batch, num_draft + 1))
+    _shape(counts, "num_draft_tokens", (batch,))
+    output_token_ids = np.full((batch, num_draft + 1), -1, dtype=np.int64)
+    num_accepted = np.zeros(batch, dtype=np.int64)
+    for b in range(batch):
+        k = _draft_len(counts, b, num_draft)
+        drafts = [int(x) for x in ids[b, :k]]
+        for t, x in enumerate(drafts):
+            if x < 0:
+                raise ValueError(
+                    f"draft_token_ids[{b}, {t}] = {x} is negative; token ids must be >= 0"
+                )
+        n = 0
+        while n < k and drafts[n] == int(targets[b, n]):
+            n += 1
+        for t in range(n + 1):
+            y = int(targets[b, t])
+            if y < 0:
+                raise ValueError(
+                    f"target_token_ids[{b}, {t}] = {y} is negative; token ids must be >= 0"
+                )
+            output_token_ids[b, t] = y
+        num_accepted[b] = n
+    return Verification(output_token_ids, num_accepted, num_accepted + 1)
+
+
+# --------------------------------------------------------------------------
+# Section 3: the primitives, element by element.
+# --------------------------------------------------------------------------
+
+
+def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:
+    arrays = []
+    for x, name in args:
+        if isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(
+            x, (bool, np.bool_)
+        ):
+            x = np.asarray(x, dtype=np.float64)
+        arrays.append(_floats(x, name))
+    scalar = all(a.ndim == 0 for a in arrays)
+    try:
+        arrays = list(np.broadcast_arrays(*arrays))
+    except ValueError:
+        raise ValueError("shapes do not broadcast together") from None
+    return arrays, scalar
+
+
+def rejection_probability(target_prob, draft_prob):
+    """Reference of :func:`specaccept.rejection_probability`."""
+    (p, q), scalar = _elementwise((target_prob, "target_prob"), (draft_prob, "draft_prob"))
+    out = np.zeros(p.shape, dtype=np.float64)
+    for index in np.ndindex(p.shape):
+        p_i = _gathered(p[index], "target_prob", index)
+        q_i = _gathered(q[index], "draft_prob", index)
+        out[index] = _rejection_probability(p_i, q_i)
+    return out[()] if scalar else out
+
+
+def acceptance_mask(target_prob, draft_prob, uniform):
+    """Reference of :func:`specaccept.acceptance_mask`: every position is evaluated."""
+    (p, q, u), scalar = _elementwise(
+        (target_prob, "target_prob"), (draft_prob, "draft_prob"), (uniform, "uniform")
+    )
+    out = np.zeros(p.shape, dtype=bool)
+    for index in np.ndindex(p.shape):
+        p_i = _gathered(p[index], "target_prob", index)
+        q_i = _gathered(q[index], "draft_prob", index)
+        u_i = _uniform(u[index], "uniform", index)
+        out[index] = _is_accepted(p_i, q_i, u_i)
+    return out[()] if scalar else out
+
+
+def accepted_prefix_length(accepted, num_draft_tokens=None):
+    """Reference of :func:`specaccept.accepted_prefix_length`."""
+    mask = _array(accepted, "accepted", "b", "bool")
+    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
+    _ndim(mask, "accepted", 2)
+    batch, num_draft = mask.shape
+    if counts is not None:
+        _ndim(counts, "num_draft_tokens", 1)
+    _shape(counts, "num_draft_tokens", (batch,))
+    out = np.zeros(batch, dtype=np.int64)
+    for b in range(batch):
+        k = _draft_len(counts, b, num_draft)
+        n = 0
+        while n < k and mask[b, n]:
+            n += 1
+        out[b] = n
+    return out
