@@ -80,9 +80,8 @@ def _greedy(greedy: Any) -> bool | np.ndarray:
         return bool(greedy)
     if isinstance(greedy, np.ndarray) and greedy.dtype.kind == "b":
         return bool(greedy) if greedy.ndim == 0 else _bools(greedy, "greedy")
-    raise TypeError(
-        f"greedy must be a bool or a bool array of shape [B], got {type(greedy).__name__}"
-    )
+    got = f"an array of {greedy.dtype}" if isinstance(greedy, np.ndarray) else type(greedy).__name__
+    raise TypeError(f"greedy must be a bool or a bool array of shape [B], got {got}")
 
 
 def _generator(rng: Any) -> np.random.Generator:
