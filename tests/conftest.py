@@ -130,7 +130,9 @@ def random_case(seed: int) -> dict:
     layout_p = LAYOUTS[rng.integers(4)]
     layout_q = LAYOUTS[rng.integers(4)]
     return dict(
-        draft_token_ids=strided_layout(rng, ids.astype(ID_DTYPES[rng.integers(2)]), LAYOUTS[rng.integers(4)]),
+        draft_token_ids=strided_layout(
+            rng, ids.astype(ID_DTYPES[rng.integers(2)]), LAYOUTS[rng.integers(4)]
+        ),
         target_probs=strided_layout(rng, p, layout_p),
         draft_probs=strided_layout(rng, q, layout_q) if with_draft else None,
         num_draft_tokens=counts,

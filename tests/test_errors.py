@@ -11,7 +11,6 @@ import copy
 
 import numpy as np
 import pytest
-
 import specaccept
 from specaccept import reference
 
@@ -42,45 +41,103 @@ def with_value(name, index, value, dtype=None):
         arr = call[name].astype(dtype or call[name].dtype)
         arr[index] = value
         call[name] = arr
+
     return mutate
 
 
 def replace(name, value):
     def mutate(call):
         call[name] = value(call) if callable(value) else value
+
     return mutate
 
 
 CASES = {
     # --- TypeError: not an array, or a dtype outside the lists ---
     "ids as list": (replace("draft_token_ids", [[1, 2, 3, 4]] * 3), TypeError, "draft_token_ids"),
-    "ids float": (replace("draft_token_ids", lambda c: c["draft_token_ids"].astype(float)), TypeError, "draft_token_ids"),
+    "ids float": (
+        replace("draft_token_ids", lambda c: c["draft_token_ids"].astype(float)),
+        TypeError,
+        "draft_token_ids",
+    ),
     "ids bool": (replace("draft_token_ids", np.ones((B, K), bool)), TypeError, "draft_token_ids"),
-    "target int": (replace("target_probs", lambda c: c["target_probs"].astype(np.int64)), TypeError, "target_probs"),
-    "target complex": (replace("target_probs", lambda c: c["target_probs"].astype(complex)), TypeError, "target_probs"),
-    "target object": (replace("target_probs", lambda c: c["target_probs"].astype(object)), TypeError, "target_probs"),
+    "target int": (
+        replace("target_probs", lambda c: c["target_probs"].astype(np.int64)),
+        TypeError,
+        "target_probs",
+    ),
+    "target complex": (
+        replace("target_probs", lambda c: c["target_probs"].astype(complex)),
+        TypeError,
+        "target_probs",
+    ),
+    "target object": (
+        replace("target_probs", lambda c: c["target_probs"].astype(object)),
+        TypeError,
+        "target_probs",
+    ),
     "target scalar": (replace("target_probs", 0.5), TypeError, "target_probs"),
     "draft str": (replace("draft_probs", np.array([["a"]])), TypeError, "draft_probs"),
-    "counts float": (replace("num_draft_tokens", np.array([1.0, 2.0, 3.0])), TypeError, "num_draft_tokens"),
+    "counts float": (
+        replace("num_draft_tokens", np.array([1.0, 2.0, 3.0])),
+        TypeError,
+        "num_draft_tokens",
+    ),
     "uniforms int": (replace("uniforms", np.zeros((B, K), int)), TypeError, "uniforms"),
     "recovery list": (replace("recovery_uniforms", [0.5] * B), TypeError, "recovery_uniforms"),
     "greedy int": (replace("greedy", 1), TypeError, "greedy"),
     "greedy int array": (replace("greedy", np.ones(B, int)), TypeError, "greedy"),
     # --- ValueError: shapes ---
     "ids 1-D": (replace("draft_token_ids", np.zeros(K, int)), ValueError, "draft_token_ids"),
-    "target K rows": (replace("target_probs", lambda c: c["target_probs"][:, :K]), ValueError, "target_probs"),
-    "target 2-D": (replace("target_probs", lambda c: c["target_probs"][0]), ValueError, "target_probs"),
-    "draft other V": (replace("draft_probs", lambda c: c["draft_probs"][:, :, :-1]), ValueError, "draft_probs"),
-    "counts [B+1]": (replace("num_draft_tokens", np.array([1, 1, 1, 1])), ValueError, "num_draft_tokens"),
+    "target K rows": (
+        replace("target_probs", lambda c: c["target_probs"][:, :K]),
+        ValueError,
+        "target_probs",
+    ),
+    "target 2-D": (
+        replace("target_probs", lambda c: c["target_probs"][0]),
+        ValueError,
+        "target_probs",
+    ),
+    "draft other V": (
+        replace("draft_probs", lambda c: c["draft_probs"][:, :, :-1]),
+        ValueError,
+        "draft_probs",
+    ),
+    "counts [B+1]": (
+        replace("num_draft_tokens", np.array([1, 1, 1, 1])),
+        ValueError,
+        "num_draft_tokens",
+    ),
     "uniforms [B, K-1]": (replace("uniforms", np.full((B, K - 1), 0.5)), ValueError, "uniforms"),
-    "recovery [B, 1]": (replace("recovery_uniforms", np.full((B, 1), 0.5)), ValueError, "recovery_uniforms"),
+    "recovery [B, 1]": (
+        replace("recovery_uniforms", np.full((B, 1), 0.5)),
+        ValueError,
+        "recovery_uniforms",
+    ),
     "greedy [B+1]": (replace("greedy", np.zeros(B + 1, bool)), ValueError, "greedy"),
     # --- ValueError: values that are read ---
     "id = V": (with_value("draft_token_ids", (1, 1), V), ValueError, "draft_token_ids[1, 1]"),
-    "id = -1 inside k_b": (with_value("draft_token_ids", (0, 3), -1), ValueError, "draft_token_ids[0, 3]"),
-    "id = -2**63": (with_value("draft_token_ids", (2, 0), -(2**63)), ValueError, "draft_token_ids[2, 0]"),
-    "id int32 = V": (with_value("draft_token_ids", (0, 0), V, np.int32), ValueError, "draft_token_ids[0, 0]"),
-    "id uint64 huge": (with_value("draft_token_ids", (0, 0), 2**64 - 1, np.uint64), ValueError, "draft_token_ids[0, 0]"),
+    "id = -1 inside k_b": (
+        with_value("draft_token_ids", (0, 3), -1),
+        ValueError,
+        "draft_token_ids[0, 3]",
+    ),
+    "id = -2**63": (
+        with_value("draft_token_ids", (2, 0), -(2**63)),
+        ValueError,
+        "draft_token_ids[2, 0]",
+    ),
+    "id int32 = V": (
+        with_value("draft_token_ids", (0, 0), V, np.int32),
+        ValueError,
+        "draft_token_ids[0, 0]",
+    ),
+    "id uint64 huge": (
+        with_value("draft_token_ids", (0, 0), 2**64 - 1, np.uint64),
+        ValueError,
+        "draft_token_ids[0, 0]",
+    ),
     "k_b = K+1": (with_value("num_draft_tokens", 1, K + 1), ValueError, "num_draft_tokens[1]"),
     "k_b = -1": (with_value("num_draft_tokens", 2, -1), ValueError, "num_draft_tokens[2]"),
     "k_b int64 huge": (with_value("num_draft_tokens", 0, 2**62), ValueError, "num_draft_tokens[0]"),
@@ -88,34 +145,50 @@ CASES = {
     "u < 0": (with_value("uniforms", (1, 1), -0.25), ValueError, "uniforms[1, 1]"),
     "u NaN": (with_value("uniforms", (2, 2), np.nan), ValueError, "uniforms[2, 2]"),
     "recovery = 1": (with_value("recovery_uniforms", 1, 1.0), ValueError, "recovery_uniforms[1]"),
-    "recovery inf": (with_value("recovery_uniforms", 0, np.inf), ValueError, "recovery_uniforms[0]"),
+    "recovery inf": (
+        with_value("recovery_uniforms", 0, np.inf),
+        ValueError,
+        "recovery_uniforms[0]",
+    ),
 }
 
 
 def gathered(name, value):
     """Plant ``value`` at p(x_0) or q(x_0) of row 1, which is always read."""
+
     def mutate(call):
         arr = call[name].copy()
         arr[1, 0, call["draft_token_ids"][1, 0]] = value
         call[name] = arr
+
     return mutate
 
 
 def in_residual_row(name, value):
     """Plant ``value`` in row 1's residual row at a token that is not the draft."""
+
     def mutate(call):
         arr = call[name].copy()
         other = (call["draft_token_ids"][1, 0] + 1) % V
         arr[1, 0, other] = value
         call[name] = arr
+
     return mutate
 
 
 for _name in ("target_probs", "draft_probs"):
     for _label, _value in (("NaN", np.nan), ("inf", np.inf), ("negative", -0.5), ("above 1", 1.5)):
-        CASES[f"gathered {_name} {_label}"] = (gathered(_name, _value), ValueError, f"{_name}[1, 0, ")
+        CASES[f"gathered {_name} {_label}"] = (
+            gathered(_name, _value),
+            ValueError,
+            f"{_name}[1, 0, ",
+        )
     for _label, _value in (("NaN", np.nan), ("inf", np.inf), ("negative", -1e-30)):
-        CASES[f"residual {_name} {_label}"] = (in_residual_row(_name, _value), ValueError, f"{_name}[1, 0, ")
+        CASES[f"residual {_name} {_label}"] = (
+            in_residual_row(_name, _value),
+            ValueError,
+            f"{_name}[1, 0, ",
+        )
 
 
 def zero_residual_and_target(call):
@@ -252,7 +325,12 @@ def test_verify_greedy_errors(args, error, fragment):
         ("acceptance_mask", (0.5, np.array([1]), 0.5), TypeError, "draft_prob"),
         ("accepted_prefix_length", (np.ones((2, 2)),), TypeError, "accepted"),
         ("accepted_prefix_length", (np.ones(2, bool),), ValueError, "accepted"),
-        ("accepted_prefix_length", (np.ones((2, 2), bool), np.array([1, 3])), ValueError, "num_draft_tokens[1]"),
+        (
+            "accepted_prefix_length",
+            (np.ones((2, 2), bool), np.array([1, 3])),
+            ValueError,
+            "num_draft_tokens[1]",
+        ),
     ],
 )
 def test_primitive_errors(fn, args, error, fragment):

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import random_case
-
 import specaccept
+from conftest import random_case
 from specaccept import reference
 
 NUM_PARITY_CASES = 1500
@@ -115,4 +114,6 @@ def test_parity_holds_where_summation_order_decides_the_token():
                 uniforms=uniforms,
                 recovery_uniforms=np.array([ru]),
             )
-            assert outcome(specaccept.verify, **kwargs) == outcome(reference.verify, **kwargs), trial
+            assert outcome(specaccept.verify, **kwargs) == outcome(reference.verify, **kwargs), (
+                trial
+            )

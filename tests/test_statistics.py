@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import stats
-
 import specaccept
+from scipy import stats
 from specaccept import reference
 
 ALPHA = 1e-6
@@ -64,8 +63,7 @@ def make_problem(seed: int, num_draft: int, identical: bool = False):
 
 def draft_tokens(rng: np.random.Generator, q: np.ndarray, n: int) -> np.ndarray:
     cols = [
-        np.minimum(np.searchsorted(np.cumsum(q_t), rng.random(n), side="right"), V - 1)
-        for q_t in q
+        np.minimum(np.searchsorted(np.cumsum(q_t), rng.random(n), side="right"), V - 1) for q_t in q
     ]
     return np.stack(cols, axis=1) if cols else np.zeros((n, 0), dtype=np.int64)
 

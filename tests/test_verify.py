@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import LAST_UNIFORM
-
 import specaccept
+from conftest import LAST_UNIFORM
 from specaccept import Verification
 
 
@@ -14,7 +13,9 @@ def one_row(p_rows, q_rows, drafts, u, ru, **kwargs) -> Verification:
     return specaccept.verify(
         np.array([drafts], dtype=np.int64).reshape(1, -1),
         np.array([p_rows], dtype=np.float64),
-        None if q_rows is None else np.array([q_rows], dtype=np.float64).reshape(1, len(drafts), -1),
+        None
+        if q_rows is None
+        else np.array([q_rows], dtype=np.float64).reshape(1, len(drafts), -1),
         uniforms=np.array([u], dtype=np.float64).reshape(1, -1),
         recovery_uniforms=np.array([ru]),
         **kwargs,
@@ -29,7 +30,9 @@ def test_worked_example_rejection_probability_is_one_quarter():
     assert specaccept.rejection_probability(0.6, 0.8) == 1 - 0.6 / 0.8
 
 
-@pytest.mark.parametrize(("u", "accepted"), [(0.0, True), (0.7499, True), (0.75, False), (0.9, False)])
+@pytest.mark.parametrize(
+    ("u", "accepted"), [(0.0, True), (0.7499, True), (0.75, False), (0.9, False)]
+)
 def test_worked_example_accepted_iff_u_below_three_quarters(u, accepted):
     assert bool(specaccept.acceptance_mask(0.6, 0.8, u)) is accepted
     # The same decision inside verify: token 0 is "learning".
@@ -99,7 +102,9 @@ def test_replacement_never_emits_the_rejected_one_hot_draft():
     # draft_probs=None: the residual is p with the draft zeroed.
     p = np.array([[[0.5, 0.5], [0.5, 0.5]]])
     for ru in (0.0, 0.49, 0.51, LAST_UNIFORM):
-        r = specaccept.verify(np.array([[0]]), p, uniforms=np.array([[0.9]]), recovery_uniforms=np.array([ru]))
+        r = specaccept.verify(
+            np.array([[0]]), p, uniforms=np.array([[0.9]]), recovery_uniforms=np.array([ru])
+        )
         assert r.to_lists() == [[1]]
 
 
@@ -133,9 +138,13 @@ def test_residual_falls_back_to_p_when_it_sums_to_zero():
     # An unnormalised q that dominates p everywhere: max(0, p - q) == 0.
     p = np.array([[[0.2, 0.3], [0.5, 0.5]]])
     q = np.array([[[0.4, 0.6]]])
-    r = specaccept.verify(np.array([[0]]), p, q, uniforms=np.array([[0.9]]), recovery_uniforms=np.array([0.5]))
+    r = specaccept.verify(
+        np.array([[0]]), p, q, uniforms=np.array([[0.9]]), recovery_uniforms=np.array([0.5])
+    )
     assert r.num_accepted.tolist() == [0]
-    assert r.tokens(0).tolist() == [1], "inverse CDF of p = [0.2, 0.3] at u = 0.5: cumsum 0.5 > 0.25"
+    assert r.tokens(0).tolist() == [1], (
+        "inverse CDF of p = [0.2, 0.3] at u = 0.5: cumsum 0.5 > 0.25"
+    )
 
 
 def test_inverse_cdf_boundaries():
@@ -186,8 +195,12 @@ def test_mixed_greedy_rows():
     q = np.array([[[0.9, 0.1]]] * 2)
     # Row 0 greedy: draft 0 is not the argmax (1). Row 1 sampled: q > p, u = 0 < p/q accepts.
     r = specaccept.verify(
-        np.array([[0], [0]]), p, q,
-        uniforms=np.zeros((2, 1)), recovery_uniforms=np.zeros(2), greedy=np.array([True, False]),
+        np.array([[0], [0]]),
+        p,
+        q,
+        uniforms=np.zeros((2, 1)),
+        recovery_uniforms=np.zeros(2),
+        greedy=np.array([True, False]),
     )
     assert r.to_lists() == [[1], [0, 0]]
 
@@ -203,7 +216,13 @@ def test_verification_is_a_frozen_typed_result():
 
 def test_empty_batch():
     for greedy in (False, True):
-        r = specaccept.verify(np.zeros((0, 3), np.int64), np.zeros((0, 4, 7)), np.zeros((0, 3, 7)), rng=1, greedy=greedy)
+        r = specaccept.verify(
+            np.zeros((0, 3), np.int64),
+            np.zeros((0, 4, 7)),
+            np.zeros((0, 3, 7)),
+            rng=1,
+            greedy=greedy,
+        )
         assert r.output_token_ids.shape == (0, 4) and r.num_accepted.shape == (0,)
 
 
@@ -224,7 +243,9 @@ def test_same_seed_same_result_and_seed_equals_generator_draws():
     b = specaccept.verify(drafts, p, q, rng=123)
     assert a.to_lists() == b.to_lists()
     g = np.random.default_rng(123)
-    explicit = specaccept.verify(drafts, p, q, uniforms=g.random((6, 4)), recovery_uniforms=g.random(6))
+    explicit = specaccept.verify(
+        drafts, p, q, uniforms=g.random((6, 4)), recovery_uniforms=g.random(6)
+    )
     assert a.to_lists() == explicit.to_lists()
     c = specaccept.verify(drafts, p, q, rng=np.random.default_rng(123))
     assert a.to_lists() == c.to_lists()
@@ -232,7 +253,9 @@ def test_same_seed_same_result_and_seed_equals_generator_draws():
 
 def test_different_seeds_give_different_samples():
     drafts, p, q = batch(batch=50)
-    results = {tuple(map(tuple, specaccept.verify(drafts, p, q, rng=s).to_lists())) for s in range(5)}
+    results = {
+        tuple(map(tuple, specaccept.verify(drafts, p, q, rng=s).to_lists())) for s in range(5)
+    }
     assert len(results) == 5
 
 
@@ -243,8 +266,11 @@ def test_a_row_with_its_own_generator_does_not_depend_on_the_batch():
     full = specaccept.verify(drafts, p, q, num_draft_tokens=counts, rng=rows)
     for b in range(8):
         alone = specaccept.verify(
-            drafts[b : b + 1], p[b : b + 1], q[b : b + 1],
-            num_draft_tokens=counts[b : b + 1], rng=[np.random.default_rng(1000 + b)],
+            drafts[b : b + 1],
+            p[b : b + 1],
+            q[b : b + 1],
+            num_draft_tokens=counts[b : b + 1],
+            rng=[np.random.default_rng(1000 + b)],
         )
         assert alone.to_lists() == [full.to_lists()[b]]
     # Row b drew g_b.random(k_b) then g_b.random(): the streams are consumed exactly so.
@@ -259,5 +285,7 @@ def test_rng_is_not_consulted_when_uniforms_are_given():
     drafts, p, q = batch()
     g = np.random.default_rng(5)
     state = g.bit_generator.state
-    specaccept.verify(drafts, p, q, uniforms=np.full((6, 4), 0.5), recovery_uniforms=np.full(6, 0.5), rng=g)
+    specaccept.verify(
+        drafts, p, q, uniforms=np.full((6, 4), 0.5), recovery_uniforms=np.full(6, 0.5), rng=g
+    )
     assert g.bit_generator.state == state

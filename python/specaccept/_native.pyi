@@ -1,0 +1,39 @@
+"""Type stubs of the Rust extension ``specaccept._native`` (src/py.rs).
+
+These are the raw entry points behind the public API: arguments already
+normalised by ``specaccept._api`` (arrays of supported dtypes, uniforms drawn).
+"""
+
+import numpy as np
+import numpy.typing as npt
+
+SUM_BLOCK: int
+SUM_LANES: int
+
+_Chain = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+def verify(
+    draft_token_ids: npt.NDArray[np.int32 | np.int64],
+    target_probs: npt.NDArray[np.floating],
+    draft_probs: npt.NDArray[np.floating] | None,
+    num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None,
+    uniforms: npt.NDArray[np.floating] | None,
+    recovery_uniforms: npt.NDArray[np.floating] | None,
+    greedy: bool | npt.NDArray[np.bool_],
+) -> _Chain: ...
+def verify_greedy(
+    draft_token_ids: npt.NDArray[np.int32 | np.int64],
+    target_token_ids: npt.NDArray[np.int32 | np.int64],
+    num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None,
+) -> _Chain: ...
+def rejection_probability(
+    target_prob: npt.NDArray[np.floating], draft_prob: npt.NDArray[np.floating]
+) -> npt.NDArray[np.float64]: ...
+def acceptance_mask(
+    target_prob: npt.NDArray[np.floating],
+    draft_prob: npt.NDArray[np.floating],
+    uniform: npt.NDArray[np.floating],
+) -> npt.NDArray[np.bool_]: ...
+def accepted_prefix_length(
+    accepted: npt.NDArray[np.bool_], num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None
+) -> npt.NDArray[np.int64]: ...

@@ -1,0 +1,73 @@
+"""The package as a user meets it: imports, docs, examples, the command line."""
+
+from __future__ import annotations
+
+import doctest
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import specaccept
+from specaccept import _api, _result, reference
+
+PUBLIC_FUNCTIONS = [
+    "verify",
+    "verify_greedy",
+    "rejection_probability",
+    "acceptance_mask",
+    "accepted_prefix_length",
+]
+
+
+@pytest.mark.parametrize("module", [_api, _result])
+def test_docstring_examples_run(module):
+    result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("name", PUBLIC_FUNCTIONS)
+def test_public_functions_are_documented_and_mirrored_by_the_reference(name):
+    fn = getattr(specaccept, name)
+    assert name in specaccept.__all__
+    doc = inspect.getdoc(fn) or ""
+    assert "Examples" in doc and ">>>" in doc
+    assert inspect.signature(getattr(reference, name)).parameters.keys() == (
+        inspect.signature(fn).parameters.keys()
+    )
+
+
+def test_stub_names_match_the_extension():
+    package = Path(specaccept.__file__).parent
+    stub = (package / "_native.pyi").read_text()
+    for name in PUBLIC_FUNCTIONS:
+        assert f"def {name}(" in stub
+        assert callable(getattr(specaccept._native, name))
+    assert (package / "py.typed").exists()
+
+
+def test_command_line_example_runs_and_agrees_with_the_reference():
+    out = subprocess.run(
+        [sys.executable, "-m", "specaccept", "example", "--seed", "3", "--batch", "5"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "rejection probability 1 - p/q = 0.25" in out.stdout
+    assert "accepted prefix lengths:" in out.stdout
+    assert "native == specaccept.reference on the same uniforms: True" in out.stdout
+    assert out.stdout.count("  row ") == 5
+
+
+def test_command_line_default_and_help():
+    default = subprocess.run([sys.executable, "-m", "specaccept"], capture_output=True, text=True)
+    assert default.returncode == 0 and "accepted prefix lengths" in default.stdout
+    helped = subprocess.run(
+        [sys.executable, "-m", "specaccept", "example", "--help"], capture_output=True, text=True
+    )
+    assert helped.returncode == 0 and "--seed" in helped.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "specaccept", "example", "--k", "0"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2 and "--k" in bad.stderr
