@@ -65,7 +65,12 @@ pub struct ChainDims {
     pub vocab: usize,
 }
 
-fn expect_shape(arg: &'static str, shape: &[usize], expected: &[usize], what: &str) -> Result<(), CoreError> {
+fn expect_shape(
+    arg: &'static str,
+    shape: &[usize],
+    expected: &[usize],
+    what: &str,
+) -> Result<(), CoreError> {
     if shape == expected {
         Ok(())
     } else {
@@ -77,7 +82,11 @@ fn expect_shape(arg: &'static str, shape: &[usize], expected: &[usize], what: &s
 }
 
 /// `k_b`, checked against `[0, K]`.
-fn draft_len(num_draft_tokens: Option<&IntView<'_, Ix1>>, b: usize, k_max: usize) -> Result<usize, CoreError> {
+fn draft_len(
+    num_draft_tokens: Option<&IntView<'_, Ix1>>,
+    b: usize,
+    k_max: usize,
+) -> Result<usize, CoreError> {
     let Some(counts) = num_draft_tokens else {
         return Ok(k_max);
     };
@@ -92,7 +101,10 @@ fn draft_len(num_draft_tokens: Option<&IntView<'_, Ix1>>, b: usize, k_max: usize
     Ok(k as usize)
 }
 
-fn check_counts_shape(num_draft_tokens: Option<&IntView<'_, Ix1>>, batch: usize) -> Result<(), CoreError> {
+fn check_counts_shape(
+    num_draft_tokens: Option<&IntView<'_, Ix1>>,
+    batch: usize,
+) -> Result<(), CoreError> {
     match num_draft_tokens {
         Some(counts) => expect_shape("num_draft_tokens", counts.shape(), &[batch], "[B]"),
         None => Ok(()),
@@ -115,7 +127,12 @@ impl<P: Prob, Q: Prob> ChainInputs<'_, P, Q> {
             "[B, K+1, V] with B, K from draft_token_ids",
         )?;
         if let Some(q) = &self.draft_probs {
-            expect_shape("draft_probs", q.shape(), &[batch, num_draft, vocab], "[B, K, V]")?;
+            expect_shape(
+                "draft_probs",
+                q.shape(),
+                &[batch, num_draft, vocab],
+                "[B, K, V]",
+            )?;
         }
         check_counts_shape(self.num_draft_tokens.as_ref(), batch)?;
         if let Some(u) = &self.uniforms {
@@ -136,14 +153,22 @@ impl<P: Prob, Q: Prob> ChainInputs<'_, P, Q> {
 }
 
 fn check_outputs(out: &ChainOutputs<'_>, batch: usize, num_draft: usize) -> Result<(), CoreError> {
-    expect_shape("out", out.output_token_ids.shape(), &[batch, num_draft + 1], "[B, K+1]")?;
+    expect_shape(
+        "out",
+        out.output_token_ids.shape(),
+        &[batch, num_draft + 1],
+        "[B, K+1]",
+    )?;
     expect_shape("out", out.num_accepted.shape(), &[batch], "[B]")?;
     expect_shape("out", out.num_emitted.shape(), &[batch], "[B]")
 }
 
 /// Chain verification of a batch (SPEC.md section 2). On error the outputs
 /// hold partial results and must be discarded.
-pub fn verify<P: Prob, Q: Prob>(inputs: &ChainInputs<'_, P, Q>, out: &mut ChainOutputs<'_>) -> Result<(), CoreError> {
+pub fn verify<P: Prob, Q: Prob>(
+    inputs: &ChainInputs<'_, P, Q>,
+    out: &mut ChainOutputs<'_>,
+) -> Result<(), CoreError> {
     let dims = inputs.dims()?;
     check_outputs(out, dims.batch, dims.num_draft)?;
     let mut scratch = Vec::new();
@@ -213,7 +238,11 @@ fn verify_row<P: Prob, Q: Prob>(
         let mut n = k;
         for t in 0..k {
             let x = ids.get(b, t) as usize;
-            let p = check_gathered(inputs.target_probs[[b, t, x]].to_f64(), "target_probs", &[b, t, x])?;
+            let p = check_gathered(
+                inputs.target_probs[[b, t, x]].to_f64(),
+                "target_probs",
+                &[b, t, x],
+            )?;
             let q = match &inputs.draft_probs {
                 Some(dp) => check_gathered(dp[[b, t, x]].to_f64(), "draft_probs", &[b, t, x])?,
                 None => 1.0,
@@ -226,8 +255,17 @@ fn verify_row<P: Prob, Q: Prob>(
         let next = if n < k {
             let x = ids.get(b, n) as usize;
             let residual = match &inputs.draft_probs {
-                Some(dp) => sample_residual(target_row(n), dp.slice(s![b, n, ..]), b, n, recovery_u, scratch)?,
-                None => sample_one_hot_residual(target_row(n), x, target_at(n), recovery_u, scratch)?,
+                Some(dp) => sample_residual(
+                    target_row(n),
+                    dp.slice(s![b, n, ..]),
+                    b,
+                    n,
+                    recovery_u,
+                    scratch,
+                )?,
+                None => {
+                    sample_one_hot_residual(target_row(n), x, target_at(n), recovery_u, scratch)?
+                }
             };
             match residual {
                 Some(token) => token,
@@ -265,10 +303,31 @@ fn zero_row(at: RowAt) -> CoreError {
     )
 }
 
-fn sample_target<P: Prob>(row: ArrayView1<'_, P>, at: RowAt, u: f64, scratch: &mut Vec<f64>) -> Result<usize, CoreError> {
+fn sample_target<P: Prob>(
+    row: ArrayView1<'_, P>,
+    at: RowAt,
+    u: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<usize, CoreError> {
     let drawn = match row.as_slice() {
-        Some(p) => sample::sample(&TargetWeights { p, at, _elem: PhantomData }, u, scratch),
-        None => sample::sample(&TargetWeights { p: row, at, _elem: PhantomData }, u, scratch),
+        Some(p) => sample::sample(
+            &TargetWeights {
+                p,
+                at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        ),
+        None => sample::sample(
+            &TargetWeights {
+                p: row,
+                at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        ),
     }?;
     drawn.ok_or_else(|| zero_row(at))
 }
@@ -325,8 +384,26 @@ fn sample_one_hot_residual<P: Prob>(
     scratch: &mut Vec<f64>,
 ) -> Result<Option<usize>, CoreError> {
     match row.as_slice() {
-        Some(p) => sample::sample(&OneHotResidualWeights { p, x, at, _elem: PhantomData }, u, scratch),
-        None => sample::sample(&OneHotResidualWeights { p: row, x, at, _elem: PhantomData }, u, scratch),
+        Some(p) => sample::sample(
+            &OneHotResidualWeights {
+                p,
+                x,
+                at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        ),
+        None => sample::sample(
+            &OneHotResidualWeights {
+                p: row,
+                x,
+                at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        ),
     }
 }
 
@@ -362,7 +439,10 @@ pub struct GreedyIdsInputs<'a> {
 }
 
 /// Greedy verification on ids: integer compares and a prefix scan.
-pub fn verify_greedy(inputs: &GreedyIdsInputs<'_>, out: &mut ChainOutputs<'_>) -> Result<(), CoreError> {
+pub fn verify_greedy(
+    inputs: &GreedyIdsInputs<'_>,
+    out: &mut ChainOutputs<'_>,
+) -> Result<(), CoreError> {
     let &[batch, num_draft] = inputs.draft_token_ids.shape() else {
         return Err(CoreError::shape("draft_token_ids", "must be 2-D [B, K]"));
     };
@@ -387,7 +467,9 @@ pub fn verify_greedy(inputs: &GreedyIdsInputs<'_>, out: &mut ChainOutputs<'_>) -
                 ));
             }
         }
-        let n = (0..k).position(|t| drafts.get(b, t) != targets.get(b, t)).unwrap_or(k);
+        let n = (0..k)
+            .position(|t| drafts.get(b, t) != targets.get(b, t))
+            .unwrap_or(k);
         let mut row = out.output_token_ids.row_mut(b);
         for t in 0..=n {
             let y = targets.get(b, t);
@@ -407,4 +489,211 @@ pub fn verify_greedy(inputs: &GreedyIdsInputs<'_>, out: &mut ChainOutputs<'_>) -
         out.num_emitted[b] = n as i64 + 1;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{array, Array1, Array2, Array3};
+
+    #[derive(Debug)]
+    struct Out {
+        ids: Array2<i64>,
+        accepted: Array1<i64>,
+        emitted: Array1<i64>,
+    }
+
+    impl Out {
+        fn new(batch: usize, num_draft: usize) -> Self {
+            Out {
+                ids: Array2::zeros((batch, num_draft + 1)),
+                accepted: Array1::zeros(batch),
+                emitted: Array1::zeros(batch),
+            }
+        }
+        fn views(&mut self) -> ChainOutputs<'_> {
+            ChainOutputs {
+                output_token_ids: self.ids.view_mut(),
+                num_accepted: self.accepted.view_mut(),
+                num_emitted: self.emitted.view_mut(),
+            }
+        }
+    }
+
+    fn run(
+        ids: &Array2<i64>,
+        p: &Array3<f64>,
+        q: Option<&Array3<f32>>,
+        counts: Option<&Array1<i32>>,
+        u: &Array2<f64>,
+        ru: &Array1<f64>,
+    ) -> Result<Out, CoreError> {
+        let mut out = Out::new(ids.nrows(), ids.ncols());
+        let inputs = ChainInputs {
+            draft_token_ids: IntView::I64(ids.view()),
+            target_probs: p.view(),
+            draft_probs: q.map(|q| q.view()),
+            num_draft_tokens: counts.map(|c| IntView::I32(c.view())),
+            uniforms: Some(FloatView::F64(u.view())),
+            recovery_uniforms: Some(FloatView::F64(ru.view())),
+            greedy: Greedy::All(false),
+        };
+        verify(&inputs, &mut out.views())?;
+        Ok(out)
+    }
+
+    #[test]
+    fn worked_example_accepts_below_three_quarters() {
+        let p = array![[[0.6, 0.4], [0.0, 1.0]]];
+        let q = array![[[0.8f32, 0.2]]];
+        let ids = array![[0i64]];
+        let accepted = run(&ids, &p, Some(&q), None, &array![[0.7]], &array![0.5]).unwrap();
+        assert_eq!(
+            accepted.ids,
+            array![[0, 1]],
+            "draft kept, bonus from [0, 1]"
+        );
+        assert_eq!(accepted.accepted, array![1]);
+        let rejected = run(&ids, &p, Some(&q), None, &array![[0.75]], &array![0.0]).unwrap();
+        // Residual max(0, p - q) = [0, 0.2]: token 1.
+        assert_eq!(rejected.ids, array![[1, -1]]);
+        assert_eq!(rejected.emitted, array![1]);
+    }
+
+    #[test]
+    fn ragged_rows_ignore_positions_past_their_length() {
+        let mut p = Array3::<f64>::zeros((2, 3, 4));
+        p.slice_mut(s![.., .., 2]).fill(1.0); // drafts of token 2 always accepted
+        p[[1, 1, 2]] = 0.0;
+        p[[1, 1, 3]] = 1.0; // row 1 (k = 1): bonus row 1 is one-hot at 3
+        let ids = array![[2i64, 2], [2, -1]];
+        let out = run(
+            &ids,
+            &p,
+            None,
+            Some(&array![2, 1]),
+            &Array2::zeros((2, 2)),
+            &array![0.3, 0.3],
+        )
+        .unwrap();
+        assert_eq!(out.ids, array![[2, 2, 2], [2, 3, -1]]);
+        assert_eq!(out.accepted, array![2, 1]);
+        assert_eq!(out.emitted, array![3, 2]);
+    }
+
+    #[test]
+    fn strided_views_give_the_same_tokens_as_contiguous_ones() {
+        let vocab = 600; // more than two summation blocks
+        let p = Array3::from_shape_fn((2, 3, vocab), |(b, t, i)| {
+            ((b * 31 + t * 7 + i * 13) % 97) as f64 / 97.0
+        });
+        let q = Array3::from_shape_fn((2, 2, vocab), |(b, t, i)| {
+            ((b * 17 + t * 5 + i * 29) % 89) as f32 / 89.0
+        });
+        let ids = array![[5i64, 9], [400, 3]];
+        let u = array![[0.9, 0.1], [0.99, 0.5]];
+        let ru = array![0.37, 0.81];
+        let contiguous = run(&ids, &p, Some(&q), None, &u, &ru).unwrap();
+        // The same values behind reversed strides.
+        let mut p_rev = Array3::<f64>::zeros((2, 3, vocab));
+        p_rev.assign(&p.slice(s![.., .., ..;-1]));
+        let p_view = p_rev.slice(s![.., .., ..;-1]);
+        let mut out = Out::new(2, 2);
+        let inputs = ChainInputs {
+            draft_token_ids: IntView::I64(ids.view()),
+            target_probs: p_view,
+            draft_probs: Some(q.view()),
+            num_draft_tokens: None,
+            uniforms: Some(FloatView::F64(u.view())),
+            recovery_uniforms: Some(FloatView::F64(ru.view())),
+            greedy: Greedy::All(false),
+        };
+        verify(&inputs, &mut out.views()).unwrap();
+        assert_eq!(out.ids, contiguous.ids);
+        assert_eq!(out.accepted, contiguous.accepted);
+    }
+
+    #[test]
+    fn greedy_rows_accept_the_argmax_and_emit_it() {
+        let p = array![[[0.1, 0.8, 0.1], [0.5, 0.2, 0.3], [0.0, 0.0, 1.0]]];
+        let ids = array![[1i64, 2]];
+        let mut out = Out::new(1, 2);
+        let inputs = ChainInputs::<f64, f64> {
+            draft_token_ids: IntView::I64(ids.view()),
+            target_probs: p.view(),
+            draft_probs: None,
+            num_draft_tokens: None,
+            uniforms: None,
+            recovery_uniforms: None,
+            greedy: Greedy::All(true),
+        };
+        verify(&inputs, &mut out.views()).unwrap();
+        assert_eq!(out.ids, array![[1, 0, -1]], "mismatch at 1: emit argmax 0");
+    }
+
+    #[test]
+    fn errors_name_the_argument_and_index() {
+        let p = array![[[0.5, 0.5], [0.5, 0.5]]];
+        let u = array![[0.5]];
+        let ru = array![0.5];
+        let e = run(&array![[2i64]], &p, None, None, &u, &ru).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "draft_token_ids[0, 0] = 2 is outside [0, V) with V = 2"
+        );
+        let e = run(&array![[0i64]], &p, None, Some(&array![3]), &u, &ru).unwrap_err();
+        assert_eq!(e.arg(), "num_draft_tokens");
+        let e = run(&array![[0i64]], &p, None, None, &array![[1.0]], &ru).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "uniforms[0, 0] = 1.0: a uniform draw must lie in [0, 1)"
+        );
+        let bad = array![[[f64::NAN, 0.5], [0.5, 0.5]]];
+        let e = run(&array![[0i64]], &bad, None, None, &u, &ru).unwrap_err();
+        assert!(
+            e.to_string().starts_with("target_probs[0, 0, 0] = nan"),
+            "{e}"
+        );
+        let zero = array![[[0.0, 0.0], [0.0, 0.0]]];
+        let e = run(&array![[0i64]], &zero, None, None, &u, &ru).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "target_probs[0, 0] sums to 0, but a token must be sampled from it"
+        );
+        let short = Array3::<f64>::zeros((1, 1, 2));
+        let e = run(&array![[0i64]], &short, None, None, &u, &ru).unwrap_err();
+        assert_eq!(e.arg(), "target_probs");
+    }
+
+    #[test]
+    fn prefix_scan_and_greedy_ids() {
+        let mask = array![
+            [true, true, false, true],
+            [false, true, true, true],
+            [true, true, true, true]
+        ];
+        let mut out = Array1::<i64>::zeros(3);
+        accepted_prefix_length(mask.view(), None, out.view_mut()).unwrap();
+        assert_eq!(out, array![2, 0, 4]);
+        let counts = array![1i64, 4, 3];
+        accepted_prefix_length(
+            mask.view(),
+            Some(IntView::I64(counts.view())),
+            out.view_mut(),
+        )
+        .unwrap();
+        assert_eq!(out, array![1, 0, 3]);
+
+        let drafts = array![[3i32, 4], [3, 4]];
+        let targets = array![[3i32, 4, 9], [3, 7, 9]];
+        let mut o = Out::new(2, 2);
+        let inputs = GreedyIdsInputs {
+            draft_token_ids: IntView::I32(drafts.view()),
+            target_token_ids: IntView::I32(targets.view()),
+            num_draft_tokens: None,
+        };
+        verify_greedy(&inputs, &mut o.views()).unwrap();
+        assert_eq!(o.ids, array![[3, 4, 9], [3, 7, -1]]);
+        assert_eq!(o.accepted, array![2, 1]);
+    }
 }

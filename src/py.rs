@@ -6,8 +6,8 @@
 use half::f16;
 use ndarray::{ArrayD, Dimension, Ix1, Ix2, Ix3, IxDyn};
 use numpy::{
-    dtype, Element, PyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyReadonlyArray,
-    PyUntypedArray, PyUntypedArrayMethods,
+    dtype, Element, PyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods,
+    PyReadonlyArray, PyUntypedArray, PyUntypedArrayMethods,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -36,9 +36,12 @@ fn ndarray_arg<'a, 'py, D: Dimension>(
     obj: &'a Bound<'py, PyAny>,
     name: &str,
 ) -> PyResult<&'a Bound<'py, PyUntypedArray>> {
-    let arr = obj
-        .cast::<PyUntypedArray>()
-        .map_err(|_| PyTypeError::new_err(format!("{name} must be a numpy.ndarray, got {}", type_name(obj))))?;
+    let arr = obj.cast::<PyUntypedArray>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{name} must be a numpy.ndarray, got {}",
+            type_name(obj)
+        ))
+    })?;
     if let Some(ndim) = D::NDIM {
         if arr.ndim() != ndim {
             return Err(PyValueError::new_err(format!(
@@ -59,9 +62,9 @@ fn borrow<'py, T: Element, D: Dimension>(
     arr: &Bound<'py, PyUntypedArray>,
     name: &str,
 ) -> PyResult<PyReadonlyArray<'py, T, D>> {
-    let typed = arr
-        .cast::<PyArray<T, D>>()
-        .map_err(|_| PyTypeError::new_err(format!("{name} has an unsupported dtype {}", arr.dtype())))?;
+    let typed = arr.cast::<PyArray<T, D>>().map_err(|_| {
+        PyTypeError::new_err(format!("{name} has an unsupported dtype {}", arr.dtype()))
+    })?;
     typed
         .try_readonly()
         .map_err(|e| PyValueError::new_err(format!("{name} cannot be read: {e}")))
@@ -133,7 +136,10 @@ impl<'py, D: Dimension> IntArg<'py, D> {
     }
 }
 
-fn bool_arg<'py, D: Dimension>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<PyReadonlyArray<'py, bool, D>> {
+fn bool_arg<'py, D: Dimension>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<PyReadonlyArray<'py, bool, D>> {
     let arr = ndarray_arg::<D>(obj, name)?;
     if !is::<bool>(arr) {
         return Err(PyTypeError::new_err(format!(
@@ -177,9 +183,15 @@ fn with_outputs<'py>(
 ) -> PyResult<ChainResult<'py>> {
     let (ids, accepted, emitted) = new_outputs(py, batch, num_draft);
     {
-        let mut ids_w = ids.try_readwrite().map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let mut acc_w = accepted.try_readwrite().map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let mut emi_w = emitted.try_readwrite().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let mut ids_w = ids
+            .try_readwrite()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let mut acc_w = accepted
+            .try_readwrite()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let mut emi_w = emitted
+            .try_readwrite()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let mut out = ChainOutputs {
             output_token_ids: ids_w.as_array_mut(),
             num_accepted: acc_w.as_array_mut(),
@@ -235,9 +247,13 @@ fn verify<'py>(
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let target = FloatArg::<Ix3>::extract(target_probs, "target_probs")?;
     let draft = optional(draft_probs, |o| FloatArg::<Ix3>::extract(o, "draft_probs"))?;
-    let counts = optional(num_draft_tokens, |o| IntArg::<Ix1>::extract(o, "num_draft_tokens"))?;
+    let counts = optional(num_draft_tokens, |o| {
+        IntArg::<Ix1>::extract(o, "num_draft_tokens")
+    })?;
     let u = optional(uniforms, |o| FloatArg::<Ix2>::extract(o, "uniforms"))?;
-    let ru = optional(recovery_uniforms, |o| FloatArg::<Ix1>::extract(o, "recovery_uniforms"))?;
+    let ru = optional(recovery_uniforms, |o| {
+        FloatArg::<Ix1>::extract(o, "recovery_uniforms")
+    })?;
     let greedy_rows = if let Ok(flag) = greedy.cast::<PyBool>() {
         None.ok_or(flag.is_true())
     } else {
@@ -248,15 +264,24 @@ fn verify<'py>(
         Ok(rows) => Greedy::PerRow(rows.as_array()),
     };
     let (ids, counts) = (ids.view(), counts.as_ref().map(IntArg::view));
-    let (u, ru) = (u.as_ref().map(FloatArg::view), ru.as_ref().map(FloatArg::view));
+    let (u, ru) = (
+        u.as_ref().map(FloatArg::view),
+        ru.as_ref().map(FloatArg::view),
+    );
 
     macro_rules! with_draft {
         ($p:expr) => {
             match &draft {
                 None => run_chain::<_, f64>(py, ids, $p, None, counts, u, ru, greedy_view),
-                Some(FloatArg::F16(q)) => run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view),
-                Some(FloatArg::F32(q)) => run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view),
-                Some(FloatArg::F64(q)) => run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view),
+                Some(FloatArg::F16(q)) => {
+                    run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view)
+                }
+                Some(FloatArg::F32(q)) => {
+                    run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view)
+                }
+                Some(FloatArg::F64(q)) => {
+                    run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view)
+                }
             }
         };
     }
@@ -278,7 +303,9 @@ fn verify_greedy<'py>(
 ) -> PyResult<ChainResult<'py>> {
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let targets = IntArg::<Ix2>::extract(target_token_ids, "target_token_ids")?;
-    let counts = optional(num_draft_tokens, |o| IntArg::<Ix1>::extract(o, "num_draft_tokens"))?;
+    let counts = optional(num_draft_tokens, |o| {
+        IntArg::<Ix1>::extract(o, "num_draft_tokens")
+    })?;
     let inputs = GreedyIdsInputs {
         draft_token_ids: ids.view(),
         target_token_ids: targets.view(),
@@ -287,7 +314,9 @@ fn verify_greedy<'py>(
     let &[batch, num_draft] = inputs.draft_token_ids.shape() else {
         return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
     };
-    with_outputs(py, batch, num_draft, |out| chain::verify_greedy(&inputs, out))
+    with_outputs(py, batch, num_draft, |out| {
+        chain::verify_greedy(&inputs, out)
+    })
 }
 
 fn shaped<'py, T: Element>(
@@ -295,7 +324,8 @@ fn shaped<'py, T: Element>(
     shape: &[usize],
     values: Vec<T>,
 ) -> PyResult<Bound<'py, PyArrayDyn<T>>> {
-    let array = ArrayD::from_shape_vec(IxDyn(shape), values).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let array = ArrayD::from_shape_vec(IxDyn(shape), values)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
     Ok(PyArray::from_owned_array(py, array))
 }
 
@@ -338,11 +368,15 @@ fn accepted_prefix_length<'py>(
     num_draft_tokens: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
     let mask = bool_arg::<Ix2>(accepted, "accepted")?;
-    let counts = optional(num_draft_tokens, |o| IntArg::<Ix1>::extract(o, "num_draft_tokens"))?;
+    let counts = optional(num_draft_tokens, |o| {
+        IntArg::<Ix1>::extract(o, "num_draft_tokens")
+    })?;
     let mask_view = mask.as_array();
     let out = PyArray1::<i64>::zeros(py, [mask_view.shape()[0]], false);
     {
-        let mut w = out.try_readwrite().map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let mut w = out
+            .try_readwrite()
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let out_view = w.as_array_mut();
         let counts_view = counts.as_ref().map(IntArg::view);
         py.detach(|| chain::accepted_prefix_length(mask_view, counts_view, out_view))?;
@@ -353,7 +387,9 @@ fn accepted_prefix_length<'py>(
 #[pymodule(gil_used = false)]
 mod _native {
     #[pymodule_export]
-    use super::{acceptance_mask, accepted_prefix_length, rejection_probability, verify, verify_greedy};
+    use super::{
+        acceptance_mask, accepted_prefix_length, rejection_probability, verify, verify_greedy,
+    };
 
     #[pymodule_export]
     const SUM_BLOCK: usize = crate::sample::SUM_BLOCK;

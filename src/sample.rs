@@ -40,25 +40,33 @@ impl RowAt {
         CoreError::value(
             self.arg,
             &[self.b, self.t, i],
-            format!("= {}: probabilities must be finite and non-negative", show(v)),
+            format!(
+                "= {}: probabilities must be finite and non-negative",
+                show(v)
+            ),
         )
     }
 }
 
 /// Checks that `row[start..end]` holds finite, non-negative values.
 #[inline]
-fn check_probs<P: Prob, R: Row<P>>(row: R, at: RowAt, start: usize, end: usize) -> Result<(), CoreError> {
+fn check_probs<P: Prob, R: Row<P>>(
+    row: R,
+    at: RowAt,
+    start: usize,
+    end: usize,
+) -> Result<(), CoreError> {
     // One predictable branch per block; the slow search only runs on bad input.
     let ok = (start..end).fold(true, |ok, i| {
         let v = row.at(i).to_f64();
-        ok & (v >= 0.0) & (v <= f64::MAX)
+        ok & (0.0..=f64::MAX).contains(&v)
     });
     if ok {
         return Ok(());
     }
     for i in start..end {
         let v = row.at(i).to_f64();
-        if !(v >= 0.0 && v <= f64::MAX) {
+        if !(0.0..=f64::MAX).contains(&v) {
             return Err(at.bad_value(i, v));
         }
     }
@@ -111,7 +119,14 @@ impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> Weights for ResidualWeights<P, Q,
     }
     #[inline]
     fn check(&self, start: usize, end: usize) -> Result<(), CoreError> {
-        // Element order: p_i then q_i, as the reference reads them.
+        let ok = (start..end).fold(true, |ok, i| {
+            let (p, q) = (self.p.at(i).to_f64(), self.q.at(i).to_f64());
+            ok & (0.0..=f64::MAX).contains(&p) & (0.0..=f64::MAX).contains(&q)
+        });
+        if ok {
+            return Ok(());
+        }
+        // Report the first bad value in the order the reference reads them: p_i, then q_i.
         for i in start..end {
             check_probs(self.p, self.p_at, i, i + 1)?;
             check_probs(self.q, self.q_at, i, i + 1)?;
@@ -167,12 +182,17 @@ fn block_sum<W: Weights>(w: &W, start: usize, end: usize) -> f64 {
     for (lane, j) in lanes.iter_mut().zip(i..end) {
         *lane += w.weight(j);
     }
-    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
+        + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
 }
 
 /// Draws an index from `w` with uniform `u`; `None` when every weight is 0.
 /// `block_sums` is scratch space (one entry per block, not per element).
-pub(crate) fn sample<W: Weights>(w: &W, u: f64, block_sums: &mut Vec<f64>) -> Result<Option<usize>, CoreError> {
+pub(crate) fn sample<W: Weights>(
+    w: &W,
+    u: f64,
+    block_sums: &mut Vec<f64>,
+) -> Result<Option<usize>, CoreError> {
     let n = w.len();
     block_sums.clear();
     let mut total = 0.0f64;
@@ -258,9 +278,17 @@ mod tests {
     #[test]
     fn inverse_cdf_picks_the_first_index_past_the_threshold() {
         let p = [0.0, 0.25, 0.0, 0.5, 0.25];
-        assert_eq!(draw(&p, 0.0), Some(1), "u = 0 takes the first positive weight");
+        assert_eq!(
+            draw(&p, 0.0),
+            Some(1),
+            "u = 0 takes the first positive weight"
+        );
         assert_eq!(draw(&p, 0.2499), Some(1));
-        assert_eq!(draw(&p, 0.25), Some(3), "the cumulative sum must exceed u * T strictly");
+        assert_eq!(
+            draw(&p, 0.25),
+            Some(3),
+            "the cumulative sum must exceed u * T strictly"
+        );
         assert_eq!(draw(&p, 0.7499), Some(3));
         assert_eq!(draw(&p, 0.75), Some(4));
         assert_eq!(draw(&p, 1.0 - f64::EPSILON / 2.0), Some(4));
@@ -278,7 +306,15 @@ mod tests {
     fn draws_across_many_blocks_match_a_sequential_scan() {
         // A long row spanning several blocks, with a zero tail.
         let n = 5 * SUM_BLOCK + 37;
-        let p: Vec<f64> = (0..n).map(|i| if i > n - 50 { 0.0 } else { ((i * 7919) % 101) as f64 }).collect();
+        let p: Vec<f64> = (0..n)
+            .map(|i| {
+                if i > n - 50 {
+                    0.0
+                } else {
+                    ((i * 7919) % 101) as f64
+                }
+            })
+            .collect();
         let total: f64 = p.iter().sum();
         for k in 0..200 {
             let u = k as f64 / 200.0;
@@ -298,16 +334,23 @@ mod tests {
 
     #[test]
     fn rounding_falls_back_to_the_last_positive_weight() {
-        // A tiny last weight: u * T can exceed every cumulative sum.
-        let p = [1.0, 1e-30, 0.0];
-        assert_eq!(draw(&p, 1.0 - f64::EPSILON / 2.0), Some(1));
+        // Lanes sum 2^-53 + 2^-53 exactly, the running sum loses each 2^-53 to 1.0:
+        // T = 1 + 2^-52, u * T rounds to 1.0, and no cumulative sum exceeds 1.0.
+        let tiny = f64::EPSILON / 2.0;
+        let p = [1.0, 0.0, tiny, tiny];
+        assert_eq!(draw(&p, 1.0 - f64::EPSILON / 2.0), Some(3));
+        // A tiny last weight that rounding absorbs is simply never reached.
+        assert_eq!(draw(&[1.0, 1e-30, 0.0], 1.0 - f64::EPSILON / 2.0), Some(0));
     }
 
     #[test]
     fn bad_values_name_their_index() {
         let p = [0.5, f64::NAN, 0.5];
         let e = sample(&target(&p), 0.5, &mut Vec::new()).unwrap_err();
-        assert_eq!(e.to_string(), "target_probs[0, 0, 1] = nan: probabilities must be finite and non-negative");
+        assert_eq!(
+            e.to_string(),
+            "target_probs[0, 0, 1] = nan: probabilities must be finite and non-negative"
+        );
         let at = RowAt {
             arg: "target_probs",
             b: 2,
@@ -315,7 +358,11 @@ mod tests {
         };
         assert!(argmax(&[0.1, -0.5][..], at).is_err());
         assert!(argmax(&[0.1, f64::INFINITY][..], at).is_err());
-        assert_eq!(argmax(&[0.1, 0.7, 0.7, 0.2][..], at).unwrap(), 1, "first maximal index");
+        assert_eq!(
+            argmax(&[0.1, 0.7, 0.7, 0.2][..], at).unwrap(),
+            1,
+            "first maximal index"
+        );
         assert_eq!(argmax(&[0.0, 0.0][..], at).unwrap(), 0);
         assert!(argmax(&[0.0f64; 0][..], at).is_err());
     }

@@ -36,6 +36,9 @@ impl Prob for half::f16 {
 pub trait Row<P>: Copy + Send + Sync {
     fn len(&self) -> usize;
     fn at(&self, i: usize) -> P;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl<P: Prob> Row<P> for &[P] {

@@ -21,7 +21,7 @@ def random_rows(rng: np.random.Generator, shape: tuple[int, ...], dtype) -> np.n
 def sample_rows(rng: np.random.Generator, probs: np.ndarray) -> np.ndarray:
     """One token per row of ``probs [..., V]`` by inverse CDF (vectorised)."""
     cdf = np.cumsum(probs.astype(np.float64), axis=-1)
-    u = rng.random(probs.shape[:-1] + (1,)) * cdf[..., -1:]
+    u = rng.random((*probs.shape[:-1], 1)) * cdf[..., -1:]
     return np.minimum((cdf <= u).sum(axis=-1), probs.shape[-1] - 1)
 
 
@@ -33,7 +33,7 @@ def strided_layout(rng: np.random.Generator, array: np.ndarray, layout: str) -> 
         return np.asfortranarray(array)
     if layout == "step":
         # A slice of a larger buffer: every other element of the last axis.
-        big = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), dtype=array.dtype)
+        big = np.zeros((*array.shape[:-1], 2 * array.shape[-1]), dtype=array.dtype)
         big[..., ::2] = array
         return big[..., ::2]
     if layout == "reversed":

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import specaccept
 from conftest import LAST_UNIFORM
-from specaccept import Verification
+from specaccept import Verification, reference
 
 
 def one_row(p_rows, q_rows, drafts, u, ru, **kwargs) -> Verification:
@@ -154,6 +154,16 @@ def test_inverse_cdf_boundaries():
     for ru, token in expected.items():
         r = specaccept.verify(ids, p, recovery_uniforms=np.array([ru]), rng=0)
         assert r.tokens(0).tolist() == [token], ru
+
+
+def test_rounding_falls_back_to_the_last_positive_weight():
+    # Canonical sum of [1, 0, 2^-53, 2^-53] is 1 + 2^-52; u * T rounds to 1.0 and the
+    # running sum never exceeds it: the last positive weight (index 3) is taken.
+    tiny = 2.0**-53
+    p = np.array([[[1.0, 0.0, tiny, tiny]]])
+    for fn in (specaccept.verify, reference.verify):
+        r = fn(np.zeros((1, 0), np.int64), p, recovery_uniforms=np.array([LAST_UNIFORM]), rng=0)
+        assert r.tokens(0).tolist() == [3]
 
 
 GREEDY_TABLE = [
