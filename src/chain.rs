@@ -10,7 +10,7 @@ use ndarray::{s, ArrayView1, ArrayView2, ArrayView3, ArrayViewMut1, ArrayViewMut
 
 use crate::error::CoreError;
 use crate::rule::{check_gathered, check_uniform, is_accepted};
-use crate::sample::{self, OneHotResidualWeights, ResidualWeights, RowAt, TargetWeights};
+use crate::sample::{self, ResidualWeights, RowAt, TargetWeights};
 use crate::view::{FloatView, IntView, Prob};
 
 /// Which rows are verified greedily (by argmax) instead of by sampling.
@@ -263,17 +263,17 @@ fn verify_row<P: Prob, Q: Prob>(
                     recovery_u,
                     scratch,
                 )?,
-                None => {
-                    sample_one_hot_residual(target_row(n), x, target_at(n), recovery_u, scratch)?
-                }
+                None => sample_target(target_row(n), Some(x), target_at(n), recovery_u, scratch)?,
             };
             match residual {
                 Some(token) => token,
                 // Only rounding or unnormalised rows get here: sample from p itself.
-                None => sample_target(target_row(n), target_at(n), recovery_u, scratch)?,
+                None => sample_target(target_row(n), None, target_at(n), recovery_u, scratch)?
+                    .ok_or_else(|| zero_row(target_at(n)))?,
             }
         } else {
-            sample_target(target_row(k), target_at(k), recovery_u, scratch)?
+            sample_target(target_row(k), None, target_at(k), recovery_u, scratch)?
+                .ok_or_else(|| zero_row(target_at(k)))?
         };
         (n, next)
     };
@@ -303,16 +303,19 @@ fn zero_row(at: RowAt) -> CoreError {
     )
 }
 
+/// A draw from `p` (with `excluded` zeroed: the one-hot residual); `None` if it sums to 0.
 fn sample_target<P: Prob>(
     row: ArrayView1<'_, P>,
+    excluded: Option<usize>,
     at: RowAt,
     u: f64,
     scratch: &mut Vec<f64>,
-) -> Result<usize, CoreError> {
-    let drawn = match row.as_slice() {
+) -> Result<Option<usize>, CoreError> {
+    match row.as_slice() {
         Some(p) => sample::sample(
             &TargetWeights {
                 p,
+                excluded,
                 at,
                 _elem: PhantomData,
             },
@@ -322,14 +325,14 @@ fn sample_target<P: Prob>(
         None => sample::sample(
             &TargetWeights {
                 p: row,
+                excluded,
                 at,
                 _elem: PhantomData,
             },
             u,
             scratch,
         ),
-    }?;
-    drawn.ok_or_else(|| zero_row(at))
+    }
 }
 
 fn sample_residual<P: Prob, Q: Prob>(
@@ -368,37 +371,6 @@ fn sample_residual<P: Prob, Q: Prob>(
                 q,
                 p_at,
                 q_at,
-                _elem: PhantomData,
-            },
-            u,
-            scratch,
-        ),
-    }
-}
-
-fn sample_one_hot_residual<P: Prob>(
-    row: ArrayView1<'_, P>,
-    x: usize,
-    at: RowAt,
-    u: f64,
-    scratch: &mut Vec<f64>,
-) -> Result<Option<usize>, CoreError> {
-    match row.as_slice() {
-        Some(p) => sample::sample(
-            &OneHotResidualWeights {
-                p,
-                x,
-                at,
-                _elem: PhantomData,
-            },
-            u,
-            scratch,
-        ),
-        None => sample::sample(
-            &OneHotResidualWeights {
-                p: row,
-                x,
-                at,
                 _elem: PhantomData,
             },
             u,

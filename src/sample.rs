@@ -81,9 +81,12 @@ pub(crate) trait Weights {
     fn weight(&self, i: usize) -> f64;
 }
 
-/// `w = p`: the bonus row, or the fallback when a residual sums to 0.
+/// `w = p`, optionally with one token zeroed. `excluded: None`: the bonus row, or
+/// the fallback when a residual sums to 0. `excluded: Some(x)`: the residual when
+/// the draft is a deterministic proposal (`draft_probs=None`, `q` one-hot at `x`).
 pub(crate) struct TargetWeights<P, R> {
     pub p: R,
+    pub excluded: Option<usize>,
     pub at: RowAt,
     pub _elem: PhantomData<P>,
 }
@@ -99,7 +102,11 @@ impl<P: Prob, R: Row<P>> Weights for TargetWeights<P, R> {
     }
     #[inline(always)]
     fn weight(&self, i: usize) -> f64 {
-        self.p.at(i).to_f64()
+        if self.excluded == Some(i) {
+            0.0
+        } else {
+            self.p.at(i).to_f64()
+        }
     }
 }
 
@@ -136,34 +143,6 @@ impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> Weights for ResidualWeights<P, Q,
     #[inline(always)]
     fn weight(&self, i: usize) -> f64 {
         (self.p.at(i).to_f64() - self.q.at(i).to_f64()).max(0.0)
-    }
-}
-
-/// `w = p` with the drafted token zeroed: the residual when the draft is a
-/// deterministic proposal (`draft_probs=None`, `q` one-hot at `x`).
-pub(crate) struct OneHotResidualWeights<P, R> {
-    pub p: R,
-    pub x: usize,
-    pub at: RowAt,
-    pub _elem: PhantomData<P>,
-}
-
-impl<P: Prob, R: Row<P>> Weights for OneHotResidualWeights<P, R> {
-    #[inline(always)]
-    fn len(&self) -> usize {
-        self.p.len()
-    }
-    #[inline]
-    fn check(&self, start: usize, end: usize) -> Result<(), CoreError> {
-        check_probs(self.p, self.at, start, end)
-    }
-    #[inline(always)]
-    fn weight(&self, i: usize) -> f64 {
-        if i == self.x {
-            0.0
-        } else {
-            self.p.at(i).to_f64()
-        }
     }
 }
 
@@ -262,6 +241,7 @@ mod tests {
     fn target(p: &[f64]) -> TargetWeights<f64, &[f64]> {
         TargetWeights {
             p,
+            excluded: None,
             at: RowAt {
                 arg: "target_probs",
                 b: 0,
