@@ -254,14 +254,14 @@ fn verify<'py>(
     let ru = optional(recovery_uniforms, |o| {
         FloatArg::<Ix1>::extract(o, "recovery_uniforms")
     })?;
-    let greedy_rows = if let Ok(flag) = greedy.cast::<PyBool>() {
-        None.ok_or(flag.is_true())
-    } else {
-        Ok(bool_arg::<Ix1>(greedy, "greedy")?)
+    // `greedy` is a Python bool (every row) or a bool array [B] (per row).
+    let (all_greedy, greedy_rows) = match greedy.cast::<PyBool>() {
+        Ok(flag) => (flag.is_true(), None),
+        Err(_) => (false, Some(bool_arg::<Ix1>(greedy, "greedy")?)),
     };
     let greedy_view = match &greedy_rows {
-        Err(all) => Greedy::All(*all),
-        Ok(rows) => Greedy::PerRow(rows.as_array()),
+        Some(rows) => Greedy::PerRow(rows.as_array()),
+        None => Greedy::All(all_greedy),
     };
     let (ids, counts) = (ids.view(), counts.as_ref().map(IntArg::view));
     let (u, ru) = (

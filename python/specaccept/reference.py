@@ -83,15 +83,19 @@ def _uniform(value: Any, name: str, index: tuple[int, ...]) -> float:
     return u
 
 
+def _entry(value: Any, name: str, index: tuple[int, ...]) -> float:
+    """One entry of a probability row that is read: finite and >= 0."""
+    v = float(value)
+    if not (v >= 0.0 and v != float("inf")):
+        raise ValueError(
+            f"{_where(name, index)} = {v!r}: probabilities must be finite and non-negative"
+        )
+    return v
+
+
 def _row(values: np.ndarray, name: str, b: int, t: int) -> list[float]:
-    """A whole probability row that is read: every entry finite and >= 0."""
-    row = [float(v) for v in values]
-    for i, v in enumerate(row):
-        if not (v >= 0.0 and v != float("inf")):
-            raise ValueError(
-                f"{_where(name, (b, t, i))} = {v!r}: probabilities must be finite and non-negative"
-            )
-    return row
+    """A whole probability row that is read, checked entry by entry."""
+    return [_entry(v, name, (b, t, i)) for i, v in enumerate(values)]
 
 
 def _array(x: Any, name: str, kinds: str, what: str) -> np.ndarray:
@@ -199,14 +203,9 @@ def _residual(p: np.ndarray, q: np.ndarray | None, b: int, t: int, x: int) -> li
         return weights
     weights = []
     for i in range(p.shape[2]):
-        p_i = float(p[b, t, i])
-        q_i = float(q[b, t, i])
-        for v, name in ((p_i, "target_probs"), (q_i, "draft_probs")):
-            if not (v >= 0.0 and v != float("inf")):
-                raise ValueError(
-                    f"{_where(name, (b, t, i))} = {v!r}: "
-                    "probabilities must be finite and non-negative"
-                )
+        # Entry by entry, p_i before q_i: the first bad value is the one reported.
+        p_i = _entry(p[b, t, i], "target_probs", (b, t, i))
+        q_i = _entry(q[b, t, i], "draft_probs", (b, t, i))
         weights.append(max(0.0, p_i - q_i))
     return weights
 
