@@ -10,7 +10,8 @@
 //!   `q <= p`, else accept iff `u < p / q`; `p == 0` rejects) and the
 //!   elementwise primitives built on it.
 //! - [`sample`]: inverse-CDF sampling with the canonical summation order that
-//!   `specaccept.reference` mirrors to the bit.
+//!   `specaccept.reference` mirrors to the bit; [`simd`] holds its block sums
+//!   (portable, and AVX2 chosen at run time: the same bits).
 //! - [`chain`]: chain verification (`verify`), greedy verification on ids
 //!   (`verify_greedy`) and the accepted-prefix scan.
 
@@ -18,6 +19,7 @@ pub mod chain;
 pub mod error;
 pub mod rule;
 pub mod sample;
+pub mod simd;
 pub mod view;
 
 #[cfg(feature = "python")]

@@ -20,12 +20,12 @@
 use std::marker::PhantomData;
 
 use crate::error::{show, CoreError};
+use crate::simd::{self, combine_lanes, positive_part, Kernel, Portable};
 use crate::view::{Prob, Row};
 
 /// Elements per block of the canonical summation.
 pub const SUM_BLOCK: usize = 256;
-/// Accumulators per block of the canonical summation.
-pub const SUM_LANES: usize = 8;
+pub use crate::simd::SUM_LANES;
 
 /// Which probability row is being read: for error messages.
 #[derive(Clone, Copy, Debug)]
@@ -73,9 +73,14 @@ fn check_probs<P: Prob, R: Row<P>>(
     Ok(())
 }
 
-/// Non-negative weights read element by element, checked block by block.
+/// Non-negative weights read element by element, summed block by block.
 pub(crate) trait Weights {
     fn len(&self) -> usize;
+    /// The canonical sum of `w[start..end]`, a block starting at a multiple of
+    /// [`SUM_BLOCK`], and whether every probability behind it is surely finite
+    /// and non-negative; `false` means "run [`Weights::check`]" (bad input, or a
+    /// harmless `-0.0`). Unit-stride rows take the SIMD-friendly paths here.
+    fn block_sum<K: Kernel>(&self, start: usize, end: usize) -> (f64, bool);
     /// Checks the probabilities behind `w[start..end]`; the error names the first bad one.
     fn check(&self, start: usize, end: usize) -> Result<(), CoreError>;
     fn weight(&self, i: usize) -> f64;
@@ -95,6 +100,14 @@ impl<P: Prob, R: Row<P>> Weights for TargetWeights<P, R> {
     #[inline(always)]
     fn len(&self) -> usize {
         self.p.len()
+    }
+    #[inline(always)]
+    fn block_sum<K: Kernel>(&self, start: usize, end: usize) -> (f64, bool) {
+        let holds_excluded = self.excluded.is_some_and(|x| (start..end).contains(&x));
+        match self.p.contiguous() {
+            Some(p) if !holds_excluded => K::dense(&p[start..end]),
+            _ => (lane_sum(start, end, |i| self.weight(i)), false),
+        }
     }
     #[inline]
     fn check(&self, start: usize, end: usize) -> Result<(), CoreError> {
@@ -124,15 +137,15 @@ impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> Weights for ResidualWeights<P, Q,
     fn len(&self) -> usize {
         self.p.len()
     }
+    #[inline(always)]
+    fn block_sum<K: Kernel>(&self, start: usize, end: usize) -> (f64, bool) {
+        match (self.p.contiguous(), self.q.contiguous()) {
+            (Some(p), Some(q)) => K::residual(&p[start..end], &q[start..end]),
+            _ => (lane_sum(start, end, |i| self.weight(i)), false),
+        }
+    }
     #[inline]
     fn check(&self, start: usize, end: usize) -> Result<(), CoreError> {
-        let ok = (start..end).fold(true, |ok, i| {
-            let (p, q) = (self.p.at(i).to_f64(), self.q.at(i).to_f64());
-            ok & (0.0..=f64::MAX).contains(&p) & (0.0..=f64::MAX).contains(&q)
-        });
-        if ok {
-            return Ok(());
-        }
         // Report the first bad value in the order the reference reads them: p_i, then q_i.
         for i in start..end {
             check_probs(self.p, self.p_at, i, i + 1)?;
@@ -142,27 +155,64 @@ impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> Weights for ResidualWeights<P, Q,
     }
     #[inline(always)]
     fn weight(&self, i: usize) -> f64 {
-        (self.p.at(i).to_f64() - self.q.at(i).to_f64()).max(0.0)
+        positive_part(self.p.at(i).to_f64() - self.q.at(i).to_f64())
     }
 }
 
-/// The canonical sum of `w[start..end]`, a block that starts at a multiple of
-/// [`SUM_LANES`].
-#[inline]
-fn block_sum<W: Weights>(w: &W, start: usize, end: usize) -> f64 {
+/// The canonical sum of `weight(start..end)` for any row layout; `start` is a
+/// multiple of [`SUM_LANES`].
+#[inline(always)]
+fn lane_sum(start: usize, end: usize, weight: impl Fn(usize) -> f64) -> f64 {
     let mut lanes = [0.0f64; SUM_LANES];
     let mut i = start;
     while i + SUM_LANES <= end {
         for (l, lane) in lanes.iter_mut().enumerate() {
-            *lane += w.weight(i + l);
+            *lane += weight(i + l);
         }
         i += SUM_LANES;
     }
     for (lane, j) in lanes.iter_mut().zip(i..end) {
-        *lane += w.weight(j);
+        *lane += weight(j);
     }
-    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
-        + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+    combine_lanes(lanes)
+}
+
+/// Fills `block_sums` with the canonical block sums of `w` and returns their
+/// total, checking every probability read. Compiled twice: for AVX2 (chosen at
+/// run time) and for the baseline target; both compute the same bits.
+fn sum_blocks<W: Weights>(w: &W, block_sums: &mut Vec<f64>) -> Result<f64, CoreError> {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2 and F16C, checked just above.
+        return unsafe { sum_blocks_avx2(w, block_sums) };
+    }
+    sum_blocks_with::<Portable, W>(w, block_sums)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+fn sum_blocks_avx2<W: Weights>(w: &W, block_sums: &mut Vec<f64>) -> Result<f64, CoreError> {
+    sum_blocks_with::<simd::Avx2, W>(w, block_sums)
+}
+
+#[inline(always)]
+fn sum_blocks_with<K: Kernel, W: Weights>(
+    w: &W,
+    block_sums: &mut Vec<f64>,
+) -> Result<f64, CoreError> {
+    let n = w.len();
+    block_sums.clear();
+    let mut total = 0.0f64;
+    for start in (0..n).step_by(SUM_BLOCK) {
+        let end = (start + SUM_BLOCK).min(n);
+        let (s, surely_valid) = w.block_sum::<K>(start, end);
+        if !surely_valid {
+            w.check(start, end)?;
+        }
+        block_sums.push(s);
+        total += s;
+    }
+    Ok(total)
 }
 
 /// Draws an index from `w` with uniform `u`; `None` when every weight is 0.
@@ -173,15 +223,7 @@ pub(crate) fn sample<W: Weights>(
     block_sums: &mut Vec<f64>,
 ) -> Result<Option<usize>, CoreError> {
     let n = w.len();
-    block_sums.clear();
-    let mut total = 0.0f64;
-    for start in (0..n).step_by(SUM_BLOCK) {
-        let end = (start + SUM_BLOCK).min(n);
-        w.check(start, end)?;
-        let s = block_sum(w, start, end);
-        block_sums.push(s);
-        total += s;
-    }
+    let total = sum_blocks(w, block_sums)?;
     // Weights are >= 0, so the total is 0 exactly when no weight is positive.
     if total == 0.0 {
         return Ok(None);
@@ -221,6 +263,10 @@ pub(crate) fn argmax<P: Prob, R: Row<P>>(row: R, at: RowAt) -> Result<usize, Cor
             "is empty (V = 0): there is no token to choose",
         ));
     }
+    if let Some(best) = row.contiguous().and_then(dense_argmax) {
+        return Ok(best);
+    }
+    // Strided rows, and rows holding a value the fast path cannot vouch for.
     check_probs(row, at, 0, n)?;
     let mut best = 0;
     let mut best_value = row.at(0).to_f64();
@@ -232,6 +278,49 @@ pub(crate) fn argmax<P: Prob, R: Row<P>>(row: R, at: RowAt) -> Result<usize, Cor
         }
     }
     Ok(best)
+}
+
+/// Elements per block of the argmax scan: each block's maximum is compared
+/// with the best so far, and only a block that beats it is scanned again.
+const ARGMAX_BLOCK: usize = SUM_BLOCK;
+
+/// Argmax of a unit-stride row by bit patterns (which order like the values
+/// for `+0.0 ..= MAX`); `None` if a value is outside that range.
+fn dense_argmax<P: Prob>(p: &[P]) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { dense_argmax_avx2(p) };
+    }
+    dense_argmax_portable(p)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+fn dense_argmax_avx2<P: Prob>(p: &[P]) -> Option<usize> {
+    dense_argmax_portable(p)
+}
+
+#[inline(always)]
+fn dense_argmax_portable<P: Prob>(p: &[P]) -> Option<usize> {
+    // Starting from 0 bits: a row of +0.0 gives index 0, and any value above
+    // LARGEST_FINITE raises its block's maximum past `best_bits`, so it is seen.
+    let (mut best, mut best_bits) = (0, P::Bits::default());
+    for (j, block) in p.chunks(ARGMAX_BLOCK).enumerate() {
+        // Integer max is associative: the compiler vectorizes this reduction.
+        let block_high = block
+            .iter()
+            .fold(P::Bits::default(), |m, v| m.max(v.bits()));
+        // Strictly greater: on ties the earlier block keeps the first maximal index.
+        if block_high > best_bits {
+            if block_high > P::LARGEST_FINITE {
+                return None;
+            }
+            best = j * ARGMAX_BLOCK + block.iter().position(|v| v.bits() == block_high)?;
+            best_bits = block_high;
+        }
+    }
+    Some(best)
 }
 
 #[cfg(test)]

@@ -6,11 +6,27 @@
 use ndarray::{ArrayView, ArrayView1, Dimension, Ix1, Ix2};
 
 /// A probability element: read as `f64`, exactly (every f16/f32 is an f64).
-pub trait Prob: Copy + Send + Sync + 'static {
+///
+/// `bits` gives the hot loops a one-instruction validity check: for values with
+/// the sign bit clear, the bit patterns order like the values, so
+/// `bits() <= LARGEST_FINITE` holds exactly for `+0.0 ..= MAX`. NaN, infinities,
+/// negatives and `-0.0` lie above it (`-0.0` is valid: the slow check says so).
+pub trait Prob: Copy + Send + Sync + 'static + crate::simd::Load8 {
+    /// The bit pattern as an unsigned integer of the same width.
+    type Bits: Copy + Ord + Default + Send + Sync;
+    /// The bit pattern of the largest finite value.
+    const LARGEST_FINITE: Self::Bits;
+    fn bits(self) -> Self::Bits;
     fn to_f64(self) -> f64;
 }
 
 impl Prob for f64 {
+    type Bits = u64;
+    const LARGEST_FINITE: u64 = 0x7fef_ffff_ffff_ffff;
+    #[inline(always)]
+    fn bits(self) -> u64 {
+        self.to_bits()
+    }
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self
@@ -18,6 +34,12 @@ impl Prob for f64 {
 }
 
 impl Prob for f32 {
+    type Bits = u32;
+    const LARGEST_FINITE: u32 = 0x7f7f_ffff;
+    #[inline(always)]
+    fn bits(self) -> u32 {
+        self.to_bits()
+    }
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self as f64
@@ -25,10 +47,38 @@ impl Prob for f32 {
 }
 
 impl Prob for half::f16 {
+    type Bits = u16;
+    const LARGEST_FINITE: u16 = 0x7bff;
+    #[inline(always)]
+    fn bits(self) -> u16 {
+        self.to_bits()
+    }
     #[inline(always)]
     fn to_f64(self) -> f64 {
-        half::f16::to_f64(self)
+        f16_bits_to_f32(self.to_bits()) as f64
     }
+}
+
+/// Exact f16 -> f32 conversion without branches (so a row converts in SIMD
+/// registers) and without subnormal arithmetic (so it is exact even where a
+/// library has set flush-to-zero): normals and inf/NaN rebias the exponent,
+/// subnormals are `mantissa * 2^-24` computed from an integer.
+#[inline(always)]
+pub(crate) fn f16_bits_to_f32(h: u16) -> f32 {
+    let h = h as u32;
+    let sign = (h & 0x8000) << 16;
+    let magnitude = h & 0x7fff;
+    let normal = (magnitude << 13) + ((127 - 15) << 23);
+    let inf_nan = (magnitude << 13) | 0x7f80_0000;
+    let subnormal = ((magnitude as i32) as f32 * (1.0 / 16_777_216.0)).to_bits();
+    let bits = if magnitude < 0x0400 {
+        subnormal
+    } else if magnitude >= 0x7c00 {
+        inf_nan
+    } else {
+        normal
+    };
+    f32::from_bits(bits | sign)
 }
 
 /// One row of `V` probabilities: a unit-stride slice (the fast path) or a
@@ -36,6 +86,8 @@ impl Prob for half::f16 {
 pub trait Row<P>: Copy + Send + Sync {
     fn len(&self) -> usize;
     fn at(&self, i: usize) -> P;
+    /// The row as a slice when it has unit stride: the SIMD paths read those.
+    fn contiguous(&self) -> Option<&[P]>;
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -50,6 +102,10 @@ impl<P: Prob> Row<P> for &[P] {
     fn at(&self, i: usize) -> P {
         self[i]
     }
+    #[inline(always)]
+    fn contiguous(&self) -> Option<&[P]> {
+        Some(self)
+    }
 }
 
 impl<P: Prob> Row<P> for ArrayView1<'_, P> {
@@ -60,6 +116,11 @@ impl<P: Prob> Row<P> for ArrayView1<'_, P> {
     #[inline(always)]
     fn at(&self, i: usize) -> P {
         self[i]
+    }
+    #[inline(always)]
+    fn contiguous(&self) -> Option<&[P]> {
+        // Strided views take the generic path; callers pass unit-stride rows as slices.
+        None
     }
 }
 
@@ -158,4 +219,38 @@ pub(crate) fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
         }
     }
     index
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_conversion_is_exact_for_every_bit_pattern() {
+        for h in 0..=u16::MAX {
+            let ours = f16_bits_to_f32(h);
+            let theirs = half::f16::from_bits(h).to_f32();
+            if theirs.is_nan() {
+                assert!(ours.is_nan(), "{h:#06x}");
+            } else {
+                assert_eq!(ours.to_bits(), theirs.to_bits(), "{h:#06x}");
+            }
+        }
+    }
+
+    #[test]
+    fn bits_at_most_largest_finite_means_finite_and_non_negative() {
+        for h in 0..=u16::MAX {
+            let v = half::f16::from_bits(h);
+            let fast = v.bits() <= half::f16::LARGEST_FINITE;
+            let slow = (0.0..=f64::MAX).contains(&v.to_f64()) && h != 0x8000;
+            assert_eq!(fast, slow, "{h:#06x}");
+        }
+        for v in [0.0f32, 1.0, f32::MAX, f32::MIN_POSITIVE, 1e-45] {
+            assert!(v.bits() <= f32::LARGEST_FINITE && (v as f64).bits() <= f64::LARGEST_FINITE);
+        }
+        for v in [-0.0f32, -1e-45, f32::INFINITY, f32::NAN, -f32::NAN] {
+            assert!(v.bits() > f32::LARGEST_FINITE && (v as f64).bits() > f64::LARGEST_FINITE);
+        }
+    }
 }

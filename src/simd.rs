@@ -1,0 +1,390 @@
+//! Block kernels of the canonical summation (see [`crate::sample`]): a portable
+//! version, and an AVX2 one chosen at run time on x86-64. Both compute the same
+//! bits: lane `l` of the eight accumulators adds the elements with
+//! `i % 8 == l` in index order; the AVX2 kernel holds lanes 0..4 and 4..8 in
+//! two registers, so each register add is four of the portable adds.
+//!
+//! Each kernel also reports whether every value it read is surely finite and
+//! non-negative, by keeping the largest bit pattern seen (see [`Prob`]);
+//! `false` sends the caller to the exact, slower check.
+
+use crate::view::Prob;
+
+/// Accumulators per block of the canonical summation.
+pub const SUM_LANES: usize = 8;
+
+/// The sums a block needs, for unit-stride rows.
+pub(crate) trait Kernel {
+    /// The canonical sum of `p`, and whether every value is surely valid.
+    fn dense<P: Prob>(p: &[P]) -> (f64, bool);
+    /// The canonical sum of `max(0, p - q)` (`p`, `q` of equal length), and
+    /// whether every value of both is surely valid.
+    fn residual<P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool);
+}
+
+/// Plain Rust, for every target.
+pub(crate) struct Portable;
+
+/// `max(0, d)` for a finite `d`, written as x86's `maxpd(d, 0)` computes it.
+#[inline(always)]
+pub(crate) fn positive_part(d: f64) -> f64 {
+    if d > 0.0 {
+        d
+    } else {
+        0.0
+    }
+}
+
+#[inline(always)]
+pub(crate) fn combine_lanes(l: [f64; SUM_LANES]) -> f64 {
+    ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+}
+
+impl Kernel for Portable {
+    #[inline(always)]
+    fn dense<P: Prob>(p: &[P]) -> (f64, bool) {
+        let mut lanes = [0.0f64; SUM_LANES];
+        let mut high = [P::Bits::default(); SUM_LANES];
+        let (chunks, tail) = p.as_chunks::<SUM_LANES>();
+        for c in chunks {
+            for l in 0..SUM_LANES {
+                high[l] = high[l].max(c[l].bits());
+                lanes[l] += c[l].to_f64();
+            }
+        }
+        add_dense_tail(&mut lanes, &mut high, tail);
+        let ok = high.iter().all(|&h| h <= P::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+
+    #[inline(always)]
+    fn residual<P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
+        let mut lanes = [0.0f64; SUM_LANES];
+        let mut high_p = [P::Bits::default(); SUM_LANES];
+        let mut high_q = [Q::Bits::default(); SUM_LANES];
+        let (p_chunks, p_tail) = p.as_chunks::<SUM_LANES>();
+        let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
+        for (pc, qc) in p_chunks.iter().zip(q_chunks) {
+            for l in 0..SUM_LANES {
+                high_p[l] = high_p[l].max(pc[l].bits());
+                high_q[l] = high_q[l].max(qc[l].bits());
+                lanes[l] += positive_part(pc[l].to_f64() - qc[l].to_f64());
+            }
+        }
+        add_residual_tail(&mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
+        let ok = high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
+            & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+}
+
+/// The last `len % 8` elements go to lanes `0..` in order.
+#[inline(always)]
+fn add_dense_tail<P: Prob>(
+    lanes: &mut [f64; SUM_LANES],
+    high: &mut [P::Bits; SUM_LANES],
+    tail: &[P],
+) {
+    for (l, v) in tail.iter().enumerate() {
+        high[l] = high[l].max(v.bits());
+        lanes[l] += v.to_f64();
+    }
+}
+
+#[inline(always)]
+fn add_residual_tail<P: Prob, Q: Prob>(
+    lanes: &mut [f64; SUM_LANES],
+    high_p: &mut [P::Bits; SUM_LANES],
+    high_q: &mut [Q::Bits; SUM_LANES],
+    p_tail: &[P],
+    q_tail: &[Q],
+) {
+    for (l, (pv, qv)) in p_tail.iter().zip(q_tail).enumerate() {
+        high_p[l] = high_p[l].max(pv.bits());
+        high_q[l] = high_q[l].max(qv.bits());
+        lanes[l] += positive_part(pv.to_f64() - qv.to_f64());
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub use x86::Load8;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{has_avx2, Avx2};
+
+/// Elsewhere `Prob` needs nothing more.
+#[cfg(not(target_arch = "x86_64"))]
+pub trait Load8 {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<T> Load8 for T {}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{add_dense_tail, add_residual_tail, combine_lanes, Kernel, SUM_LANES};
+    use crate::view::Prob;
+
+    /// Whether this CPU runs the AVX2 kernels (cached by std after the first call).
+    #[inline]
+    pub(crate) fn has_avx2() -> bool {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")
+    }
+
+    /// Eight elements at a time into two `f64x4` registers, keeping the
+    /// largest bit pattern seen in `high` (per element type).
+    pub trait Load8: Sized {
+        /// # Safety
+        /// `ptr` points at 8 readable elements; the CPU has AVX2 and F16C.
+        unsafe fn load8(ptr: *const Self, high: &mut __m256i) -> (__m256d, __m256d);
+        /// # Safety
+        /// The CPU has AVX2.
+        unsafe fn all_valid(high: __m256i) -> bool;
+    }
+
+    impl Load8 for f32 {
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn load8(ptr: *const f32, high: &mut __m256i) -> (__m256d, __m256d) {
+            let raw = _mm256_loadu_si256(ptr.cast());
+            *high = _mm256_max_epu32(*high, raw);
+            let v = _mm256_castsi256_ps(raw);
+            (
+                _mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v)),
+            )
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn all_valid(high: __m256i) -> bool {
+            let limit = _mm256_set1_epi32(f32::LARGEST_FINITE as i32);
+            _mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_max_epu32(high, limit), limit)) == -1
+        }
+    }
+
+    impl Load8 for half::f16 {
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn load8(ptr: *const half::f16, high: &mut __m256i) -> (__m256d, __m256d) {
+            let raw = _mm_loadu_si128(ptr.cast());
+            let kept = _mm_max_epu16(_mm256_castsi256_si128(*high), raw);
+            *high = _mm256_castsi128_si256(kept);
+            // VCVTPH2PS is exact (f32 holds every f16) and ignores MXCSR.DAZ.
+            let v = _mm256_cvtph_ps(raw);
+            (
+                _mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+                _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v)),
+            )
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn all_valid(high: __m256i) -> bool {
+            let limit = _mm_set1_epi16(half::f16::LARGEST_FINITE as i16);
+            let low = _mm256_castsi256_si128(high);
+            _mm_movemask_epi8(_mm_cmpeq_epi16(_mm_max_epu16(low, limit), limit)) == 0xffff
+        }
+    }
+
+    impl Load8 for f64 {
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn load8(ptr: *const f64, high: &mut __m256i) -> (__m256d, __m256d) {
+            let (lo, hi) = (_mm256_loadu_pd(ptr), _mm256_loadu_pd(ptr.add(4)));
+            // No unsigned 64-bit max in AVX2: flag values above LARGEST_FINITE as
+            // signed integers (inf, NaN) and below 0 (sign bit set) instead.
+            let limit = _mm256_set1_epi64x(f64::LARGEST_FINITE as i64);
+            let zero = _mm256_setzero_si256();
+            for raw in [_mm256_castpd_si256(lo), _mm256_castpd_si256(hi)] {
+                let bad = _mm256_or_si256(
+                    _mm256_cmpgt_epi64(raw, limit),
+                    _mm256_cmpgt_epi64(zero, raw),
+                );
+                *high = _mm256_or_si256(*high, bad);
+            }
+            (lo, hi)
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn all_valid(high: __m256i) -> bool {
+            _mm256_testz_si256(high, high) == 1
+        }
+    }
+
+    /// The AVX2 kernels. Only reachable through functions compiled with
+    /// `#[target_feature(enable = "avx2,f16c")]` that run after [`has_avx2`].
+    pub(crate) struct Avx2;
+
+    impl Kernel for Avx2 {
+        #[inline(always)]
+        fn dense<P: Prob>(p: &[P]) -> (f64, bool) {
+            // SAFETY: `Avx2` is only used on CPUs where `has_avx2()` holds.
+            unsafe { dense(p) }
+        }
+        #[inline(always)]
+        fn residual<P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
+            // SAFETY: as above; `p` and `q` have equal lengths (checked shapes).
+            unsafe { residual(p, q) }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn spill(lo: __m256d, hi: __m256d) -> [f64; SUM_LANES] {
+        let mut lanes = [0.0f64; SUM_LANES];
+        _mm256_storeu_pd(lanes.as_mut_ptr(), lo);
+        _mm256_storeu_pd(lanes.as_mut_ptr().add(4), hi);
+        lanes
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn dense<P: Prob>(p: &[P]) -> (f64, bool) {
+        let (mut lo, mut hi) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+        let mut high = _mm256_setzero_si256();
+        let (chunks, tail) = p.as_chunks::<SUM_LANES>();
+        for c in chunks {
+            let (a, b) = P::load8(c.as_ptr(), &mut high);
+            lo = _mm256_add_pd(lo, a);
+            hi = _mm256_add_pd(hi, b);
+        }
+        let body_ok = P::all_valid(high);
+        let mut lanes = spill(lo, hi);
+        let mut high = [P::Bits::default(); SUM_LANES];
+        add_dense_tail(&mut lanes, &mut high, tail);
+        let ok = body_ok & high.iter().all(|&h| h <= P::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn residual<P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
+        let (mut lo, mut hi) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+        let (mut high_p, mut high_q) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        let zero = _mm256_setzero_pd();
+        let (p_chunks, p_tail) = p.as_chunks::<SUM_LANES>();
+        let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
+        for (pc, qc) in p_chunks.iter().zip(q_chunks) {
+            let (pa, pb) = P::load8(pc.as_ptr(), &mut high_p);
+            let (qa, qb) = Q::load8(qc.as_ptr(), &mut high_q);
+            // MAXPD(d, 0) returns d when d > 0, else 0: `positive_part`.
+            lo = _mm256_add_pd(lo, _mm256_max_pd(_mm256_sub_pd(pa, qa), zero));
+            hi = _mm256_add_pd(hi, _mm256_max_pd(_mm256_sub_pd(pb, qb), zero));
+        }
+        let body_ok = P::all_valid(high_p) & Q::all_valid(high_q);
+        let mut lanes = spill(lo, hi);
+        let mut high_p = [P::Bits::default(); SUM_LANES];
+        let mut high_q = [Q::Bits::default(); SUM_LANES];
+        add_residual_tail(&mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
+        let ok = body_ok
+            & high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
+            & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(len: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
+        // A small LCG: varied magnitudes, exact zeros, equal pairs.
+        let mut s = seed;
+        let mut next = || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let p: Vec<f64> = (0..len)
+            .map(|_| {
+                let x = next();
+                if x < 0.1 {
+                    0.0
+                } else {
+                    x.powi(8)
+                }
+            })
+            .collect();
+        let q = p
+            .iter()
+            .map(|&v| if next() < 0.2 { v } else { next().powi(8) })
+            .collect();
+        (p, q)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    fn check_same<P: Prob, Q: Prob>(p: &[P], q: &[Q]) {
+        if !has_avx2() {
+            return;
+        }
+        let (a, b) = (Portable::dense(p), Avx2::dense(p));
+        assert_eq!(
+            (a.0.to_bits(), a.1),
+            (b.0.to_bits(), b.1),
+            "dense, len {}",
+            p.len()
+        );
+        let (a, b) = (Portable::residual(p, q), Avx2::residual(p, q));
+        assert_eq!(
+            (a.0.to_bits(), a.1),
+            (b.0.to_bits(), b.1),
+            "residual, len {}",
+            p.len()
+        );
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_kernels_compute_the_portable_bits() {
+        for (len, seed) in (0..70).map(|n| (n, n as u64)).chain([(256, 1), (1000, 2)]) {
+            let (p, q) = rows(len, seed);
+            check_same(&p, &q);
+            let (p32, q32): (Vec<f32>, Vec<f32>) = (
+                p.iter().map(|&v| v as f32).collect(),
+                q.iter().map(|&v| v as f32).collect(),
+            );
+            check_same(&p32, &q32);
+            check_same(&p32, &q);
+            let p16: Vec<half::f16> = p.iter().map(|&v| half::f16::from_f64(v)).collect();
+            check_same(&p16, &q32);
+            check_same(&q, &p16);
+            // One bad or doubtful value anywhere, body or tail, must be flagged.
+            for bad in [f64::NAN, -1e-30, f64::INFINITY, -0.0] {
+                for at in [0, len / 2, len.saturating_sub(1)] {
+                    if len == 0 {
+                        continue;
+                    }
+                    let mut pb = p.clone();
+                    pb[at] = bad;
+                    check_same(&pb, &q);
+                    check_same(&q, &pb);
+                    assert!(!Portable::dense(&pb).1, "{bad} at {at} of {len}");
+                    let pb32: Vec<f32> = pb.iter().map(|&v| v as f32).collect();
+                    check_same(&pb32, &q32);
+                    assert!(!Portable::residual(&q32, &pb32).1);
+                    let pb16: Vec<half::f16> = pb.iter().map(|&v| half::f16::from_f64(v)).collect();
+                    check_same(&pb16, &p16);
+                    assert!(!Portable::dense(&pb16).1);
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_f16_loads_convert_every_bit_pattern_exactly() {
+        if !has_avx2() {
+            return;
+        }
+        let all: Vec<half::f16> = (0..=u16::MAX).map(half::f16::from_bits).collect();
+        for block in all.chunks(8) {
+            // Each value summed alone (the others zero) through both kernels.
+            for i in 0..8 {
+                let mut row = [half::f16::ZERO; 8];
+                row[i] = block[i];
+                let (a, b) = (Portable::dense(&row), Avx2::dense(&row));
+                let same = a.0.to_bits() == b.0.to_bits() || (a.0.is_nan() && b.0.is_nan());
+                assert!(same && a.1 == b.1, "{:#06x}", block[i].to_bits());
+            }
+        }
+    }
+}
