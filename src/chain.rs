@@ -6,11 +6,14 @@
 
 use std::marker::PhantomData;
 
-use ndarray::{s, ArrayView1, ArrayView2, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2};
+use ndarray::{
+    s, ArrayView1, ArrayView2, ArrayView3, ArrayViewMut1, ArrayViewMut2, Axis, Ix1, Ix2,
+};
 
 use crate::error::CoreError;
 use crate::rule::{check_gathered, check_uniform, is_accepted};
 use crate::sample::{self, ResidualWeights, RowAt, TargetWeights};
+use crate::threads;
 use crate::view::{FloatView, IntView, Prob};
 
 /// Which rows are verified greedily (by argmax) instead of by sampling.
@@ -154,29 +157,71 @@ impl<P: Prob, Q: Prob> ChainInputs<'_, P, Q> {
 
 fn check_outputs(out: &ChainOutputs<'_>, batch: usize, num_draft: usize) -> Result<(), CoreError> {
     expect_shape(
-        "out",
+        "out.output_token_ids",
         out.output_token_ids.shape(),
         &[batch, num_draft + 1],
         "[B, K+1]",
     )?;
-    expect_shape("out", out.num_accepted.shape(), &[batch], "[B]")?;
-    expect_shape("out", out.num_emitted.shape(), &[batch], "[B]")
+    expect_shape(
+        "out.num_accepted",
+        out.num_accepted.shape(),
+        &[batch],
+        "[B]",
+    )?;
+    expect_shape("out.num_emitted", out.num_emitted.shape(), &[batch], "[B]")
 }
 
-/// Chain verification of a batch (SPEC.md section 2). On error the outputs
-/// hold partial results and must be discarded.
+/// Chain verification of a batch (SPEC.md section 2). Large batches are
+/// split into runs of rows verified in parallel (see [`threads`]); the result
+/// is the same bits either way, and an error names the first bad row. On
+/// error the outputs hold partial results and must be discarded.
 pub fn verify<P: Prob, Q: Prob>(
     inputs: &ChainInputs<'_, P, Q>,
     out: &mut ChainOutputs<'_>,
 ) -> Result<(), CoreError> {
     let dims = inputs.dims()?;
     check_outputs(out, dims.batch, dims.num_draft)?;
+    let Some(pool) = threads::pool_for(dims.batch, dims.vocab) else {
+        return verify_rows(inputs, dims, 0, out);
+    };
+    // A few runs per worker, so rows that read more (greedy, all-accepted)
+    // do not leave the other workers idle.
+    let run = dims.batch.div_ceil(4 * pool.current_num_threads()).max(1);
+    let parts = out
+        .output_token_ids
+        .axis_chunks_iter_mut(Axis(0), run)
+        .zip(out.num_accepted.axis_chunks_iter_mut(Axis(0), run))
+        .zip(out.num_emitted.axis_chunks_iter_mut(Axis(0), run));
+    let mut results: Vec<Result<(), CoreError>> = Vec::new();
+    results.resize_with(dims.batch.div_ceil(run), || Ok(()));
+    pool.scope(|scope| {
+        for (i, (((ids, accepted), emitted), result)) in parts.zip(&mut results).enumerate() {
+            scope.spawn(move |_| {
+                let mut part = ChainOutputs {
+                    output_token_ids: ids,
+                    num_accepted: accepted,
+                    num_emitted: emitted,
+                };
+                *result = verify_rows(inputs, dims, i * run, &mut part);
+            });
+        }
+    });
+    // Runs are in row order: the first error is the first bad row's.
+    results.into_iter().collect()
+}
+
+/// Verifies rows `first_row..` into `out` (which holds exactly those rows).
+fn verify_rows<P: Prob, Q: Prob>(
+    inputs: &ChainInputs<'_, P, Q>,
+    dims: ChainDims,
+    first_row: usize,
+    out: &mut ChainOutputs<'_>,
+) -> Result<(), CoreError> {
     let mut scratch = Vec::new();
-    for b in 0..dims.batch {
-        let mut row = out.output_token_ids.row_mut(b);
-        let n = verify_row(inputs, dims, b, &mut row, &mut scratch)?;
-        out.num_accepted[b] = n as i64;
-        out.num_emitted[b] = n as i64 + 1;
+    for (i, mut row) in out.output_token_ids.rows_mut().into_iter().enumerate() {
+        let n = verify_row(inputs, dims, first_row + i, &mut row, &mut scratch)?;
+        out.num_accepted[i] = n as i64;
+        out.num_emitted[i] = n as i64 + 1;
     }
     Ok(())
 }
@@ -583,6 +628,56 @@ mod tests {
         verify(&inputs, &mut out.views()).unwrap();
         assert_eq!(out.ids, contiguous.ids);
         assert_eq!(out.accepted, contiguous.accepted);
+    }
+
+    #[test]
+    fn parallel_rows_match_the_calling_thread_and_report_the_first_bad_row() {
+        // Big enough for the pool: B * V >= PARALLEL_MIN_ELEMENTS.
+        let (batch, k, vocab) = (37, 3, 4000);
+        assert!(batch * vocab >= threads::PARALLEL_MIN_ELEMENTS);
+        let hash = |x: usize| (x.wrapping_mul(2654435761) % 1000) as f64 / 1000.0;
+        let mut p = Array3::from_shape_fn((batch, k + 1, vocab), |(b, t, i)| {
+            hash(b * 7919 + t * 104729 + i)
+        });
+        let q = Array3::from_shape_fn((batch, k, vocab), |(b, t, i)| {
+            hash(b * 31 + t * 17 + i * 3).powi(2) as f32
+        });
+        let ids = Array2::from_shape_fn((batch, k), |(b, t)| ((b * 131 + t * 71) % vocab) as i64);
+        let u = Array2::from_shape_fn((batch, k), |(b, t)| hash(b * 13 + t * 7) * 0.999);
+        let ru = Array1::from_shape_fn(batch, |b| hash(b * 3 + 1) * 0.999);
+        let counts = Array1::from_shape_fn(batch, |b| (b % (k + 1)) as i32);
+        let greedy = Array1::from_shape_fn(batch, |b| b % 5 == 0);
+        let verify_with = |threads_wanted: usize, p: &Array3<f64>| {
+            threads::set_num_threads(threads_wanted).unwrap();
+            let mut out = Out::new(batch, k);
+            let inputs = ChainInputs {
+                draft_token_ids: IntView::I64(ids.view()),
+                target_probs: p.view(),
+                draft_probs: Some(q.view()),
+                num_draft_tokens: Some(IntView::I32(counts.view())),
+                uniforms: Some(FloatView::F64(u.view())),
+                recovery_uniforms: Some(FloatView::F64(ru.view())),
+                greedy: Greedy::PerRow(greedy.view()),
+            };
+            verify(&inputs, &mut out.views()).map(|()| out)
+        };
+        let one = verify_with(1, &p).unwrap();
+        let many = verify_with(3, &p).unwrap();
+        assert!(
+            threads::pool_for(batch, vocab).is_some(),
+            "the batch ran on the pool"
+        );
+        assert_eq!(one.ids, many.ids);
+        assert_eq!(one.accepted, many.accepted);
+        assert_eq!(one.emitted, many.emitted);
+        assert!(one.accepted.iter().any(|&n| n > 0) && one.accepted.iter().any(|&n| n == 0));
+        // Bad rows in two runs: the error is the first row's, as on one thread.
+        p[[30, 0, 5]] = f64::NAN;
+        p.slice_mut(s![6, .., ..]).fill(-1.0);
+        let first = verify_with(1, &p).unwrap_err().to_string();
+        assert!(first.starts_with("target_probs[6, 0, "), "{first}");
+        assert_eq!(verify_with(3, &p).unwrap_err().to_string(), first);
+        threads::set_num_threads(threads::default_num_threads()).unwrap();
     }
 
     #[test]

@@ -13,13 +13,15 @@
 //!   `specaccept.reference` mirrors to the bit; [`simd`] holds its block sums
 //!   (portable, and AVX2 chosen at run time: the same bits).
 //! - [`chain`]: chain verification (`verify`), greedy verification on ids
-//!   (`verify_greedy`) and the accepted-prefix scan.
+//!   (`verify_greedy`) and the accepted-prefix scan; [`threads`] decides when
+//!   rows run in parallel.
 
 pub mod chain;
 pub mod error;
 pub mod rule;
 pub mod sample;
 pub mod simd;
+pub mod threads;
 pub mod view;
 
 #[cfg(feature = "python")]

@@ -16,6 +16,7 @@ use pyo3::types::PyBool;
 use crate::chain::{self, ChainInputs, ChainOutputs, Greedy, GreedyIdsInputs};
 use crate::error::CoreError;
 use crate::rule;
+use crate::threads;
 use crate::view::{FloatView, IntView, Prob};
 
 impl From<CoreError> for PyErr {
@@ -166,32 +167,122 @@ type ChainResult<'py> = (
     Bound<'py, PyArray1<i64>>,
 );
 
-fn new_outputs(py: Python<'_>, batch: usize, num_draft: usize) -> ChainResult<'_> {
-    (
-        PyArray2::<i64>::zeros(py, [batch, num_draft + 1], false),
-        PyArray1::<i64>::zeros(py, [batch], false),
-        PyArray1::<i64>::zeros(py, [batch], false),
-    )
+/// The bytes an array's elements occupy, `[first, last]` (`None` when empty).
+fn byte_span(arr: &Bound<'_, PyUntypedArray>) -> Option<(isize, isize)> {
+    if arr.len() == 0 {
+        return None;
+    }
+    // SAFETY: `arr` is a live ndarray; reading its data pointer reads no element.
+    let start = unsafe { (*arr.as_array_ptr()).data } as isize;
+    let (mut first, mut last) = (start, start);
+    for (&extent, &stride) in arr.shape().iter().zip(arr.strides()) {
+        let reach = (extent as isize - 1) * stride;
+        if reach < 0 {
+            first += reach;
+        } else {
+            last += reach;
+        }
+    }
+    Some((first, last + arr.dtype().itemsize() as isize - 1))
 }
 
-/// Runs `work` on freshly allocated outputs with the GIL released.
-fn with_outputs<'py>(
+fn overlaps(a: &Bound<'_, PyUntypedArray>, b: &Bound<'_, PyAny>) -> bool {
+    let Ok(b) = b.cast::<PyUntypedArray>() else {
+        return false;
+    };
+    match (byte_span(a), byte_span(b)) {
+        (Some((a0, a1)), Some((b0, b1))) => a0 <= b1 && b0 <= a1,
+        _ => false,
+    }
+}
+
+/// One caller-provided output array: int64, rank `D`, writeable, sharing no
+/// memory with any input or with the outputs before it.
+fn out_array<'py, D: Dimension>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+    others: &[(&str, &Bound<'py, PyAny>)],
+) -> PyResult<Bound<'py, PyArray<i64, D>>> {
+    let arr = ndarray_arg::<D>(obj, name)?;
+    if !is::<i64>(arr) {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must have dtype int64, got {}",
+            arr.dtype()
+        )));
+    }
+    for (other, value) in others {
+        if overlaps(arr, value) {
+            return Err(PyValueError::new_err(format!(
+                "{name} shares memory with {other}; outputs need buffers of their own"
+            )));
+        }
+    }
+    // SAFETY: `arr` is a live ndarray; its flags are plain data.
+    let flags = unsafe { (*arr.as_array_ptr()).flags };
+    if flags & numpy::npyffi::NPY_ARRAY_WRITEABLE == 0 {
+        return Err(PyValueError::new_err(format!(
+            "{name} is read-only; outputs need writeable buffers"
+        )));
+    }
+    Ok(arr.cast::<PyArray<i64, D>>()?.clone())
+}
+
+/// The output buffers: the caller's (`out`, a tuple `(output_token_ids,
+/// num_accepted, num_emitted or None)`) or fresh ones. `inputs` are the
+/// arguments the outputs must not overlap. Shapes are checked by the core.
+fn outputs<'py>(
     py: Python<'py>,
     batch: usize,
     num_draft: usize,
+    out: Option<&Bound<'py, PyAny>>,
+    inputs: &[(&str, Option<&Bound<'py, PyAny>>)],
+) -> PyResult<ChainResult<'py>> {
+    let Some(out) = out.filter(|o| !o.is_none()) else {
+        return Ok((
+            PyArray2::<i64>::zeros(py, [batch, num_draft + 1], false),
+            PyArray1::<i64>::zeros(py, [batch], false),
+            PyArray1::<i64>::zeros(py, [batch], false),
+        ));
+    };
+    let (ids, accepted, emitted): (
+        Bound<'py, PyAny>,
+        Bound<'py, PyAny>,
+        Option<Bound<'py, PyAny>>,
+    ) = out.extract().map_err(|_| {
+        PyTypeError::new_err(
+            "out must be a tuple (output_token_ids, num_accepted, num_emitted or None)",
+        )
+    })?;
+    let mut others: Vec<(&str, &Bound<'py, PyAny>)> = inputs
+        .iter()
+        .filter_map(|&(name, value)| value.map(|v| (name, v)))
+        .filter(|(_, v)| !v.is_none())
+        .collect();
+    let ids = out_array::<Ix2>(&ids, "out.output_token_ids", &others)?;
+    let ids_any = ids.as_any().clone();
+    others.push(("out.output_token_ids", &ids_any));
+    let accepted = out_array::<Ix1>(&accepted, "out.num_accepted", &others)?;
+    let accepted_any = accepted.as_any().clone();
+    others.push(("out.num_accepted", &accepted_any));
+    let emitted = match emitted.filter(|e| !e.is_none()) {
+        Some(e) => out_array::<Ix1>(&e, "out.num_emitted", &others)?,
+        None => PyArray1::<i64>::zeros(py, [batch], false),
+    };
+    Ok((ids, accepted, emitted))
+}
+
+/// Runs `work` on the output buffers with the GIL released.
+fn with_outputs<'py>(
+    py: Python<'py>,
+    buffers: ChainResult<'py>,
     work: impl FnOnce(&mut ChainOutputs<'_>) -> Result<(), CoreError> + Send,
 ) -> PyResult<ChainResult<'py>> {
-    let (ids, accepted, emitted) = new_outputs(py, batch, num_draft);
+    let (ids, accepted, emitted) = buffers;
     {
-        let mut ids_w = ids
-            .try_readwrite()
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let mut acc_w = accepted
-            .try_readwrite()
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let mut emi_w = emitted
-            .try_readwrite()
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let borrow_error = |e: numpy::BorrowError| PyValueError::new_err(format!("out: {e}"));
+        let mut ids_w = ids.try_readwrite().map_err(borrow_error)?;
+        let mut acc_w = accepted.try_readwrite().map_err(borrow_error)?;
+        let mut emi_w = emitted.try_readwrite().map_err(borrow_error)?;
         let mut out = ChainOutputs {
             output_token_ids: ids_w.as_array_mut(),
             num_accepted: acc_w.as_array_mut(),
@@ -212,10 +303,8 @@ fn run_chain<'py, 'a, P: Prob, Q: Prob>(
     uniforms: Option<FloatView<'a, Ix2>>,
     recovery_uniforms: Option<FloatView<'a, Ix1>>,
     greedy: Greedy<'a>,
+    buffers: ChainResult<'py>,
 ) -> PyResult<ChainResult<'py>> {
-    let &[batch, num_draft] = draft_token_ids.shape() else {
-        return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
-    };
     let inputs = ChainInputs {
         draft_token_ids,
         target_probs,
@@ -225,14 +314,15 @@ fn run_chain<'py, 'a, P: Prob, Q: Prob>(
         recovery_uniforms,
         greedy,
     };
-    with_outputs(py, batch, num_draft, |out| chain::verify(&inputs, out))
+    with_outputs(py, buffers, |out| chain::verify(&inputs, out))
 }
 
 /// Chain verification (see `specaccept.verify`); every argument already normalised:
 /// `uniforms`/`recovery_uniforms` present for rows verified by sampling, `greedy`
-/// a bool or a bool array `[B]`. Returns `(output_token_ids, num_accepted, num_emitted)`.
+/// a bool or a bool array `[B]`, `out` None or `(output_token_ids, num_accepted,
+/// num_emitted or None)`. Returns `(output_token_ids, num_accepted, num_emitted)`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_probs, draft_probs, num_draft_tokens, uniforms, recovery_uniforms, greedy))]
+#[pyo3(signature = (draft_token_ids, target_probs, draft_probs, num_draft_tokens, uniforms, recovery_uniforms, greedy, out=None))]
 #[allow(clippy::too_many_arguments)]
 fn verify<'py>(
     py: Python<'py>,
@@ -243,6 +333,7 @@ fn verify<'py>(
     uniforms: Option<&Bound<'py, PyAny>>,
     recovery_uniforms: Option<&Bound<'py, PyAny>>,
     greedy: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<ChainResult<'py>> {
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let target = FloatArg::<Ix3>::extract(target_probs, "target_probs")?;
@@ -263,6 +354,24 @@ fn verify<'py>(
         Some(rows) => Greedy::PerRow(rows.as_array()),
         None => Greedy::All(all_greedy),
     };
+    let &[batch, num_draft] = ids.view().shape() else {
+        return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
+    };
+    let buffers = outputs(
+        py,
+        batch,
+        num_draft,
+        out,
+        &[
+            ("draft_token_ids", Some(draft_token_ids)),
+            ("target_probs", Some(target_probs)),
+            ("draft_probs", draft_probs),
+            ("num_draft_tokens", num_draft_tokens),
+            ("uniforms", uniforms),
+            ("recovery_uniforms", recovery_uniforms),
+            ("greedy", Some(greedy)),
+        ],
+    )?;
     let (ids, counts) = (ids.view(), counts.as_ref().map(IntArg::view));
     let (u, ru) = (
         u.as_ref().map(FloatArg::view),
@@ -272,16 +381,40 @@ fn verify<'py>(
     macro_rules! with_draft {
         ($p:expr) => {
             match &draft {
-                None => run_chain::<_, f64>(py, ids, $p, None, counts, u, ru, greedy_view),
-                Some(FloatArg::F16(q)) => {
-                    run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view)
-                }
-                Some(FloatArg::F32(q)) => {
-                    run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view)
-                }
-                Some(FloatArg::F64(q)) => {
-                    run_chain(py, ids, $p, Some(q.as_array()), counts, u, ru, greedy_view)
-                }
+                None => run_chain::<_, f64>(py, ids, $p, None, counts, u, ru, greedy_view, buffers),
+                Some(FloatArg::F16(q)) => run_chain(
+                    py,
+                    ids,
+                    $p,
+                    Some(q.as_array()),
+                    counts,
+                    u,
+                    ru,
+                    greedy_view,
+                    buffers,
+                ),
+                Some(FloatArg::F32(q)) => run_chain(
+                    py,
+                    ids,
+                    $p,
+                    Some(q.as_array()),
+                    counts,
+                    u,
+                    ru,
+                    greedy_view,
+                    buffers,
+                ),
+                Some(FloatArg::F64(q)) => run_chain(
+                    py,
+                    ids,
+                    $p,
+                    Some(q.as_array()),
+                    counts,
+                    u,
+                    ru,
+                    greedy_view,
+                    buffers,
+                ),
             }
         };
     }
@@ -294,12 +427,13 @@ fn verify<'py>(
 
 /// Greedy verification on target argmax ids (see `specaccept.verify_greedy`).
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_token_ids, num_draft_tokens))]
+#[pyo3(signature = (draft_token_ids, target_token_ids, num_draft_tokens, out=None))]
 fn verify_greedy<'py>(
     py: Python<'py>,
     draft_token_ids: &Bound<'py, PyAny>,
     target_token_ids: &Bound<'py, PyAny>,
     num_draft_tokens: Option<&Bound<'py, PyAny>>,
+    out: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<ChainResult<'py>> {
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let targets = IntArg::<Ix2>::extract(target_token_ids, "target_token_ids")?;
@@ -314,9 +448,18 @@ fn verify_greedy<'py>(
     let &[batch, num_draft] = inputs.draft_token_ids.shape() else {
         return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
     };
-    with_outputs(py, batch, num_draft, |out| {
-        chain::verify_greedy(&inputs, out)
-    })
+    let buffers = outputs(
+        py,
+        batch,
+        num_draft,
+        out,
+        &[
+            ("draft_token_ids", Some(draft_token_ids)),
+            ("target_token_ids", Some(target_token_ids)),
+            ("num_draft_tokens", num_draft_tokens),
+        ],
+    )?;
+    with_outputs(py, buffers, |out| chain::verify_greedy(&inputs, out))
 }
 
 fn shaped<'py, T: Element>(
@@ -384,13 +527,28 @@ fn accepted_prefix_length<'py>(
     Ok(out)
 }
 
+/// The number of threads large batches are verified on.
+#[pyfunction]
+fn get_num_threads() -> usize {
+    threads::num_threads()
+}
+
+/// Sets the number of threads for large batches (`n >= 1`).
+#[pyfunction]
+fn set_num_threads(n: usize) -> PyResult<()> {
+    Ok(threads::set_num_threads(n)?)
+}
+
 #[pymodule(gil_used = false)]
 mod _native {
     #[pymodule_export]
     use super::{
-        acceptance_mask, accepted_prefix_length, rejection_probability, verify, verify_greedy,
+        acceptance_mask, accepted_prefix_length, get_num_threads, rejection_probability,
+        set_num_threads, verify, verify_greedy,
     };
 
+    #[pymodule_export]
+    const PARALLEL_MIN_ELEMENTS: usize = crate::threads::PARALLEL_MIN_ELEMENTS;
     #[pymodule_export]
     const SUM_BLOCK: usize = crate::sample::SUM_BLOCK;
     #[pymodule_export]

@@ -8,9 +8,10 @@
 //!
 //! - the row is cut into blocks of [`SUM_BLOCK`] elements;
 //! - a block sum uses [`SUM_LANES`] accumulators, lane `l` adding the elements
-//!   with `i % SUM_LANES == l` in index order, combined as
-//!   `((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))` (eight independent
-//!   chains keep the adder pipeline full; one chain would be latency-bound);
+//!   with `i % SUM_LANES == l` in index order, then the lanes added pairwise
+//!   (`l0 + l1`, `l2 + l3`, ..., then those sums pairwise, down to one). Sixteen
+//!   lanes are four SIMD registers of independent adds: one chain would wait
+//!   on add latency (see [`crate::simd`]);
 //! - `T` adds the block sums in block order;
 //! - the search walks the block sums with a running total and rescans only the
 //!   block where the running total would pass `u * T`, adding its elements one

@@ -1,8 +1,10 @@
 //! Block kernels of the canonical summation (see [`crate::sample`]): a portable
 //! version, and an AVX2 one chosen at run time on x86-64. Both compute the same
-//! bits: lane `l` of the eight accumulators adds the elements with
-//! `i % 8 == l` in index order; the AVX2 kernel holds lanes 0..4 and 4..8 in
-//! two registers, so each register add is four of the portable adds.
+//! bits: lane `l` of the [`SUM_LANES`] accumulators adds the elements with
+//! `i % SUM_LANES == l` in index order; the AVX2 kernel holds four lanes per
+//! register, so each register add is four of the portable adds. Sixteen lanes
+//! make four independent chains of adds, enough to hide the add latency while
+//! reading the row front to back (what the hardware prefetcher follows best).
 //!
 //! Each kernel also reports whether every value it read is surely finite and
 //! non-negative, by keeping the largest bit pattern seen (see [`Prob`]);
@@ -10,8 +12,9 @@
 
 use crate::view::Prob;
 
-/// Accumulators per block of the canonical summation.
-pub const SUM_LANES: usize = 8;
+/// Accumulators per block of the canonical summation (a power of two).
+pub const SUM_LANES: usize = 16;
+const _: () = assert!(SUM_LANES.is_power_of_two() && SUM_LANES.is_multiple_of(8));
 
 /// The sums a block needs, for unit-stride rows.
 pub(crate) trait Kernel {
@@ -35,9 +38,18 @@ pub(crate) fn positive_part(d: f64) -> f64 {
     }
 }
 
+/// The lanes added pairwise: `l0 + l1`, `l2 + l3`, ..., then those sums
+/// pairwise, down to one (for 8 lanes: `((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))`).
 #[inline(always)]
-pub(crate) fn combine_lanes(l: [f64; SUM_LANES]) -> f64 {
-    ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+pub(crate) fn combine_lanes(mut l: [f64; SUM_LANES]) -> f64 {
+    let mut n = SUM_LANES;
+    while n > 1 {
+        n /= 2;
+        for i in 0..n {
+            l[i] = l[2 * i] + l[2 * i + 1];
+        }
+    }
+    l[0]
 }
 
 impl Kernel for Portable {
@@ -226,28 +238,34 @@ mod x86 {
         }
     }
 
+    /// `f64x4` registers holding the lanes: register `r` holds lanes `4r..4r+4`.
+    const REGS: usize = SUM_LANES / 4;
+
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn spill(lo: __m256d, hi: __m256d) -> [f64; SUM_LANES] {
+    unsafe fn spill(acc: [__m256d; REGS]) -> [f64; SUM_LANES] {
         let mut lanes = [0.0f64; SUM_LANES];
-        _mm256_storeu_pd(lanes.as_mut_ptr(), lo);
-        _mm256_storeu_pd(lanes.as_mut_ptr().add(4), hi);
+        for (r, reg) in acc.into_iter().enumerate() {
+            _mm256_storeu_pd(lanes.as_mut_ptr().add(4 * r), reg);
+        }
         lanes
     }
 
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn dense<P: Prob>(p: &[P]) -> (f64, bool) {
-        let (mut lo, mut hi) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+        let mut acc = [_mm256_setzero_pd(); REGS];
         let mut high = _mm256_setzero_si256();
         let (chunks, tail) = p.as_chunks::<SUM_LANES>();
         for c in chunks {
-            let (a, b) = P::load8(c.as_ptr(), &mut high);
-            lo = _mm256_add_pd(lo, a);
-            hi = _mm256_add_pd(hi, b);
+            for (r, eight) in c.as_chunks::<8>().0.iter().enumerate() {
+                let (a, b) = P::load8(eight.as_ptr(), &mut high);
+                acc[2 * r] = _mm256_add_pd(acc[2 * r], a);
+                acc[2 * r + 1] = _mm256_add_pd(acc[2 * r + 1], b);
+            }
         }
         let body_ok = P::all_valid(high);
-        let mut lanes = spill(lo, hi);
+        let mut lanes = spill(acc);
         let mut high = [P::Bits::default(); SUM_LANES];
         add_dense_tail(&mut lanes, &mut high, tail);
         let ok = body_ok & high.iter().all(|&h| h <= P::LARGEST_FINITE);
@@ -257,20 +275,24 @@ mod x86 {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn residual<P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
-        let (mut lo, mut hi) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+        let mut acc = [_mm256_setzero_pd(); REGS];
         let (mut high_p, mut high_q) = (_mm256_setzero_si256(), _mm256_setzero_si256());
         let zero = _mm256_setzero_pd();
         let (p_chunks, p_tail) = p.as_chunks::<SUM_LANES>();
         let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
         for (pc, qc) in p_chunks.iter().zip(q_chunks) {
-            let (pa, pb) = P::load8(pc.as_ptr(), &mut high_p);
-            let (qa, qb) = Q::load8(qc.as_ptr(), &mut high_q);
-            // MAXPD(d, 0) returns d when d > 0, else 0: `positive_part`.
-            lo = _mm256_add_pd(lo, _mm256_max_pd(_mm256_sub_pd(pa, qa), zero));
-            hi = _mm256_add_pd(hi, _mm256_max_pd(_mm256_sub_pd(pb, qb), zero));
+            let eights = pc.as_chunks::<8>().0.iter().zip(qc.as_chunks::<8>().0);
+            for (r, (p8, q8)) in eights.enumerate() {
+                let (pa, pb) = P::load8(p8.as_ptr(), &mut high_p);
+                let (qa, qb) = Q::load8(q8.as_ptr(), &mut high_q);
+                // MAXPD(d, 0) returns d when d > 0, else 0: `positive_part`.
+                let (da, db) = (_mm256_sub_pd(pa, qa), _mm256_sub_pd(pb, qb));
+                acc[2 * r] = _mm256_add_pd(acc[2 * r], _mm256_max_pd(da, zero));
+                acc[2 * r + 1] = _mm256_add_pd(acc[2 * r + 1], _mm256_max_pd(db, zero));
+            }
         }
         let body_ok = P::all_valid(high_p) & Q::all_valid(high_q);
-        let mut lanes = spill(lo, hi);
+        let mut lanes = spill(acc);
         let mut high_p = [P::Bits::default(); SUM_LANES];
         let mut high_q = [Q::Bits::default(); SUM_LANES];
         add_residual_tail(&mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
@@ -335,7 +357,10 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn avx2_kernels_compute_the_portable_bits() {
-        for (len, seed) in (0..70).map(|n| (n, n as u64)).chain([(256, 1), (1000, 2)]) {
+        for (len, seed) in (0..70)
+            .map(|n| (n, n as u64))
+            .chain([(256, 1), (1000, 2), (1100, 3)])
+        {
             let (p, q) = rows(len, seed);
             check_same(&p, &q);
             let (p32, q32): (Vec<f32>, Vec<f32>) = (

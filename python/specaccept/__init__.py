@@ -15,16 +15,22 @@ from ._api import (
     verify_greedy,
 )
 from ._result import Verification
+from ._threads import PARALLEL_MIN_ELEMENTS, _apply_environment, get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
+_apply_environment()
+
 __all__ = [
+    "PARALLEL_MIN_ELEMENTS",
     "RngLike",
     "Verification",
     "__version__",
     "acceptance_mask",
     "accepted_prefix_length",
+    "get_num_threads",
     "rejection_probability",
+    "set_num_threads",
     "verify",
     "verify_greedy",
 ]

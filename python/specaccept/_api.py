@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _native
-from ._result import Verification
+from ._result import Verification, _verification
 
 __all__ = [
     "RngLike",
@@ -131,6 +131,10 @@ def _draw(
                 recovery[b] = g.random()
         return uniforms, recovery
     g = _generator(rng)
+    if need_uniforms and need_recovery:
+        # One call, the same stream as g.random((B, K)) then g.random(B).
+        drawn = g.random(batch * num_draft + batch)
+        return drawn[: batch * num_draft].reshape(batch, num_draft), drawn[batch * num_draft :]
     uniforms = g.random((batch, num_draft)) if need_uniforms else None
     recovery = g.random(batch) if need_recovery else None
     return uniforms, recovery
@@ -146,6 +150,7 @@ def verify(
     recovery_uniforms: npt.ArrayLike | None = None,
     rng: RngLike = None,
     greedy: bool | npt.ArrayLike = False,
+    out: Verification | tuple[npt.NDArray[np.int64], ...] | None = None,
 ) -> Verification:
     """Verify drafted tokens against the target model (speculative sampling).
 
@@ -186,6 +191,14 @@ def verify(
     greedy : bool or ndarray of bool, shape ``[B]``
         Rows verified by argmax: accept iff ``x_t == argmax p_t`` (first maximal
         index); the next token is the argmax too.
+    out : Verification or tuple of int64 arrays, optional
+        Buffers to write the result into instead of allocating:
+        ``(output_token_ids [B, K+1], num_accepted [B])``, optionally with
+        ``num_emitted [B]``, or a previous :class:`Verification` (e.g. from
+        :meth:`Verification.empty`), whose arrays are then overwritten. They must
+        be writeable int64 arrays that share no memory with an input or with each
+        other. The returned :class:`Verification` holds these arrays. If the call
+        raises, their contents are unspecified.
 
     Returns
     -------
@@ -196,9 +209,10 @@ def verify(
     Raises
     ------
     TypeError
-        A non-array argument or an unsupported dtype.
+        A non-array argument or an unsupported dtype (``out``: not int64).
     ValueError
-        Wrong shapes, ids outside ``[0, V)``, ``k_b`` outside ``[0, K]``, uniforms
+        Wrong shapes, ``out`` read-only or overlapping an input, ids outside
+        ``[0, V)``, ``k_b`` outside ``[0, K]``, uniforms
         outside ``[0, 1)``, probabilities that are read and are NaN, infinite,
         negative or (for ``p(x_t)``, ``q(x_t)``) above 1, or a row that must be
         sampled but sums to 0. The message names the argument and the index.
@@ -213,27 +227,71 @@ def verify(
     >>> int(r.num_accepted[0]), r.tokens(0).tolist()   # 0.7 < 0.6/0.8: accepted
     (1, [0, 1])
     """
-    ids = _ints(draft_token_ids, "draft_token_ids")
-    target = _floats(target_probs, "target_probs")
-    draft = None if draft_probs is None else _floats(draft_probs, "draft_probs")
-    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
-    u = None if uniforms is None else _floats(uniforms, "uniforms")
-    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
     greedy_rows = _greedy(greedy)
+    u, ru = uniforms, recovery_uniforms
     if (u is None or ru is None) and greedy_rows is not True:
+        u, ru = _draw_missing(rng, draft_token_ids, num_draft_tokens, u, ru)
+    buffers = _out_buffers(out)
+    try:
+        # Arrays the native code reads in place go straight through.
+        result = _native.verify(
+            draft_token_ids,
+            target_probs,
+            draft_probs,
+            num_draft_tokens,
+            u,
+            ru,
+            greedy_rows,
+            buffers,
+        )
+    except (TypeError, ValueError):
+        # Convert what converts (other int/float dtypes, byte order, alignment),
+        # then let the native code name the first problem.
+        result = _native.verify(
+            _ints(draft_token_ids, "draft_token_ids"),
+            _floats(target_probs, "target_probs"),
+            None if draft_probs is None else _floats(draft_probs, "draft_probs"),
+            None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens"),
+            None if u is None else _floats(u, "uniforms"),
+            None if ru is None else _floats(ru, "recovery_uniforms"),
+            greedy_rows,
+            buffers,
+        )
+    return _verification(*result)
+
+
+def _draw_missing(
+    rng: Any, draft_token_ids: Any, num_draft_tokens: Any, u: Any, ru: Any
+) -> tuple[Any, Any]:
+    ids = draft_token_ids
+    if not (type(ids) is np.ndarray and ids.ndim == 2):
+        ids = _ints(ids, "draft_token_ids")
         if ids.ndim != 2:
             raise ValueError(f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}")
-        if counts is not None and counts.shape != ids.shape[:1]:
+    counts = None
+    if num_draft_tokens is not None and not isinstance(rng, np.random.Generator):
+        # Only per-row Generators need the counts before the native call.
+        counts = _ints(num_draft_tokens, "num_draft_tokens")
+        if counts.shape != ids.shape[:1]:
             raise ValueError(
                 f"num_draft_tokens: has shape {counts.shape}, expected {ids.shape[:1]} ([B])"
             )
-        drawn_u, drawn_ru = _draw(rng, ids.shape[0], ids.shape[1], counts, u is None, ru is None)
-        u = drawn_u if u is None else u
-        ru = drawn_ru if ru is None else ru
-    output_token_ids, num_accepted, num_emitted = _native.verify(
-        ids, target, draft, counts, u, ru, greedy_rows
+    drawn_u, drawn_ru = _draw(rng, ids.shape[0], ids.shape[1], counts, u is None, ru is None)
+    return (drawn_u if u is None else u), (drawn_ru if ru is None else ru)
+
+
+def _out_buffers(out: Any) -> tuple[Any, Any, Any] | None:
+    """``out`` as the native layer takes it: ``(ids, num_accepted, num_emitted or None)``."""
+    if out is None:
+        return None
+    if isinstance(out, Verification):
+        return (out.output_token_ids, out.num_accepted, out.num_emitted)
+    if isinstance(out, (tuple, list)) and len(out) in (2, 3):
+        return (out[0], out[1], out[2] if len(out) == 3 else None)
+    raise TypeError(
+        "out must be a Verification or a tuple (output_token_ids, num_accepted[, num_emitted]),"
+        f" got {type(out).__name__}"
     )
-    return Verification(output_token_ids, num_accepted, num_emitted)
 
 
 def verify_greedy(
@@ -241,6 +299,7 @@ def verify_greedy(
     target_token_ids: npt.ArrayLike,
     *,
     num_draft_tokens: npt.ArrayLike | None = None,
+    out: Verification | tuple[npt.NDArray[np.int64], ...] | None = None,
 ) -> Verification:
     """Greedy verification when the target's argmax ids were computed elsewhere.
 
@@ -256,6 +315,8 @@ def verify_greedy(
         The target model's argmax token at each position (e.g. computed on a GPU).
     num_draft_tokens : ndarray of int, shape ``[B]``, optional
         Drafts per row, ``0 <= k_b <= K``.
+    out : Verification or tuple of int64 arrays, optional
+        Buffers to write into, as for :func:`verify`.
 
     Returns
     -------
@@ -269,11 +330,17 @@ def verify_greedy(
     >>> r.to_lists(), r.num_accepted.tolist()
     ([[3, 4, 5, 6], [3, 8]], [3, 1])
     """
-    ids = _ints(draft_token_ids, "draft_token_ids")
-    targets = _ints(target_token_ids, "target_token_ids")
-    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
-    output_token_ids, num_accepted, num_emitted = _native.verify_greedy(ids, targets, counts)
-    return Verification(output_token_ids, num_accepted, num_emitted)
+    buffers = _out_buffers(out)
+    try:
+        result = _native.verify_greedy(draft_token_ids, target_token_ids, num_draft_tokens, buffers)
+    except (TypeError, ValueError):
+        result = _native.verify_greedy(
+            _ints(draft_token_ids, "draft_token_ids"),
+            _ints(target_token_ids, "target_token_ids"),
+            None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens"),
+            buffers,
+        )
+    return _verification(*result)
 
 
 def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:

@@ -9,8 +9,11 @@ import numpy.typing as npt
 
 SUM_BLOCK: int
 SUM_LANES: int
+PARALLEL_MIN_ELEMENTS: int
 
 _Chain = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+# (output_token_ids, num_accepted, num_emitted or None)
+_Out = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64] | None]
 
 def verify(
     draft_token_ids: npt.NDArray[np.int32 | np.int64],
@@ -20,11 +23,13 @@ def verify(
     uniforms: npt.NDArray[np.floating] | None,
     recovery_uniforms: npt.NDArray[np.floating] | None,
     greedy: bool | npt.NDArray[np.bool_],
+    out: _Out | None = None,
 ) -> _Chain: ...
 def verify_greedy(
     draft_token_ids: npt.NDArray[np.int32 | np.int64],
     target_token_ids: npt.NDArray[np.int32 | np.int64],
     num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None,
+    out: _Out | None = None,
 ) -> _Chain: ...
 def rejection_probability(
     target_prob: npt.NDArray[np.floating], draft_prob: npt.NDArray[np.floating]
@@ -37,3 +42,5 @@ def acceptance_mask(
 def accepted_prefix_length(
     accepted: npt.NDArray[np.bool_], num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None
 ) -> npt.NDArray[np.int64]: ...
+def get_num_threads() -> int: ...
+def set_num_threads(n: int) -> None: ...

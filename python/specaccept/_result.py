@@ -48,3 +48,46 @@ class Verification:
     def to_lists(self) -> list[list[int]]:
         """The emitted tokens of every row, as Python lists."""
         return [self.tokens(b).tolist() for b in range(self.batch_size)]
+
+    @classmethod
+    def empty(cls, batch_size: int, num_draft: int) -> Verification:
+        """Buffers for ``B`` rows of ``K`` drafts, to pass as ``out=`` in a decoding loop.
+
+        Examples
+        --------
+        >>> import numpy as np, specaccept
+        >>> buffers = specaccept.Verification.empty(1, 2)
+        >>> r = specaccept.verify_greedy(np.array([[5, 7]]), np.array([[5, 9, 2]]), out=buffers)
+        >>> r.output_token_ids is buffers.output_token_ids, r.to_lists()
+        (True, [[5, 9]])
+        """
+        for name, value in (("batch_size", batch_size), ("num_draft", num_draft)):
+            if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+            if value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        return cls(
+            np.full((batch_size, num_draft + 1), -1, dtype=np.int64),
+            np.zeros(batch_size, dtype=np.int64),
+            np.zeros(batch_size, dtype=np.int64),
+        )
+
+
+# The hot path builds results without the frozen dataclass's __init__
+# (three object.__setattr__ calls): the slot descriptors set the fields directly.
+_new = object.__new__
+_set_output_token_ids = Verification.output_token_ids.__set__  # type: ignore[attr-defined]
+_set_num_accepted = Verification.num_accepted.__set__  # type: ignore[attr-defined]
+_set_num_emitted = Verification.num_emitted.__set__  # type: ignore[attr-defined]
+
+
+def _verification(
+    output_token_ids: npt.NDArray[np.int64],
+    num_accepted: npt.NDArray[np.int64],
+    num_emitted: npt.NDArray[np.int64],
+) -> Verification:
+    result = _new(Verification)
+    _set_output_token_ids(result, output_token_ids)
+    _set_num_accepted(result, num_accepted)
+    _set_num_emitted(result, num_emitted)
+    return result

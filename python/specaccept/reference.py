@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 SUM_BLOCK = 256
-SUM_LANES = 8
+SUM_LANES = 16
 
 
 # --------------------------------------------------------------------------
@@ -139,13 +139,15 @@ def _draft_len(counts: np.ndarray | None, b: int, num_draft: int) -> int:
 
 
 def _block_sum(block: list[float]) -> float:
-    """One block of the canonical summation: lane l adds the elements i % 8 == l."""
+    """One block of the canonical summation: lane l adds the elements i % SUM_LANES == l
+    in order; then the lanes are added pairwise (l0 + l1, l2 + l3, ...), and those
+    sums pairwise, down to one."""
     lanes = [0.0] * SUM_LANES
     for j, w in enumerate(block):
         lanes[j % SUM_LANES] += w
-    return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + (
-        (lanes[4] + lanes[5]) + (lanes[6] + lanes[7])
-    )
+    while len(lanes) > 1:
+        lanes = [lanes[i] + lanes[i + 1] for i in range(0, len(lanes), 2)]
+    return lanes[0]
 
 
 def sample_index(weights: Sequence[float], u: float) -> int | None:
@@ -251,6 +253,61 @@ def _draw_uniforms(rng, batch, num_draft, counts, uniforms, recovery_uniforms):
     )
 
 
+def _out_buffers(out: Any, inputs: dict[str, Any]) -> list[np.ndarray | None] | None:
+    """``out=`` checked in the native order: per array its type, rank, dtype, that
+    it shares no memory with an input or an earlier output, and that it is writeable."""
+    if out is None:
+        return None
+    if isinstance(out, Verification):
+        arrays = [out.output_token_ids, out.num_accepted, out.num_emitted]
+    elif isinstance(out, (tuple, list)) and len(out) in (2, 3):
+        arrays = [out[0], out[1], out[2] if len(out) == 3 else None]
+    else:
+        raise TypeError(
+            "out must be a Verification or a tuple (output_token_ids, num_accepted[, num_emitted]),"
+            f" got {type(out).__name__}"
+        )
+    seen = [(name, x) for name, x in inputs.items() if isinstance(x, np.ndarray)]
+    for arr, name, ndim in zip(
+        arrays,
+        ("out.output_token_ids", "out.num_accepted", "out.num_emitted"),
+        (2, 1, 1),
+        strict=True,
+    ):
+        if arr is None:
+            continue
+        if not isinstance(arr, np.ndarray):
+            raise TypeError(f"{name} must be a numpy.ndarray, got {type(arr).__name__}")
+        _ndim(arr, name, ndim)
+        if arr.dtype != np.int64:
+            raise TypeError(f"{name} must have dtype int64, got {arr.dtype}")
+        for other, x in seen:
+            if np.may_share_memory(arr, x):
+                raise ValueError(
+                    f"{name} shares memory with {other}; outputs need buffers of their own"
+                )
+        if not arr.flags.writeable:
+            raise ValueError(f"{name} is read-only; outputs need writeable buffers")
+        seen.append((name, arr))
+    return arrays
+
+
+def _result(
+    out: list[np.ndarray | None] | None, output_token_ids: np.ndarray, num_accepted: np.ndarray
+) -> Verification:
+    """The result, written into the ``out`` buffers when given (their shapes checked)."""
+    values = (output_token_ids, num_accepted, num_accepted + 1)
+    if out is None:
+        return Verification(*values)
+    filled = [
+        value.copy() if buffer is None else buffer
+        for buffer, value in zip(out, values, strict=True)
+    ]
+    for buffer, value in zip(filled, values, strict=True):
+        buffer[...] = value
+    return Verification(*filled)
+
+
 def _greedy_rows(greedy: Any, batch: int) -> list[bool]:
     if isinstance(greedy, (bool, np.bool_)):
         return [bool(greedy)] * batch
@@ -279,6 +336,7 @@ def verify(
     recovery_uniforms=None,
     rng=None,
     greedy=False,
+    out=None,
 ) -> Verification:
     """Reference of :func:`specaccept.verify`: the same arguments, the same result."""
     # Types of every argument first, then shapes, then values row by row.
@@ -296,8 +354,20 @@ def verify(
             f"greedy must be a bool or a bool array of shape [B], got {type(greedy).__name__}"
         )
     all_greedy = isinstance(greedy, (bool, np.bool_)) and bool(greedy)
-
     _ndim(ids, "draft_token_ids", 2)
+    buffers = _out_buffers(
+        out,
+        {
+            "draft_token_ids": ids,
+            "target_probs": p,
+            "draft_probs": q,
+            "num_draft_tokens": counts,
+            "uniforms": u,
+            "recovery_uniforms": ru,
+            "greedy": greedy,
+        },
+    )
+
     batch, num_draft = ids.shape
     if not all_greedy:
         if counts is not None:
@@ -319,6 +389,10 @@ def verify(
     _shape(u, "uniforms", (batch, num_draft))
     _shape(ru, "recovery_uniforms", (batch,))
     greedy_rows = _greedy_rows(greedy, batch)
+    if buffers is not None:
+        _shape(buffers[0], "out.output_token_ids", (batch, num_draft + 1))
+        _shape(buffers[1], "out.num_accepted", (batch,))
+        _shape(buffers[2], "out.num_emitted", (batch,))
 
     output_token_ids = np.full((batch, num_draft + 1), -1, dtype=np.int64)
     num_accepted = np.zeros(batch, dtype=np.int64)
@@ -337,7 +411,7 @@ def verify(
         output_token_ids[b, :n] = drafts[:n]
         output_token_ids[b, n] = next_token
         num_accepted[b] = n
-    return Verification(output_token_ids, num_accepted, num_accepted + 1)
+    return _result(buffers, output_token_ids, num_accepted)
 
 
 def _verify_row_greedy(p: np.ndarray, b: int, drafts: list[int]) -> tuple[int, int]:
@@ -373,7 +447,9 @@ def _verify_row_sampled(p, q, u, ru, b: int, drafts: list[int]) -> tuple[int, in
     return k, _sample_target(p, b, k, recovery)
 
 
-def verify_greedy(draft_token_ids, target_token_ids, *, num_draft_tokens=None) -> Verification:
+def verify_greedy(
+    draft_token_ids, target_token_ids, *, num_draft_tokens=None, out=None
+) -> Verification:
     """Reference of :func:`specaccept.verify_greedy`."""
     ids = _ints(draft_token_ids, "draft_token_ids")
     targets = _ints(target_token_ids, "target_token_ids")
@@ -382,9 +458,17 @@ def verify_greedy(draft_token_ids, target_token_ids, *, num_draft_tokens=None) -
     _ndim(targets, "target_token_ids", 2)
     if counts is not None:
         _ndim(counts, "num_draft_tokens", 1)
+    buffers = _out_buffers(
+        out,
+        {"draft_token_ids": ids, "target_token_ids": targets, "num_draft_tokens": counts},
+    )
     batch, num_draft = ids.shape
     _shape(targets, "target_token_ids", (batch, num_draft + 1))
     _shape(counts, "num_draft_tokens", (batch,))
+    if buffers is not None:
+        _shape(buffers[0], "out.output_token_ids", (batch, num_draft + 1))
+        _shape(buffers[1], "out.num_accepted", (batch,))
+        _shape(buffers[2], "out.num_emitted", (batch,))
     output_token_ids = np.full((batch, num_draft + 1), -1, dtype=np.int64)
     num_accepted = np.zeros(batch, dtype=np.int64)
     for b in range(batch):
@@ -406,7 +490,7 @@ def verify_greedy(draft_token_ids, target_token_ids, *, num_draft_tokens=None) -
                 )
             output_token_ids[b, t] = y
         num_accepted[b] = n
-    return Verification(output_token_ids, num_accepted, num_accepted + 1)
+    return _result(buffers, output_token_ids, num_accepted)
 
 
 # --------------------------------------------------------------------------

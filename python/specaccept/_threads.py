@@ -1,0 +1,76 @@
+"""How many threads verification uses for large batches.
+
+Rows of a batch with at least ``PARALLEL_MIN_ELEMENTS`` probability elements
+(``B * V``) are verified in parallel on a pool owned by specaccept; smaller
+batches run on the calling thread. The result is the same bits either way.
+The default is the number of CPUs the process may run on, or the value of the
+environment variable ``SPECACCEPT_NUM_THREADS`` when it is set at import.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+from . import _native
+
+__all__ = ["PARALLEL_MIN_ELEMENTS", "get_num_threads", "set_num_threads"]
+
+#: Batches with fewer probability elements than this (``B * V``) stay on the calling thread.
+PARALLEL_MIN_ELEMENTS: int = _native.PARALLEL_MIN_ELEMENTS
+
+ENVIRONMENT_VARIABLE = "SPECACCEPT_NUM_THREADS"
+
+
+def get_num_threads() -> int:
+    """The number of threads large batches are verified on.
+
+    Examples
+    --------
+    >>> import specaccept
+    >>> specaccept.get_num_threads() >= 1
+    True
+    """
+    return _native.get_num_threads()
+
+
+def set_num_threads(n: int) -> None:
+    """Verify large batches on ``n`` threads from now on (``1``: the calling thread only).
+
+    Calls already running finish with the threads they started with. The setting
+    is process-wide; the environment variable ``SPECACCEPT_NUM_THREADS`` sets it
+    at import.
+
+    Examples
+    --------
+    >>> import specaccept
+    >>> before = specaccept.get_num_threads()
+    >>> specaccept.set_num_threads(1)
+    >>> specaccept.get_num_threads()
+    1
+    >>> specaccept.set_num_threads(before)
+    """
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError(f"n must be an int, got {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    _native.set_num_threads(n)
+
+
+def _apply_environment() -> None:
+    value = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
+    if not value:
+        return
+    try:
+        n = int(value)
+        if n < 1:
+            raise ValueError
+    except ValueError:
+        warnings.warn(
+            f"{ENVIRONMENT_VARIABLE}={value!r} is not a positive integer; "
+            f"using {get_num_threads()} threads",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return
+    _native.set_num_threads(n)

@@ -1,0 +1,95 @@
+//! The worker threads: rows of a large batch are verified in parallel on a
+//! pool owned by specaccept (not rayon's global pool, so a host application's
+//! own rayon settings are left alone). Small batches never touch it.
+//!
+//! The pool is built on first use with [`num_threads`] workers and rebuilt
+//! after [`set_num_threads`]. A process forked while a pool existed does not
+//! inherit its threads, so the child builds a fresh pool (the parent's is
+//! leaked in the child, never joined).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use rayon::{ThreadPool, ThreadPoolBuilder};
+
+use crate::error::CoreError;
+
+/// Below this many probability elements in a batch (`B * V`), verification
+/// stays on the calling thread: waking workers costs more than it saves.
+pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 17;
+
+struct State {
+    /// Requested worker count; `None` = the number of CPUs available.
+    requested: Option<usize>,
+    /// The pool, the worker count it was built with, and the process it belongs to.
+    pool: Option<(Arc<ThreadPool>, usize, u32)>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    requested: None,
+    pool: None,
+});
+
+fn state() -> MutexGuard<'static, State> {
+    // The state stays consistent even if a holder panicked: every write is one assignment.
+    STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The default: the number of CPUs this process may run on.
+pub fn default_num_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The number of threads verification uses for large batches.
+pub fn num_threads() -> usize {
+    state().requested.unwrap_or_else(default_num_threads)
+}
+
+/// Sets the number of threads for large batches (`1` = always the calling
+/// thread). Takes effect from the next call; calls already running finish
+/// on the pool they started with.
+pub fn set_num_threads(n: usize) -> Result<(), CoreError> {
+    if n == 0 {
+        return Err(CoreError::Value {
+            arg: "num_threads",
+            index: Vec::new(),
+            message: "= 0: at least one thread is needed".to_string(),
+        });
+    }
+    state().requested = Some(n);
+    Ok(())
+}
+
+/// The pool to verify a batch of `rows` rows and `elements` probability
+/// elements per row on, or `None` to stay on the calling thread.
+pub(crate) fn pool_for(rows: usize, elements: usize) -> Option<Arc<ThreadPool>> {
+    if rows < 2 || rows.saturating_mul(elements) < PARALLEL_MIN_ELEMENTS {
+        return None;
+    }
+    let mut state = state();
+    let threads = state.requested.unwrap_or_else(default_num_threads);
+    if threads < 2 {
+        return None;
+    }
+    let pid = std::process::id();
+    match &state.pool {
+        Some((pool, built_with, owner)) if *built_with == threads && *owner == pid => {
+            return Some(Arc::clone(pool));
+        }
+        Some((pool, _, owner)) if *owner != pid => {
+            // A forked child: the parent's workers do not exist here. Dropping
+            // the pool would signal threads that are not there; leak it instead.
+            std::mem::forget(Arc::clone(pool));
+        }
+        _ => {}
+    }
+    let pool = ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("specaccept-{i}"))
+        .build()
+        .ok()?;
+    let pool = Arc::new(pool);
+    state.pool = Some((Arc::clone(&pool), threads, pid));
+    Some(pool)
+}
