@@ -1,0 +1,152 @@
+"""Threads: large batches run on a worker pool with the same result, the GIL is
+released around the kernel, and the thread count is settable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import specaccept
+from conftest import random_rows
+from specaccept import reference
+
+
+@pytest.fixture
+def restore_threads():
+    before = specaccept.get_num_threads()
+    yield
+    specaccept.set_num_threads(before)
+
+
+def large_batch(
+    seed: int, batch: int = 24, num_draft: int = 4, vocab: int = 6000, dtype=np.float32
+):
+    """A batch above PARALLEL_MIN_ELEMENTS, with ragged rows, greedy rows and a mix of
+    accepted and rejected positions."""
+    assert batch * vocab >= specaccept.PARALLEL_MIN_ELEMENTS
+    rng = np.random.default_rng(seed)
+    p = random_rows(rng, (batch, num_draft + 1, vocab), dtype)
+    q = random_rows(rng, (batch, num_draft, vocab), dtype)
+    ids = rng.integers(0, vocab, size=(batch, num_draft))
+    # Half the drafts are the target's favourite token: those rows accept further.
+    favourite = np.argmax(p[:, :num_draft], axis=-1)
+    ids = np.where(rng.random((batch, num_draft)) < 0.5, favourite, ids)
+    return dict(
+        draft_token_ids=ids,
+        target_probs=p,
+        draft_probs=q,
+        num_draft_tokens=rng.integers(0, num_draft + 1, size=batch),
+        uniforms=rng.random((batch, num_draft)),
+        recovery_uniforms=rng.random(batch),
+        greedy=rng.random(batch) < 0.25,
+    )
+
+
+def same(a: specaccept.Verification, b: specaccept.Verification) -> None:
+    np.testing.assert_array_equal(a.output_token_ids, b.output_token_ids)
+    np.testing.assert_array_equal(a.num_accepted, b.num_accepted)
+    np.testing.assert_array_equal(a.num_emitted, b.num_emitted)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_every_thread_count_gives_the_reference_result(dtype, restore_threads):
+    case = large_batch(seed=3, dtype=dtype)
+    expected = reference.verify(**case)
+    assert 0 < expected.num_accepted.sum() < case["num_draft_tokens"].sum(), "a mixed batch"
+    for n in (1, 2, 3, 8):
+        specaccept.set_num_threads(n)
+        same(specaccept.verify(**case), expected)
+
+
+def test_errors_name_the_first_bad_row_on_any_thread_count(restore_threads):
+    case = large_batch(seed=4)
+    case["num_draft_tokens"][:] = 4
+    case["greedy"][:] = False
+    case["target_probs"][20, 0, :] = np.nan  # a late row: read on another worker
+    case["target_probs"][5, 0, :] = -1.0  # the first bad row
+    messages = set()
+    for n in (1, 2, 4):
+        specaccept.set_num_threads(n)
+        with pytest.raises(ValueError, match=r"target_probs\[5, 0, \d+\] = -1\.0") as info:
+            specaccept.verify(**case)
+        messages.add(str(info.value))
+    assert len(messages) == 1
+
+
+def test_set_num_threads_checks_its_argument(restore_threads):
+    for bad, error in ((0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="n must"):
+            specaccept.set_num_threads(bad)
+    specaccept.set_num_threads(3)
+    assert specaccept.get_num_threads() == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "expected", "warns"), [("1", "1", False), ("5", "5", False), ("zero", None, True)]
+)
+def test_environment_variable_sets_the_thread_count(value, expected, warns):
+    script = "import specaccept; print(specaccept.get_num_threads())"
+    env = {**os.environ, "SPECACCEPT_NUM_THREADS": value, "PYTHONWARNINGS": "default"}
+    run = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    if expected is not None:
+        assert run.stdout.strip() == expected
+    else:
+        assert int(run.stdout) == len(os.sched_getaffinity(0))
+    assert ("SPECACCEPT_NUM_THREADS='zero' is not a positive integer" in run.stderr) == warns
+
+
+def test_python_threads_verify_concurrently_with_the_same_results(restore_threads):
+    specaccept.set_num_threads(2)
+    cases = [large_batch(seed=s, batch=12, vocab=12000) for s in range(6)]
+    expected = [specaccept.verify(**c) for c in cases]
+    failures: list[str] = []
+
+    def worker(i: int) -> None:
+        for _ in range(5):
+            got = specaccept.verify(**cases[i])
+            if not np.array_equal(got.output_token_ids, expected[i].output_token_ids):
+                failures.append(f"case {i}")
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a verifying thread hung"
+    assert failures == []
+
+
+def test_the_gil_is_released_while_the_kernel_runs(restore_threads):
+    # One long call (all drafts accepted greedily: every row is scanned K+1 times).
+    specaccept.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    p = rng.random((16, 6, 400_000), dtype=np.float32)
+    ids = np.argmax(p[:, :5], axis=-1)
+    start = time.perf_counter()
+    specaccept.verify(ids, p, greedy=True)
+    one_call = time.perf_counter() - start
+
+    done = threading.Event()
+
+    def verify_repeatedly() -> None:
+        for _ in range(3):
+            specaccept.verify(ids, p, greedy=True)
+        done.set()
+
+    worker = threading.Thread(target=verify_repeatedly)
+    longest_gap, last = 0.0, time.perf_counter()
+    worker.start()
+    while not done.is_set():
+        now = time.perf_counter()
+        longest_gap, last = max(longest_gap, now - last), now
+    worker.join()
+    # Holding the GIL through the kernel would stall this loop for a whole call.
+    assert longest_gap < one_call / 3, (longest_gap, one_call)
