@@ -1,0 +1,117 @@
+//! The Rust core alone, without Python: `cargo bench --bench core`.
+//!
+//! Chain verification of float32 batches with draft probabilities, in the
+//! three regimes of `benches/bench_verify.py`: `reject` (every row rejected at
+//! position 0: the residual row pair is read), `accept` (every draft accepted:
+//! the bonus row is read) and `greedy` (argmax of every row, all accepted), on
+//! one thread and on the default number of threads. Criterion reports the
+//! throughput in bytes of probabilities that must be read.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use ndarray::{s, Array1, Array2, Array3, Axis};
+use specaccept::chain::{self, ChainInputs, ChainOutputs, Greedy};
+use specaccept::threads;
+use specaccept::view::{FloatView, IntView};
+
+struct Batch {
+    ids: Array2<i64>,
+    p: Array3<f32>,
+    q: Array3<f32>,
+    u: Array2<f64>,
+    ru: Array1<f64>,
+}
+
+/// Deterministic rows in (0, 1], normalised; drafts and uniforms set for `regime`.
+fn batch(b: usize, k: usize, v: usize, regime: &str) -> Batch {
+    let value = |x: usize| ((x.wrapping_mul(2654435761) >> 7) % 1000 + 1) as f32;
+    let mut p = Array3::from_shape_fn((b, k + 1, v), |(i, t, j)| value(i * 31 + t * 7 + j));
+    let mut q = Array3::from_shape_fn((b, k, v), |(i, t, j)| value(i * 17 + t * 5 + j * 3));
+    for mut row in p.lanes_mut(Axis(2)).into_iter().chain(q.lanes_mut(Axis(2))) {
+        let total: f32 = row.sum();
+        row.mapv_inplace(|x| x / total);
+    }
+    // reject: a token where q > p, and u just below 1 rejects it; accept: a
+    // token where q <= p; greedy: the target's argmax.
+    let ids = Array2::from_shape_fn((b, k), |(i, t)| {
+        let (pr, qr) = (p.slice(s![i, t, ..]), q.slice(s![i, t, ..]));
+        let pick = match regime {
+            "reject" => (0..v).find(|&j| qr[j] > pr[j]),
+            "accept" => (0..v).find(|&j| qr[j] <= pr[j]),
+            _ => (0..v).reduce(|best, j| if pr[j] > pr[best] { j } else { best }),
+        };
+        pick.unwrap_or(0) as i64
+    });
+    let u = Array2::from_elem((b, k), if regime == "reject" { 1.0 - 1e-12 } else { 0.0 });
+    Batch {
+        ids,
+        p,
+        q,
+        u,
+        ru: Array1::from_elem(b, 0.5),
+    }
+}
+
+fn run(batch: &Batch, greedy: bool, out: &mut (Array2<i64>, Array1<i64>, Array1<i64>)) {
+    let inputs = ChainInputs {
+        draft_token_ids: IntView::I64(batch.ids.view()),
+        target_probs: batch.p.view(),
+        draft_probs: Some(batch.q.view()),
+        num_draft_tokens: None,
+        uniforms: Some(FloatView::F64(batch.u.view())),
+        recovery_uniforms: Some(FloatView::F64(batch.ru.view())),
+        greedy: Greedy::All(greedy),
+    };
+    let mut outputs = ChainOutputs {
+        output_token_ids: out.0.view_mut(),
+        num_accepted: out.1.view_mut(),
+        num_emitted: out.2.view_mut(),
+    };
+    chain::verify(&inputs, &mut outputs).expect("valid inputs");
+}
+
+fn verify(c: &mut Criterion) {
+    let default_threads = threads::num_threads();
+    let mut group = c.benchmark_group("verify_f32");
+    group.sample_size(20);
+    for &(b, k, v) in &[(1, 5, 32000), (1, 5, 128256), (64, 5, 128256)] {
+        for regime in ["reject", "accept", "greedy"] {
+            let data = batch(b, k, v, regime);
+            let rows_read = match regime {
+                "reject" => 2,
+                "accept" => 1,
+                _ => k + 1,
+            };
+            group.throughput(Throughput::Bytes((b * rows_read * v * 4) as u64));
+            let mut out = (
+                Array2::zeros((b, k + 1)),
+                Array1::zeros(b),
+                Array1::zeros(b),
+            );
+            for threads_used in [1, default_threads] {
+                if b == 1 && threads_used > 1 {
+                    continue; // one row never leaves the calling thread
+                }
+                threads::set_num_threads(threads_used).expect("at least one thread");
+                let id =
+                    BenchmarkId::new(format!("{regime}/{threads_used}t"), format!("{b}x{k}x{v}"));
+                group.bench_function(id, |bench| {
+                    bench.iter(|| run(&data, regime == "greedy", &mut out))
+                });
+            }
+            let expected = match regime {
+                "reject" => 0,
+                _ => k as i64,
+            };
+            assert!(
+                out.1.iter().all(|&n| n == expected),
+                "{regime}: {:?}",
+                out.1
+            );
+        }
+    }
+    threads::set_num_threads(default_threads).expect("at least one thread");
+    group.finish();
+}
+
+criterion_group!(benches, verify);
+criterion_main!(benches);
