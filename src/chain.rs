@@ -181,7 +181,18 @@ pub fn verify<P: Prob, Q: Prob>(
 ) -> Result<(), CoreError> {
     let dims = inputs.dims()?;
     check_outputs(out, dims.batch, dims.num_draft)?;
-    let Some(pool) = threads::pool_for(dims.batch, dims.vocab) else {
+    // Every row reads at least one row of V (bonus or residual); a greedy row
+    // reads up to K + 1 of them.
+    let rows_read: usize = (0..dims.batch)
+        .map(|b| {
+            if inputs.greedy.row(b) {
+                dims.num_draft + 1
+            } else {
+                1
+            }
+        })
+        .sum();
+    let Some(pool) = threads::pool_for(dims.batch, rows_read.saturating_mul(dims.vocab)) else {
         return verify_rows(inputs, dims, 0, out);
     };
     // A few runs per worker, so rows that read more (greedy, all-accepted)
@@ -633,7 +644,7 @@ mod tests {
     #[test]
     fn parallel_rows_match_the_calling_thread_and_report_the_first_bad_row() {
         // Big enough for the pool: B * V >= PARALLEL_MIN_ELEMENTS.
-        let (batch, k, vocab) = (37, 3, 4000);
+        let (batch, k, vocab) = (37, 3, 12000);
         assert!(batch * vocab >= threads::PARALLEL_MIN_ELEMENTS);
         let hash = |x: usize| (x.wrapping_mul(2654435761) % 1000) as f64 / 1000.0;
         let mut p = Array3::from_shape_fn((batch, k + 1, vocab), |(b, t, i)| {
@@ -664,7 +675,7 @@ mod tests {
         let one = verify_with(1, &p).unwrap();
         let many = verify_with(3, &p).unwrap();
         assert!(
-            threads::pool_for(batch, vocab).is_some(),
+            threads::pool_for(batch, batch * vocab).is_some(),
             "the batch ran on the pool"
         );
         assert_eq!(one.ids, many.ids);

@@ -13,9 +13,11 @@ use rayon::{ThreadPool, ThreadPoolBuilder};
 
 use crate::error::CoreError;
 
-/// Below this many probability elements in a batch (`B * V`), verification
-/// stays on the calling thread: waking workers costs more than it saves.
-pub const PARALLEL_MIN_ELEMENTS: usize = 1 << 17;
+/// Below this many probability elements to read (at least `V` per row, `(K+1) V`
+/// per greedy row), verification stays on the calling thread: about 50 µs of
+/// work on one thread, where waking the workers stops costing more than it saves
+/// (measured on a 2-core VM: `benches/bench_verify.py`).
+pub const PARALLEL_MIN_ELEMENTS: usize = 400_000;
 
 struct State {
     /// Requested worker count; `None` = the number of CPUs available.
@@ -61,10 +63,10 @@ pub fn set_num_threads(n: usize) -> Result<(), CoreError> {
     Ok(())
 }
 
-/// The pool to verify a batch of `rows` rows and `elements` probability
-/// elements per row on, or `None` to stay on the calling thread.
+/// The pool to verify `rows` rows reading about `elements` probabilities in
+/// all on, or `None` to stay on the calling thread.
 pub(crate) fn pool_for(rows: usize, elements: usize) -> Option<Arc<ThreadPool>> {
-    if rows < 2 || rows.saturating_mul(elements) < PARALLEL_MIN_ELEMENTS {
+    if rows < 2 || elements < PARALLEL_MIN_ELEMENTS {
         return None;
     }
     let mut state = state();

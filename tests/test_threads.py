@@ -24,7 +24,7 @@ def restore_threads():
 
 
 def large_batch(
-    seed: int, batch: int = 24, num_draft: int = 4, vocab: int = 6000, dtype=np.float32
+    seed: int, batch: int = 24, num_draft: int = 4, vocab: int = 20000, dtype=np.float32
 ):
     """A batch above PARALLEL_MIN_ELEMENTS, with ragged rows, greedy rows and a mix of
     accepted and rejected positions."""
@@ -105,7 +105,7 @@ def test_environment_variable_sets_the_thread_count(value, expected, warns):
 
 def test_python_threads_verify_concurrently_with_the_same_results(restore_threads):
     specaccept.set_num_threads(2)
-    cases = [large_batch(seed=s, batch=12, vocab=12000) for s in range(6)]
+    cases = [large_batch(seed=s, batch=12, vocab=40000) for s in range(6)]
     expected = [specaccept.verify(**c) for c in cases]
     failures: list[str] = []
 

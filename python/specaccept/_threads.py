@@ -1,8 +1,8 @@
 """How many threads verification uses for large batches.
 
-Rows of a batch with at least ``PARALLEL_MIN_ELEMENTS`` probability elements
-(``B * V``) are verified in parallel on a pool owned by specaccept; smaller
-batches run on the calling thread. The result is the same bits either way.
+Rows of a batch that reads at least ``PARALLEL_MIN_ELEMENTS`` probabilities
+(counting ``V`` per row and ``(K+1) V`` per greedy row) are verified in parallel
+on a pool owned by specaccept; smaller batches run on the calling thread. The result is the same bits either way.
 The default is the number of CPUs the process may run on, or the value of the
 environment variable ``SPECACCEPT_NUM_THREADS`` when it is set at import.
 """
@@ -16,7 +16,8 @@ from . import _native
 
 __all__ = ["PARALLEL_MIN_ELEMENTS", "get_num_threads", "set_num_threads"]
 
-#: Batches with fewer probability elements than this (``B * V``) stay on the calling thread.
+#: Batches reading fewer probabilities than this (``V`` per row, ``(K+1) V`` per
+#: greedy row) stay on the calling thread.
 PARALLEL_MIN_ELEMENTS: int = _native.PARALLEL_MIN_ELEMENTS
 
 ENVIRONMENT_VARIABLE = "SPECACCEPT_NUM_THREADS"
