@@ -4,10 +4,10 @@
 //! GIL released. Nothing a caller controls is unwrapped.
 
 use half::f16;
-use ndarray::{ArrayD, Dimension, Ix1, Ix2, Ix3, IxDyn};
+use ndarray::{ArrayD, ArrayView, ArrayView1, ArrayView2, Axis, Dimension, Ix1, Ix2, Ix3, IxDyn};
 use numpy::{
     dtype, Element, PyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods,
-    PyReadonlyArray, PyUntypedArray, PyUntypedArrayMethods,
+    PyUntypedArray, PyUntypedArrayMethods,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -59,16 +59,32 @@ fn ndarray_arg<'a, 'py, D: Dimension>(
     Ok(arr)
 }
 
+/// An input array, read in place while the GIL is released.
+///
+/// Reading without rust-numpy's borrow tracking (a global registry that costs
+/// a lock per array, a third of a small call) is sound here because the core
+/// never writes an input, and the only arrays written are outputs that
+/// [`out_array`] proves disjoint from every input. Another Python thread
+/// writing an input during the call races with the kernel, as it would with
+/// any NumPy function that releases the GIL.
+struct Input<'py, T, D>(Bound<'py, PyArray<T, D>>);
+
+impl<T: Element, D: Dimension> Input<'_, T, D> {
+    fn as_array(&self) -> ArrayView<'_, T, D> {
+        // SAFETY: aligned and native-endian (checked in `ndarray_arg` and by the
+        // dtype), and not written while the view lives (see the type's docs).
+        unsafe { self.0.as_array() }
+    }
+}
+
 fn borrow<'py, T: Element, D: Dimension>(
     arr: &Bound<'py, PyUntypedArray>,
     name: &str,
-) -> PyResult<PyReadonlyArray<'py, T, D>> {
+) -> PyResult<Input<'py, T, D>> {
     let typed = arr.cast::<PyArray<T, D>>().map_err(|_| {
         PyTypeError::new_err(format!("{name} has an unsupported dtype {}", arr.dtype()))
     })?;
-    typed
-        .try_readonly()
-        .map_err(|e| PyValueError::new_err(format!("{name} cannot be read: {e}")))
+    Ok(Input(typed.clone()))
 }
 
 fn is<T: Element>(arr: &Bound<'_, PyUntypedArray>) -> bool {
@@ -77,9 +93,9 @@ fn is<T: Element>(arr: &Bound<'_, PyUntypedArray>) -> bool {
 
 /// A borrowed float array of any probability dtype.
 enum FloatArg<'py, D: Dimension> {
-    F16(PyReadonlyArray<'py, f16, D>),
-    F32(PyReadonlyArray<'py, f32, D>),
-    F64(PyReadonlyArray<'py, f64, D>),
+    F16(Input<'py, f16, D>),
+    F32(Input<'py, f32, D>),
+    F64(Input<'py, f64, D>),
 }
 
 impl<'py, D: Dimension> FloatArg<'py, D> {
@@ -110,8 +126,8 @@ impl<'py, D: Dimension> FloatArg<'py, D> {
 
 /// A borrowed integer array of either id dtype.
 enum IntArg<'py, D: Dimension> {
-    I32(PyReadonlyArray<'py, i32, D>),
-    I64(PyReadonlyArray<'py, i64, D>),
+    I32(Input<'py, i32, D>),
+    I64(Input<'py, i64, D>),
 }
 
 impl<'py, D: Dimension> IntArg<'py, D> {
@@ -140,7 +156,7 @@ impl<'py, D: Dimension> IntArg<'py, D> {
 fn bool_arg<'py, D: Dimension>(
     obj: &Bound<'py, PyAny>,
     name: &str,
-) -> PyResult<PyReadonlyArray<'py, bool, D>> {
+) -> PyResult<Input<'py, bool, D>> {
     let arr = ndarray_arg::<D>(obj, name)?;
     if !is::<bool>(arr) {
         return Err(PyTypeError::new_err(format!(
@@ -279,14 +295,14 @@ fn with_outputs<'py>(
 ) -> PyResult<ChainResult<'py>> {
     let (ids, accepted, emitted) = buffers;
     {
-        let borrow_error = |e: numpy::BorrowError| PyValueError::new_err(format!("out: {e}"));
-        let mut ids_w = ids.try_readwrite().map_err(borrow_error)?;
-        let mut acc_w = accepted.try_readwrite().map_err(borrow_error)?;
-        let mut emi_w = emitted.try_readwrite().map_err(borrow_error)?;
-        let mut out = ChainOutputs {
-            output_token_ids: ids_w.as_array_mut(),
-            num_accepted: acc_w.as_array_mut(),
-            num_emitted: emi_w.as_array_mut(),
+        // SAFETY: fresh arrays, or caller buffers that `outputs` checked to be
+        // writeable, aligned int64 and disjoint from each other and every input.
+        let mut out = unsafe {
+            ChainOutputs {
+                output_token_ids: ids.as_array_mut(),
+                num_accepted: accepted.as_array_mut(),
+                num_emitted: emitted.as_array_mut(),
+            }
         };
         py.detach(|| work(&mut out))?;
     }
@@ -318,11 +334,13 @@ fn run_chain<'py, 'a, P: Prob, Q: Prob>(
 }
 
 /// Chain verification (see `specaccept.verify`); every argument already normalised:
-/// `uniforms`/`recovery_uniforms` present for rows verified by sampling, `greedy`
-/// a bool or a bool array `[B]`, `out` None or `(output_token_ids, num_accepted,
-/// num_emitted or None)`. Returns `(output_token_ids, num_accepted, num_emitted)`.
+/// `uniforms`/`recovery_uniforms` present for rows verified by sampling (or
+/// `draws`, float64 `[B*K + B]`: the uniforms then the recovery uniforms, as one
+/// Generator call returns them), `greedy` a bool or a bool array `[B]`, `out`
+/// None or `(output_token_ids, num_accepted, num_emitted or None)`. Returns
+/// `(output_token_ids, num_accepted, num_emitted)`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_probs, draft_probs, num_draft_tokens, uniforms, recovery_uniforms, greedy, out=None))]
+#[pyo3(signature = (draft_token_ids, target_probs, draft_probs, num_draft_tokens, uniforms, recovery_uniforms, greedy, out=None, draws=None))]
 #[allow(clippy::too_many_arguments)]
 fn verify<'py>(
     py: Python<'py>,
@@ -334,6 +352,7 @@ fn verify<'py>(
     recovery_uniforms: Option<&Bound<'py, PyAny>>,
     greedy: &Bound<'py, PyAny>,
     out: Option<&Bound<'py, PyAny>>,
+    draws: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<ChainResult<'py>> {
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let target = FloatArg::<Ix3>::extract(target_probs, "target_probs")?;
@@ -373,10 +392,19 @@ fn verify<'py>(
         ],
     )?;
     let (ids, counts) = (ids.view(), counts.as_ref().map(IntArg::view));
-    let (u, ru) = (
-        u.as_ref().map(FloatArg::view),
-        ru.as_ref().map(FloatArg::view),
-    );
+    let draws = optional(draws, |o| {
+        ndarray_arg::<Ix1>(o, "draws").and_then(|a| borrow(a, "draws"))
+    })?;
+    let (u, ru) = match &draws {
+        Some(d) => {
+            let (u, ru) = split_draws(d.as_array(), batch, num_draft)?;
+            (Some(FloatView::F64(u)), Some(FloatView::F64(ru)))
+        }
+        None => (
+            u.as_ref().map(FloatArg::view),
+            ru.as_ref().map(FloatArg::view),
+        ),
+    };
 
     macro_rules! with_draft {
         ($p:expr) => {
@@ -423,6 +451,27 @@ fn verify<'py>(
         FloatArg::F32(p) => with_draft!(p.as_array()),
         FloatArg::F64(p) => with_draft!(p.as_array()),
     }
+}
+
+/// `draws [B*K + B]` as `uniforms [B, K]` and `recovery_uniforms [B]`.
+fn split_draws(
+    draws: ArrayView1<'_, f64>,
+    batch: usize,
+    num_draft: usize,
+) -> PyResult<(ArrayView2<'_, f64>, ArrayView1<'_, f64>)> {
+    let split = batch * num_draft;
+    if draws.len() != split + batch {
+        return Err(PyValueError::new_err(format!(
+            "draws must hold B*K + B = {} values, got {}",
+            split + batch,
+            draws.len()
+        )));
+    }
+    let (u, ru) = draws.split_at(Axis(0), split);
+    let u = u
+        .into_shape_with_order((batch, num_draft))
+        .map_err(|e| PyValueError::new_err(format!("draws: {e}")))?;
+    Ok((u, ru))
 }
 
 /// Greedy verification on target argmax ids (see `specaccept.verify_greedy`).
@@ -517,10 +566,8 @@ fn accepted_prefix_length<'py>(
     let mask_view = mask.as_array();
     let out = PyArray1::<i64>::zeros(py, [mask_view.shape()[0]], false);
     {
-        let mut w = out
-            .try_readwrite()
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let out_view = w.as_array_mut();
+        // SAFETY: a fresh array, shared with nothing.
+        let out_view = unsafe { out.as_array_mut() };
         let counts_view = counts.as_ref().map(IntArg::view);
         py.detach(|| chain::accepted_prefix_length(mask_view, counts_view, out_view))?;
     }

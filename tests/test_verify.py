@@ -261,6 +261,18 @@ def test_same_seed_same_result_and_seed_equals_generator_draws():
     assert a.to_lists() == c.to_lists()
 
 
+def test_a_generator_advances_by_exactly_the_draws_used_whatever_the_dtypes():
+    drafts, p, q = batch()
+    expected = specaccept.verify(drafts, p, q, rng=np.random.default_rng(9))
+    for ids, target in ((drafts, p), (drafts.astype(np.int16), p.astype(">f8"))):
+        g = np.random.default_rng(9)
+        got = specaccept.verify(ids, target, q, rng=g)
+        assert got.to_lists() == expected.to_lists()
+        reference_stream = np.random.default_rng(9)
+        reference_stream.random(6 * 4 + 6)
+        assert g.random() == reference_stream.random()
+
+
 def test_different_seeds_give_different_samples():
     drafts, p, q = batch(batch=50)
     results = {

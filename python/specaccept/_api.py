@@ -228,10 +228,36 @@ def verify(
     (1, [0, 1])
     """
     greedy_rows = _greedy(greedy)
+    buffers = _out_buffers(out)
     u, ru = uniforms, recovery_uniforms
+    if (
+        u is None
+        and ru is None
+        and type(rng) is np.random.Generator
+        and greedy_rows is not True
+        and type(draft_token_ids) is np.ndarray
+        and draft_token_ids.ndim == 2
+    ):
+        # The serving loop's case: one Generator call, split by the native code.
+        batch, num_draft = draft_token_ids.shape
+        draws = rng.random(batch * num_draft + batch)
+        try:
+            result = _native.verify(
+                draft_token_ids,
+                target_probs,
+                draft_probs,
+                num_draft_tokens,
+                None,
+                None,
+                greedy_rows,
+                buffers,
+                draws,
+            )
+            return _verification(*result)
+        except (TypeError, ValueError):
+            u, ru = draws[: batch * num_draft].reshape(batch, num_draft), draws[batch * num_draft :]
     if (u is None or ru is None) and greedy_rows is not True:
         u, ru = _draw_missing(rng, draft_token_ids, num_draft_tokens, u, ru)
-    buffers = _out_buffers(out)
     try:
         # Arrays the native code reads in place go straight through.
         result = _native.verify(
