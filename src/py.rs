@@ -202,22 +202,16 @@ fn byte_span(arr: &Bound<'_, PyUntypedArray>) -> Option<(isize, isize)> {
     Some((first, last + arr.dtype().itemsize() as isize - 1))
 }
 
-fn overlaps(a: &Bound<'_, PyUntypedArray>, b: &Bound<'_, PyAny>) -> bool {
-    let Ok(b) = b.cast::<PyUntypedArray>() else {
-        return false;
-    };
-    match (byte_span(a), byte_span(b)) {
-        (Some((a0, a1)), Some((b0, b1))) => a0 <= b1 && b0 <= a1,
-        _ => false,
-    }
-}
+/// The bytes a named argument occupies, for the overlap checks of `out`.
+type Span<'a> = (&'a str, (isize, isize));
 
 /// One caller-provided output array: int64, rank `D`, writeable, sharing no
-/// memory with any input or with the outputs before it.
-fn out_array<'py, D: Dimension>(
+/// memory with any input or with the outputs before it (`taken`, to which it
+/// is added).
+fn out_array<'py, 'a, D: Dimension>(
     obj: &Bound<'py, PyAny>,
-    name: &str,
-    others: &[(&str, &Bound<'py, PyAny>)],
+    name: &'a str,
+    taken: &mut Vec<Span<'a>>,
 ) -> PyResult<Bound<'py, PyArray<i64, D>>> {
     let arr = ndarray_arg::<D>(obj, name)?;
     if !is::<i64>(arr) {
@@ -226,12 +220,13 @@ fn out_array<'py, D: Dimension>(
             arr.dtype()
         )));
     }
-    for (other, value) in others {
-        if overlaps(arr, value) {
+    if let Some((first, last)) = byte_span(arr) {
+        if let Some((other, _)) = taken.iter().find(|(_, (f, l))| first <= *l && *f <= last) {
             return Err(PyValueError::new_err(format!(
                 "{name} shares memory with {other}; outputs need buffers of their own"
             )));
         }
+        taken.push((name, (first, last)));
     }
     // SAFETY: `arr` is a live ndarray; its flags are plain data.
     let flags = unsafe { (*arr.as_array_ptr()).flags };
@@ -269,19 +264,17 @@ fn outputs<'py>(
             "out must be a tuple (output_token_ids, num_accepted, num_emitted or None)",
         )
     })?;
-    let mut others: Vec<(&str, &Bound<'py, PyAny>)> = inputs
+    let mut taken: Vec<Span<'_>> = inputs
         .iter()
-        .filter_map(|&(name, value)| value.map(|v| (name, v)))
-        .filter(|(_, v)| !v.is_none())
+        .filter_map(|&(name, value)| {
+            let arr = value?.cast::<PyUntypedArray>().ok()?;
+            Some((name, byte_span(arr)?))
+        })
         .collect();
-    let ids = out_array::<Ix2>(&ids, "out.output_token_ids", &others)?;
-    let ids_any = ids.as_any().clone();
-    others.push(("out.output_token_ids", &ids_any));
-    let accepted = out_array::<Ix1>(&accepted, "out.num_accepted", &others)?;
-    let accepted_any = accepted.as_any().clone();
-    others.push(("out.num_accepted", &accepted_any));
+    let ids = out_array::<Ix2>(&ids, "out.output_token_ids", &mut taken)?;
+    let accepted = out_array::<Ix1>(&accepted, "out.num_accepted", &mut taken)?;
     let emitted = match emitted.filter(|e| !e.is_none()) {
-        Some(e) => out_array::<Ix1>(&e, "out.num_emitted", &others)?,
+        Some(e) => out_array::<Ix1>(&e, "out.num_emitted", &mut taken)?,
         None => PyArray1::<i64>::zeros(py, [batch], false),
     };
     Ok((ids, accepted, emitted))
