@@ -150,3 +150,34 @@ def test_the_gil_is_released_while_the_kernel_runs(restore_threads):
     worker.join()
     # Holding the GIL through the kernel would stall this loop for a whole call.
     assert longest_gap < one_call / 3, (longest_gap, one_call)
+
+
+FORK_SCRIPT = """
+import os, sys
+import numpy as np, specaccept
+sys.path.insert(0, {tests!r})
+from test_threads import large_batch
+case = large_batch(seed=5)
+specaccept.set_num_threads(2)
+parent = specaccept.verify(**case)  # the pool's workers now exist in the parent
+pid = os.fork()
+if pid == 0:
+    child = specaccept.verify(**case)  # the child has no workers: a fresh pool
+    same = np.array_equal(child.output_token_ids, parent.output_token_ids)
+    os._exit(0 if same else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX-only")
+def test_a_forked_child_verifies_on_a_fresh_pool():
+    script = FORK_SCRIPT.format(tests=os.path.dirname(__file__))
+    run = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a child waiting on the parent's workers would hang here
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "0", "the child's result differs from the parent's"
