@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _native
+from ._arrays import as_numpy, like_converter
 from ._result import Verification, _verification
 
 __all__ = [
@@ -39,6 +40,7 @@ def _not_array(x: object, name: str, what: str) -> TypeError:
 
 def _floats(x: Any, name: str) -> np.ndarray:
     """``x`` as a float16/32/64 array: in place, or converted from another float dtype."""
+    x = as_numpy(x, name)
     if not isinstance(x, np.ndarray):
         raise _not_array(x, name, "float16, float32 or float64")
     dt = x.dtype
@@ -52,6 +54,7 @@ def _floats(x: Any, name: str) -> np.ndarray:
 
 def _ints(x: Any, name: str) -> np.ndarray:
     """``x`` as an int32/int64 array: in place, or converted from another integer dtype."""
+    x = as_numpy(x, name)
     if not isinstance(x, np.ndarray):
         raise _not_array(x, name, "integers")
     dt = x.dtype
@@ -66,6 +69,7 @@ def _ints(x: Any, name: str) -> np.ndarray:
 
 
 def _bools(x: Any, name: str) -> np.ndarray:
+    x = as_numpy(x, name)
     if not isinstance(x, np.ndarray):
         raise _not_array(x, name, "bool")
     if x.dtype.kind != "b":
@@ -78,6 +82,7 @@ def _greedy(greedy: Any) -> bool | np.ndarray:
         return greedy
     if isinstance(greedy, np.bool_):
         return bool(greedy)
+    greedy = as_numpy(greedy, "greedy")
     if isinstance(greedy, np.ndarray) and greedy.dtype.kind == "b":
         return bool(greedy) if greedy.ndim == 0 else _bools(greedy, "greedy")
     got = f"an array of {greedy.dtype}" if isinstance(greedy, np.ndarray) else type(greedy).__name__
@@ -151,6 +156,7 @@ def verify(
     rng: RngLike = None,
     greedy: bool | npt.ArrayLike = False,
     out: Verification | tuple[npt.NDArray[np.int64], ...] | None = None,
+    like: Any = None,
 ) -> Verification:
     """Verify drafted tokens against the target model (speculative sampling).
 
@@ -199,6 +205,11 @@ def verify(
         be writeable int64 arrays that share no memory with an input or with each
         other. The returned :class:`Verification` holds these arrays. If the call
         raises, their contents are unspecified.
+    like : array or tensor, optional
+        Return the results in this object's framework (``torch.Tensor`` in, tensors
+        out, as views of the same memory); default NumPy. Inputs may be NumPy
+        arrays or any CPU array exporting DLPack or the buffer protocol (PyTorch,
+        JAX, ...), read in place; arrays on an accelerator raise ``TypeError``.
 
     Returns
     -------
@@ -227,6 +238,7 @@ def verify(
     >>> int(r.num_accepted[0]), r.tokens(0).tolist()   # 0.7 < 0.6/0.8: accepted
     (1, [0, 1])
     """
+    convert = like_converter(like)
     greedy_rows = _greedy(greedy)
     buffers = _out_buffers(out)
     u, ru = uniforms, recovery_uniforms
@@ -253,7 +265,7 @@ def verify(
                 buffers,
                 draws,
             )
-            return _verification(*result)
+            return _finish(result, convert)
         except (TypeError, ValueError):
             u, ru = draws[: batch * num_draft].reshape(batch, num_draft), draws[batch * num_draft :]
     if (u is None or ru is None) and greedy_rows is not True:
@@ -283,7 +295,13 @@ def verify(
             greedy_rows,
             buffers,
         )
-    return _verification(*result)
+    return _finish(result, convert)
+
+
+def _finish(result: tuple[Any, Any, Any], convert: Any) -> Verification:
+    if convert is None:
+        return _verification(*result)
+    return _verification(*(convert(a) for a in result))
 
 
 def _draw_missing(
@@ -311,12 +329,18 @@ def _out_buffers(out: Any) -> tuple[Any, Any, Any] | None:
     if out is None:
         return None
     if isinstance(out, Verification):
-        return (out.output_token_ids, out.num_accepted, out.num_emitted)
-    if isinstance(out, (tuple, list)) and len(out) in (2, 3):
-        return (out[0], out[1], out[2] if len(out) == 3 else None)
-    raise TypeError(
-        "out must be a Verification or a tuple (output_token_ids, num_accepted[, num_emitted]),"
-        f" got {type(out).__name__}"
+        ids, accepted, emitted = out.output_token_ids, out.num_accepted, out.num_emitted
+    elif isinstance(out, (tuple, list)) and len(out) in (2, 3):
+        ids, accepted, emitted = out[0], out[1], (out[2] if len(out) == 3 else None)
+    else:
+        raise TypeError(
+            "out must be a Verification or a tuple (output_token_ids, num_accepted[, num_emitted]),"
+            f" got {type(out).__name__}"
+        )
+    return (
+        as_numpy(ids, "out.output_token_ids"),
+        as_numpy(accepted, "out.num_accepted"),
+        None if emitted is None else as_numpy(emitted, "out.num_emitted"),
     )
 
 
@@ -326,6 +350,7 @@ def verify_greedy(
     *,
     num_draft_tokens: npt.ArrayLike | None = None,
     out: Verification | tuple[npt.NDArray[np.int64], ...] | None = None,
+    like: Any = None,
 ) -> Verification:
     """Greedy verification when the target's argmax ids were computed elsewhere.
 
@@ -343,6 +368,8 @@ def verify_greedy(
         Drafts per row, ``0 <= k_b <= K``.
     out : Verification or tuple of int64 arrays, optional
         Buffers to write into, as for :func:`verify`.
+    like : array or tensor, optional
+        The framework of the results, as for :func:`verify`.
 
     Returns
     -------
@@ -356,6 +383,7 @@ def verify_greedy(
     >>> r.to_lists(), r.num_accepted.tolist()
     ([[3, 4, 5, 6], [3, 8]], [3, 1])
     """
+    convert = like_converter(like)
     buffers = _out_buffers(out)
     try:
         result = _native.verify_greedy(draft_token_ids, target_token_ids, num_draft_tokens, buffers)
@@ -366,7 +394,7 @@ def verify_greedy(
             None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens"),
             buffers,
         )
-    return _verification(*result)
+    return _finish(result, convert)
 
 
 def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:
@@ -391,7 +419,14 @@ def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:
     return arrays, scalar
 
 
-def rejection_probability(target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike) -> Any:
+def _output(out: np.ndarray, scalar: bool, convert: Any) -> Any:
+    out = out[()] if scalar else out
+    return out if convert is None else convert(np.asarray(out))
+
+
+def rejection_probability(
+    target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike, *, like: Any = None
+) -> Any:
     """Probability that a drafted token is rejected, elementwise.
 
     ``0`` where accepted outright (``q <= p`` and ``p > 0``), ``1`` where
@@ -401,6 +436,8 @@ def rejection_probability(target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike)
     ----------
     target_prob, draft_prob : float arrays (any rank, broadcastable) or scalars
         ``p(x_t)`` and ``q(x_t)``, each in ``[0, 1]``.
+    like : array or tensor, optional
+        The framework of the result, as for :func:`verify`.
 
     Returns
     -------
@@ -412,13 +449,17 @@ def rejection_probability(target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike)
     >>> round(float(specaccept.rejection_probability(0.6, 0.8)), 12)  # 1 - 0.6/0.8
     0.25
     """
+    convert = like_converter(like)
     (p, q), scalar = _elementwise((target_prob, "target_prob"), (draft_prob, "draft_prob"))
-    out = _native.rejection_probability(p, q)
-    return out[()] if scalar else out
+    return _output(_native.rejection_probability(p, q), scalar, convert)
 
 
 def acceptance_mask(
-    target_prob: npt.ArrayLike, draft_prob: npt.ArrayLike, uniform: npt.ArrayLike
+    target_prob: npt.ArrayLike,
+    draft_prob: npt.ArrayLike,
+    uniform: npt.ArrayLike,
+    *,
+    like: Any = None,
 ) -> Any:
     """The acceptance rule applied to every element (also after a rejection).
 
@@ -430,6 +471,8 @@ def acceptance_mask(
         ``p(x_t)`` and ``q(x_t)``, each in ``[0, 1]``.
     uniform : float array or scalar
         The draws ``u_t`` in ``[0, 1)``.
+    like : array or tensor, optional
+        The framework of the result, as for :func:`verify`.
 
     Returns
     -------
@@ -441,15 +484,15 @@ def acceptance_mask(
     >>> bool(specaccept.acceptance_mask(0.6, 0.8, 0.74)), bool(specaccept.acceptance_mask(0.6, 0.8, 0.75))
     (True, False)
     """
+    convert = like_converter(like)
     (p, q, u), scalar = _elementwise(
         (target_prob, "target_prob"), (draft_prob, "draft_prob"), (uniform, "uniform")
     )
-    out = _native.acceptance_mask(p, q, u)
-    return out[()] if scalar else out
+    return _output(_native.acceptance_mask(p, q, u), scalar, convert)
 
 
 def accepted_prefix_length(
-    accepted: npt.ArrayLike, num_draft_tokens: npt.ArrayLike | None = None
+    accepted: npt.ArrayLike, num_draft_tokens: npt.ArrayLike | None = None, *, like: Any = None
 ) -> npt.NDArray[np.int64]:
     """The accepted prefix length of each row: leading ``True`` among the first ``k_b``.
 
@@ -459,6 +502,8 @@ def accepted_prefix_length(
         Per-position decisions, e.g. from :func:`acceptance_mask`.
     num_draft_tokens : ndarray of int, shape ``[B]``, optional
         Drafts per row, ``0 <= k_b <= K``; later positions are ignored.
+    like : array or tensor, optional
+        The framework of the result, as for :func:`verify`.
 
     Returns
     -------
@@ -470,6 +515,7 @@ def accepted_prefix_length(
     >>> specaccept.accepted_prefix_length(np.array([[True, False, True], [True, True, True]])).tolist()
     [1, 3]
     """
+    convert = like_converter(like)
     mask = _bools(accepted, "accepted")
     counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
-    return _native.accepted_prefix_length(mask, counts)
+    return _output(_native.accepted_prefix_length(mask, counts), False, convert)

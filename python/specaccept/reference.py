@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ._arrays import as_numpy, like_converter
 from ._result import Verification
 
 __all__ = [
@@ -99,6 +100,7 @@ def _row(values: np.ndarray, name: str, b: int, t: int) -> list[float]:
 
 
 def _array(x: Any, name: str, kinds: str, what: str) -> np.ndarray:
+    x = as_numpy(x, name)  # tensors and other CPU arrays: the same memory, as NumPy
     if not isinstance(x, np.ndarray):
         raise TypeError(f"{name} must be a numpy.ndarray of {what}, got {type(x).__name__}")
     if x.dtype.kind not in kinds:
@@ -267,6 +269,8 @@ def _out_buffers(out: Any, inputs: dict[str, Any]) -> list[np.ndarray | None] | 
             "out must be a Verification or a tuple (output_token_ids, num_accepted[, num_emitted]),"
             f" got {type(out).__name__}"
         )
+    names = ("out.output_token_ids", "out.num_accepted", "out.num_emitted")
+    arrays = [None if a is None else as_numpy(a, n) for a, n in zip(arrays, names, strict=True)]
     seen = [(name, x) for name, x in inputs.items() if isinstance(x, np.ndarray)]
     for arr, name, ndim in zip(
         arrays,
@@ -293,24 +297,30 @@ def _out_buffers(out: Any, inputs: dict[str, Any]) -> list[np.ndarray | None] | 
 
 
 def _result(
-    out: list[np.ndarray | None] | None, output_token_ids: np.ndarray, num_accepted: np.ndarray
+    out: list[np.ndarray | None] | None,
+    output_token_ids: np.ndarray,
+    num_accepted: np.ndarray,
+    like: Any,
 ) -> Verification:
-    """The result, written into the ``out`` buffers when given (their shapes checked)."""
+    """The result, written into the ``out`` buffers when given (their shapes checked),
+    in ``like``'s framework."""
+    convert = like_converter(like) or (lambda a: a)
     values = (output_token_ids, num_accepted, num_accepted + 1)
     if out is None:
-        return Verification(*values)
+        return Verification(*(convert(v) for v in values))
     filled = [
         value.copy() if buffer is None else buffer
         for buffer, value in zip(out, values, strict=True)
     ]
     for buffer, value in zip(filled, values, strict=True):
         buffer[...] = value
-    return Verification(*filled)
+    return Verification(*(convert(f) for f in filled))
 
 
 def _greedy_rows(greedy: Any, batch: int) -> list[bool]:
     if isinstance(greedy, (bool, np.bool_)):
         return [bool(greedy)] * batch
+    greedy = as_numpy(greedy, "greedy")
     if isinstance(greedy, np.ndarray) and greedy.dtype.kind == "b":
         if greedy.ndim == 0:
             return [bool(greedy)] * batch
@@ -337,8 +347,10 @@ def verify(
     rng=None,
     greedy=False,
     out=None,
+    like=None,
 ) -> Verification:
     """Reference of :func:`specaccept.verify`: the same arguments, the same result."""
+    like_converter(like)  # an unusable like= fails before any work
     # Types of every argument first, then shapes, then values row by row.
     ids = _ints(draft_token_ids, "draft_token_ids")
     p = _floats(target_probs, "target_probs")
@@ -411,7 +423,7 @@ def verify(
         output_token_ids[b, :n] = drafts[:n]
         output_token_ids[b, n] = next_token
         num_accepted[b] = n
-    return _result(buffers, output_token_ids, num_accepted)
+    return _result(buffers, output_token_ids, num_accepted, like)
 
 
 def _verify_row_greedy(p: np.ndarray, b: int, drafts: list[int]) -> tuple[int, int]:
@@ -448,9 +460,10 @@ def _verify_row_sampled(p, q, u, ru, b: int, drafts: list[int]) -> tuple[int, in
 
 
 def verify_greedy(
-    draft_token_ids, target_token_ids, *, num_draft_tokens=None, out=None
+    draft_token_ids, target_token_ids, *, num_draft_tokens=None, out=None, like=None
 ) -> Verification:
     """Reference of :func:`specaccept.verify_greedy`."""
+    like_converter(like)
     ids = _ints(draft_token_ids, "draft_token_ids")
     targets = _ints(target_token_ids, "target_token_ids")
     counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
@@ -490,7 +503,7 @@ def verify_greedy(
                 )
             output_token_ids[b, t] = y
         num_accepted[b] = n
-    return _result(buffers, output_token_ids, num_accepted)
+    return _result(buffers, output_token_ids, num_accepted, like)
 
 
 # --------------------------------------------------------------------------
@@ -514,19 +527,27 @@ def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:
     return arrays, scalar
 
 
-def rejection_probability(target_prob, draft_prob):
+def _output(out: np.ndarray, scalar: bool, like: Any) -> Any:
+    out = out[()] if scalar else out
+    convert = like_converter(like)
+    return out if convert is None else convert(np.asarray(out))
+
+
+def rejection_probability(target_prob, draft_prob, *, like=None):
     """Reference of :func:`specaccept.rejection_probability`."""
+    like_converter(like)
     (p, q), scalar = _elementwise((target_prob, "target_prob"), (draft_prob, "draft_prob"))
     out = np.zeros(p.shape, dtype=np.float64)
     for index in np.ndindex(p.shape):
         p_i = _gathered(p[index], "target_prob", index)
         q_i = _gathered(q[index], "draft_prob", index)
         out[index] = _rejection_probability(p_i, q_i)
-    return out[()] if scalar else out
+    return _output(out, scalar, like)
 
 
-def acceptance_mask(target_prob, draft_prob, uniform):
+def acceptance_mask(target_prob, draft_prob, uniform, *, like=None):
     """Reference of :func:`specaccept.acceptance_mask`: every position is evaluated."""
+    like_converter(like)
     (p, q, u), scalar = _elementwise(
         (target_prob, "target_prob"), (draft_prob, "draft_prob"), (uniform, "uniform")
     )
@@ -536,11 +557,12 @@ def acceptance_mask(target_prob, draft_prob, uniform):
         q_i = _gathered(q[index], "draft_prob", index)
         u_i = _uniform(u[index], "uniform", index)
         out[index] = _is_accepted(p_i, q_i, u_i)
-    return out[()] if scalar else out
+    return _output(out, scalar, like)
 
 
-def accepted_prefix_length(accepted, num_draft_tokens=None):
+def accepted_prefix_length(accepted, num_draft_tokens=None, *, like=None):
     """Reference of :func:`specaccept.accepted_prefix_length`."""
+    like_converter(like)
     mask = _array(accepted, "accepted", "b", "bool")
     counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
     _ndim(mask, "accepted", 2)
@@ -555,4 +577,4 @@ def accepted_prefix_length(accepted, num_draft_tokens=None):
         while n < k and mask[b, n]:
             n += 1
         out[b] = n
-    return out
+    return _output(out, False, like)
