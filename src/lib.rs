@@ -12,12 +12,14 @@
 //! - [`sample`]: inverse-CDF sampling with the canonical summation order that
 //!   `specaccept.reference` mirrors to the bit; [`simd`] holds its block sums
 //!   (portable, and AVX2 chosen at run time: the same bits).
+//! - [`rate`]: the analytic acceptance rate `sum(min(p, q))` per row.
 //! - [`chain`]: chain verification (`verify`), greedy verification on ids
 //!   (`verify_greedy`) and the accepted-prefix scan; [`threads`] decides when
 //!   rows run in parallel.
 
 pub mod chain;
 pub mod error;
+pub mod rate;
 pub mod rule;
 pub mod sample;
 pub mod simd;

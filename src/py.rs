@@ -15,6 +15,7 @@ use pyo3::types::PyBool;
 
 use crate::chain::{self, ChainInputs, ChainOutputs, Greedy, GreedyIdsInputs};
 use crate::error::CoreError;
+use crate::rate;
 use crate::rule;
 use crate::threads;
 use crate::view::{FloatView, IntView, Prob};
@@ -544,6 +545,45 @@ fn acceptance_mask<'py>(
     shaped(py, pv.shape(), values)
 }
 
+/// `sum(min(p, q))` over the last axis (see `specaccept.acceptance_rate`): float64
+/// of the leading shape.
+#[pyfunction]
+fn acceptance_rate<'py>(
+    py: Python<'py>,
+    target_probs: &Bound<'py, PyAny>,
+    draft_probs: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyArrayDyn<f64>>> {
+    let p = FloatArg::<IxDyn>::extract(target_probs, "target_probs")?;
+    let q = FloatArg::<IxDyn>::extract(draft_probs, "draft_probs")?;
+    let shape = p.view().shape().to_vec();
+    let leading = &shape[..shape.len().saturating_sub(1)];
+    let out = PyArrayDyn::<f64>::zeros(py, leading, false);
+    {
+        // SAFETY: a fresh array, shared with nothing.
+        let mut out_view = unsafe { out.as_array_mut() };
+        let flat = out_view
+            .as_slice_mut()
+            .map(ndarray::ArrayViewMut1::from)
+            .ok_or_else(|| PyValueError::new_err("out: a fresh array is contiguous"))?;
+        let (pv, qv) = (p.view(), q.view());
+        macro_rules! run {
+            ($p:expr) => {
+                match qv {
+                    FloatView::F16(q) => py.detach(|| rate::acceptance_rate($p, q, flat)),
+                    FloatView::F32(q) => py.detach(|| rate::acceptance_rate($p, q, flat)),
+                    FloatView::F64(q) => py.detach(|| rate::acceptance_rate($p, q, flat)),
+                }
+            };
+        }
+        match pv {
+            FloatView::F16(p) => run!(p),
+            FloatView::F32(p) => run!(p),
+            FloatView::F64(p) => run!(p),
+        }?;
+    }
+    Ok(out)
+}
+
 /// Accepted prefix length of a `[B, K]` bool mask (see `specaccept.accepted_prefix_length`).
 #[pyfunction]
 #[pyo3(signature = (accepted, num_draft_tokens))]
@@ -583,8 +623,8 @@ fn set_num_threads(n: usize) -> PyResult<()> {
 mod _native {
     #[pymodule_export]
     use super::{
-        acceptance_mask, accepted_prefix_length, get_num_threads, rejection_probability,
-        set_num_threads, verify, verify_greedy,
+        acceptance_mask, acceptance_rate, accepted_prefix_length, get_num_threads,
+        rejection_probability, set_num_threads, verify, verify_greedy,
     };
 
     #[pymodule_export]

@@ -21,7 +21,7 @@
 use std::marker::PhantomData;
 
 use crate::error::{show, CoreError};
-use crate::simd::{self, combine_lanes, positive_part, Kernel, Portable};
+use crate::simd::{self, combine_lanes, Kernel, PairOp, Portable, Residual};
 use crate::view::{Prob, Row};
 
 /// Elements per block of the canonical summation.
@@ -141,7 +141,7 @@ impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> Weights for ResidualWeights<P, Q,
     #[inline(always)]
     fn block_sum<K: Kernel>(&self, start: usize, end: usize) -> (f64, bool) {
         match (self.p.contiguous(), self.q.contiguous()) {
-            (Some(p), Some(q)) => K::residual(&p[start..end], &q[start..end]),
+            (Some(p), Some(q)) => K::pair::<Residual, _, _>(&p[start..end], &q[start..end]),
             _ => (lane_sum(start, end, |i| self.weight(i)), false),
         }
     }
@@ -156,14 +156,14 @@ impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> Weights for ResidualWeights<P, Q,
     }
     #[inline(always)]
     fn weight(&self, i: usize) -> f64 {
-        positive_part(self.p.at(i).to_f64() - self.q.at(i).to_f64())
+        Residual::apply(self.p.at(i).to_f64(), self.q.at(i).to_f64())
     }
 }
 
 /// The canonical sum of `weight(start..end)` for any row layout; `start` is a
 /// multiple of [`SUM_LANES`].
 #[inline(always)]
-fn lane_sum(start: usize, end: usize, weight: impl Fn(usize) -> f64) -> f64 {
+pub(crate) fn lane_sum(start: usize, end: usize, weight: impl Fn(usize) -> f64) -> f64 {
     let mut lanes = [0.0f64; SUM_LANES];
     let mut i = start;
     while i + SUM_LANES <= end {
@@ -181,7 +181,7 @@ fn lane_sum(start: usize, end: usize, weight: impl Fn(usize) -> f64) -> f64 {
 /// Fills `block_sums` with the canonical block sums of `w` and returns their
 /// total, checking every probability read. Compiled twice: for AVX2 (chosen at
 /// run time) and for the baseline target; both compute the same bits.
-fn sum_blocks<W: Weights>(w: &W, block_sums: &mut Vec<f64>) -> Result<f64, CoreError> {
+pub(crate) fn sum_blocks<W: Weights>(w: &W, block_sums: &mut Vec<f64>) -> Result<f64, CoreError> {
     #[cfg(target_arch = "x86_64")]
     if simd::has_avx2() {
         // SAFETY: the CPU supports AVX2 and F16C, checked just above.

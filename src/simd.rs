@@ -20,9 +20,68 @@ const _: () = assert!(SUM_LANES.is_power_of_two() && SUM_LANES.is_multiple_of(8)
 pub(crate) trait Kernel {
     /// The canonical sum of `p`, and whether every value is surely valid.
     fn dense<P: Prob>(p: &[P]) -> (f64, bool);
-    /// The canonical sum of `max(0, p - q)` (`p`, `q` of equal length), and
+    /// The canonical sum of `O(p_i, q_i)` (`p`, `q` of equal length), and
     /// whether every value of both is surely valid.
-    fn residual<P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool);
+    fn pair<O: PairOp, P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool);
+}
+
+/// What a pair of rows is summed as, elementwise.
+pub(crate) trait PairOp {
+    fn apply(p: f64, q: f64) -> f64;
+    /// [`PairOp::apply`] on four lanes, the same bits.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn apply4(
+        p: std::arch::x86_64::__m256d,
+        q: std::arch::x86_64::__m256d,
+    ) -> std::arch::x86_64::__m256d;
+}
+
+/// `max(0, p - q)`: the residual after a rejection.
+pub(crate) struct Residual;
+
+/// `min(p, q)`: the overlap of two distributions, whose sum is the acceptance rate.
+pub(crate) struct Overlap;
+
+impl PairOp for Residual {
+    #[inline(always)]
+    fn apply(p: f64, q: f64) -> f64 {
+        positive_part(p - q)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn apply4(
+        p: std::arch::x86_64::__m256d,
+        q: std::arch::x86_64::__m256d,
+    ) -> std::arch::x86_64::__m256d {
+        use std::arch::x86_64::*;
+        // MAXPD(d, 0) returns d when d > 0, else 0: `positive_part`.
+        _mm256_max_pd(_mm256_sub_pd(p, q), _mm256_setzero_pd())
+    }
+}
+
+impl PairOp for Overlap {
+    #[inline(always)]
+    fn apply(p: f64, q: f64) -> f64 {
+        // MINPD's rule: the first operand when it is smaller, else the second.
+        if p < q {
+            p
+        } else {
+            q
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn apply4(
+        p: std::arch::x86_64::__m256d,
+        q: std::arch::x86_64::__m256d,
+    ) -> std::arch::x86_64::__m256d {
+        std::arch::x86_64::_mm256_min_pd(p, q)
+    }
 }
 
 /// Plain Rust, for every target.
@@ -70,7 +129,7 @@ impl Kernel for Portable {
     }
 
     #[inline(always)]
-    fn residual<P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
+    fn pair<O: PairOp, P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
         let mut lanes = [0.0f64; SUM_LANES];
         let mut high_p = [P::Bits::default(); SUM_LANES];
         let mut high_q = [Q::Bits::default(); SUM_LANES];
@@ -80,10 +139,10 @@ impl Kernel for Portable {
             for l in 0..SUM_LANES {
                 high_p[l] = high_p[l].max(pc[l].bits());
                 high_q[l] = high_q[l].max(qc[l].bits());
-                lanes[l] += positive_part(pc[l].to_f64() - qc[l].to_f64());
+                lanes[l] += O::apply(pc[l].to_f64(), qc[l].to_f64());
             }
         }
-        add_residual_tail(&mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
+        add_pair_tail::<O, P, Q>(&mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
         let ok = high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
             & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
         (combine_lanes(lanes), ok)
@@ -104,7 +163,7 @@ fn add_dense_tail<P: Prob>(
 }
 
 #[inline(always)]
-fn add_residual_tail<P: Prob, Q: Prob>(
+fn add_pair_tail<O: PairOp, P: Prob, Q: Prob>(
     lanes: &mut [f64; SUM_LANES],
     high_p: &mut [P::Bits; SUM_LANES],
     high_q: &mut [Q::Bits; SUM_LANES],
@@ -114,7 +173,7 @@ fn add_residual_tail<P: Prob, Q: Prob>(
     for (l, (pv, qv)) in p_tail.iter().zip(q_tail).enumerate() {
         high_p[l] = high_p[l].max(pv.bits());
         high_q[l] = high_q[l].max(qv.bits());
-        lanes[l] += positive_part(pv.to_f64() - qv.to_f64());
+        lanes[l] += O::apply(pv.to_f64(), qv.to_f64());
     }
 }
 
@@ -133,7 +192,7 @@ impl<T> Load8 for T {}
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{add_dense_tail, add_residual_tail, combine_lanes, Kernel, SUM_LANES};
+    use super::{add_dense_tail, add_pair_tail, combine_lanes, Kernel, PairOp, SUM_LANES};
     use crate::view::Prob;
 
     /// Whether this CPU runs the AVX2 kernels (cached by std after the first call).
@@ -232,9 +291,9 @@ mod x86 {
             unsafe { dense(p) }
         }
         #[inline(always)]
-        fn residual<P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
+        fn pair<O: PairOp, P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
             // SAFETY: as above; `p` and `q` have equal lengths (checked shapes).
-            unsafe { residual(p, q) }
+            unsafe { pair::<O, P, Q>(p, q) }
         }
     }
 
@@ -274,10 +333,9 @@ mod x86 {
 
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn residual<P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
+    unsafe fn pair<O: PairOp, P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
         let mut acc = [_mm256_setzero_pd(); REGS];
         let (mut high_p, mut high_q) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-        let zero = _mm256_setzero_pd();
         let (p_chunks, p_tail) = p.as_chunks::<SUM_LANES>();
         let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
         for (pc, qc) in p_chunks.iter().zip(q_chunks) {
@@ -285,17 +343,15 @@ mod x86 {
             for (r, (p8, q8)) in eights.enumerate() {
                 let (pa, pb) = P::load8(p8.as_ptr(), &mut high_p);
                 let (qa, qb) = Q::load8(q8.as_ptr(), &mut high_q);
-                // MAXPD(d, 0) returns d when d > 0, else 0: `positive_part`.
-                let (da, db) = (_mm256_sub_pd(pa, qa), _mm256_sub_pd(pb, qb));
-                acc[2 * r] = _mm256_add_pd(acc[2 * r], _mm256_max_pd(da, zero));
-                acc[2 * r + 1] = _mm256_add_pd(acc[2 * r + 1], _mm256_max_pd(db, zero));
+                acc[2 * r] = _mm256_add_pd(acc[2 * r], O::apply4(pa, qa));
+                acc[2 * r + 1] = _mm256_add_pd(acc[2 * r + 1], O::apply4(pb, qb));
             }
         }
         let body_ok = P::all_valid(high_p) & Q::all_valid(high_q);
         let mut lanes = spill(acc);
         let mut high_p = [P::Bits::default(); SUM_LANES];
         let mut high_q = [Q::Bits::default(); SUM_LANES];
-        add_residual_tail(&mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
+        add_pair_tail::<O, P, Q>(&mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
         let ok = body_ok
             & high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
             & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
@@ -345,13 +401,25 @@ mod tests {
             "dense, len {}",
             p.len()
         );
-        let (a, b) = (Portable::residual(p, q), Avx2::residual(p, q));
-        assert_eq!(
-            (a.0.to_bits(), a.1),
-            (b.0.to_bits(), b.1),
-            "residual, len {}",
-            p.len()
-        );
+        for (op, a, b) in [
+            (
+                "residual",
+                Portable::pair::<Residual, _, _>(p, q),
+                Avx2::pair::<Residual, _, _>(p, q),
+            ),
+            (
+                "overlap",
+                Portable::pair::<Overlap, _, _>(p, q),
+                Avx2::pair::<Overlap, _, _>(p, q),
+            ),
+        ] {
+            assert_eq!(
+                (a.0.to_bits(), a.1),
+                (b.0.to_bits(), b.1),
+                "{op}, len {}",
+                p.len()
+            );
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -385,7 +453,7 @@ mod tests {
                     assert!(!Portable::dense(&pb).1, "{bad} at {at} of {len}");
                     let pb32: Vec<f32> = pb.iter().map(|&v| v as f32).collect();
                     check_same(&pb32, &q32);
-                    assert!(!Portable::residual(&q32, &pb32).1);
+                    assert!(!Portable::pair::<Residual, _, _>(&q32, &pb32).1);
                     let pb16: Vec<half::f16> = pb.iter().map(|&v| half::f16::from_f64(v)).collect();
                     check_same(&pb16, &p16);
                     assert!(!Portable::dense(&pb16).1);

@@ -9,6 +9,7 @@ target model exactly. The work runs in Rust over NumPy buffers read in place;
 from ._api import (
     RngLike,
     acceptance_mask,
+    acceptance_rate,
     accepted_prefix_length,
     rejection_probability,
     verify,
@@ -27,6 +28,7 @@ __all__ = [
     "Verification",
     "__version__",
     "acceptance_mask",
+    "acceptance_rate",
     "accepted_prefix_length",
     "get_num_threads",
     "rejection_probability",

@@ -20,6 +20,7 @@ from ._result import Verification, _verification
 __all__ = [
     "RngLike",
     "acceptance_mask",
+    "acceptance_rate",
     "accepted_prefix_length",
     "rejection_probability",
     "verify",
@@ -489,6 +490,42 @@ def acceptance_mask(
         (target_prob, "target_prob"), (draft_prob, "draft_prob"), (uniform, "uniform")
     )
     return _output(_native.acceptance_mask(p, q, u), scalar, convert)
+
+
+def acceptance_rate(
+    target_probs: npt.ArrayLike, draft_probs: npt.ArrayLike, *, like: Any = None
+) -> Any:
+    """The analytic acceptance rate ``alpha = sum_x min(p(x), q(x))`` of each row.
+
+    The probability that a token drawn from the draft distribution ``q`` is
+    accepted against the target ``p`` (Leviathan et al., 2023): the ``a`` of
+    :func:`expected_tokens_per_step` and :func:`best_num_draft_tokens`. Rows
+    need not be normalised. Summed in float64 in the canonical order, in
+    parallel for large inputs; read in place like every input.
+
+    Parameters
+    ----------
+    target_probs, draft_probs : float16/32/64 arrays of the same shape ``[..., V]``
+    like : array or tensor, optional
+        The framework of the result, as for :func:`verify`.
+
+    Returns
+    -------
+    ndarray of float64, shape ``[...]`` (a float64 scalar for one row ``[V]``).
+
+    Examples
+    --------
+    >>> import numpy as np, specaccept
+    >>> p = np.array([0.6, 0.4, 0.0])
+    >>> q = np.array([0.8, 0.1, 0.1])
+    >>> round(float(specaccept.acceptance_rate(p, q)), 12)   # 0.6 + 0.1 + 0.0
+    0.7
+    """
+    convert = like_converter(like)
+    p = _floats(target_probs, "target_probs")
+    q = _floats(draft_probs, "draft_probs")
+    out = _native.acceptance_rate(p, q)
+    return _output(out, out.ndim == 0, convert)
 
 
 def accepted_prefix_length(

@@ -39,6 +39,9 @@ def acceptance_mask(
     draft_prob: npt.NDArray[np.floating],
     uniform: npt.NDArray[np.floating],
 ) -> npt.NDArray[np.bool_]: ...
+def acceptance_rate(
+    target_probs: npt.NDArray[np.floating], draft_probs: npt.NDArray[np.floating]
+) -> npt.NDArray[np.float64]: ...
 def accepted_prefix_length(
     accepted: npt.NDArray[np.bool_], num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None
 ) -> npt.NDArray[np.int64]: ...

@@ -26,6 +26,7 @@ __all__ = [
     "SUM_BLOCK",
     "SUM_LANES",
     "acceptance_mask",
+    "acceptance_rate",
     "accepted_prefix_length",
     "rejection_probability",
     "sample_index",
@@ -558,6 +559,32 @@ def acceptance_mask(target_prob, draft_prob, uniform, *, like=None):
         u_i = _uniform(u[index], "uniform", index)
         out[index] = _is_accepted(p_i, q_i, u_i)
     return _output(out, scalar, like)
+
+
+def acceptance_rate(target_probs, draft_probs, *, like=None):
+    """Reference of :func:`specaccept.acceptance_rate`: ``sum(min(p, q))`` per row,
+    in the canonical summation order."""
+    like_converter(like)
+    p = _floats(target_probs, "target_probs")
+    q = _floats(draft_probs, "draft_probs")
+    if p.ndim == 0:
+        raise ValueError("target_probs: must have at least one axis [..., V]")
+    if q.shape != p.shape:
+        raise ValueError(
+            f"draft_probs: has shape {q.shape}, expected {p.shape} (the shape of target_probs)"
+        )
+    out = np.zeros(p.shape[:-1], dtype=np.float64)
+    for index in np.ndindex(p.shape[:-1]):
+        overlap = []
+        for i in range(p.shape[-1]):
+            p_i = _entry(p[(*index, i)], "target_probs", (*index, i))
+            q_i = _entry(q[(*index, i)], "draft_probs", (*index, i))
+            overlap.append(p_i if p_i < q_i else q_i)
+        total = 0.0
+        for start in range(0, len(overlap), SUM_BLOCK):
+            total += _block_sum(overlap[start : start + SUM_BLOCK])
+        out[index] = total
+    return _output(out, out.ndim == 0, like)
 
 
 def accepted_prefix_length(accepted, num_draft_tokens=None, *, like=None):

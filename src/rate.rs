@@ -1,0 +1,205 @@
+//! The analytic acceptance rate `alpha = sum_x min(p(x), q(x))`: the
+//! probability that a token drawn from the draft `q` is accepted against the
+//! target `p` (Leviathan et al., 2023, section 3.1), per row of `[..., V]`.
+//! Rows are summed in the canonical order of [`crate::sample`] (the reference
+//! follows it to the bit) and run on the worker pool when large.
+
+use std::marker::PhantomData;
+
+use ndarray::{ArrayView1, ArrayViewD, ArrayViewMut1, Axis};
+
+use crate::error::{show, CoreError};
+use crate::sample::{self, Weights};
+use crate::simd::{Kernel, Overlap, PairOp};
+use crate::threads;
+use crate::view::{unravel, Prob, Row};
+
+/// `w = min(p, q)` over one row; errors name `[leading index..., i]`.
+struct OverlapWeights<'s, P, Q, RP, RQ> {
+    p: RP,
+    q: RQ,
+    row: usize,
+    leading: &'s [usize],
+    _elem: PhantomData<(P, Q)>,
+}
+
+impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> OverlapWeights<'_, P, Q, RP, RQ> {
+    fn bad(&self, arg: &'static str, i: usize, v: f64) -> CoreError {
+        let mut index = unravel(self.row, self.leading);
+        index.push(i);
+        CoreError::value(
+            arg,
+            &index,
+            format!(
+                "= {}: probabilities must be finite and non-negative",
+                show(v)
+            ),
+        )
+    }
+}
+
+impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> Weights for OverlapWeights<'_, P, Q, RP, RQ> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.p.len()
+    }
+    #[inline(always)]
+    fn block_sum<K: Kernel>(&self, start: usize, end: usize) -> (f64, bool) {
+        match (self.p.contiguous(), self.q.contiguous()) {
+            (Some(p), Some(q)) => K::pair::<Overlap, _, _>(&p[start..end], &q[start..end]),
+            _ => (sample::lane_sum(start, end, |i| self.weight(i)), false),
+        }
+    }
+    fn check(&self, start: usize, end: usize) -> Result<(), CoreError> {
+        // The first bad value in reading order: p_i, then q_i.
+        let valid = |v: f64| (0.0..=f64::MAX).contains(&v);
+        for i in start..end {
+            let (p, q) = (self.p.at(i).to_f64(), self.q.at(i).to_f64());
+            if !valid(p) {
+                return Err(self.bad("target_probs", i, p));
+            }
+            if !valid(q) {
+                return Err(self.bad("draft_probs", i, q));
+            }
+        }
+        Ok(())
+    }
+    #[inline(always)]
+    fn weight(&self, i: usize) -> f64 {
+        Overlap::apply(self.p.at(i).to_f64(), self.q.at(i).to_f64())
+    }
+}
+
+fn row_rate<P: Prob, Q: Prob>(
+    p: ArrayView1<'_, P>,
+    q: ArrayView1<'_, Q>,
+    row: usize,
+    leading: &[usize],
+    scratch: &mut Vec<f64>,
+) -> Result<f64, CoreError> {
+    match (p.as_slice(), q.as_slice()) {
+        (Some(p), Some(q)) => sample::sum_blocks(
+            &OverlapWeights {
+                p,
+                q,
+                row,
+                leading,
+                _elem: PhantomData,
+            },
+            scratch,
+        ),
+        _ => sample::sum_blocks(
+            &OverlapWeights {
+                p,
+                q,
+                row,
+                leading,
+                _elem: PhantomData,
+            },
+            scratch,
+        ),
+    }
+}
+
+/// `sum(min(p, q))` over the last axis of two same-shape arrays, into `out`
+/// (one entry per row, rows in C order of the leading axes).
+pub fn acceptance_rate<P: Prob, Q: Prob>(
+    target_probs: ArrayViewD<'_, P>,
+    draft_probs: ArrayViewD<'_, Q>,
+    mut out: ArrayViewMut1<'_, f64>,
+) -> Result<(), CoreError> {
+    if target_probs.ndim() == 0 {
+        return Err(CoreError::shape(
+            "target_probs",
+            "must have at least one axis [..., V]",
+        ));
+    }
+    if draft_probs.shape() != target_probs.shape() {
+        return Err(CoreError::shape(
+            "draft_probs",
+            format!(
+                "has shape {:?}, expected {:?} (the shape of target_probs)",
+                draft_probs.shape(),
+                target_probs.shape()
+            ),
+        ));
+    }
+    let last = Axis(target_probs.ndim() - 1);
+    let leading = &target_probs.shape()[..last.index()];
+    let rows: Vec<_> = target_probs
+        .lanes(last)
+        .into_iter()
+        .zip(draft_probs.lanes(last))
+        .collect();
+    if out.len() != rows.len() {
+        return Err(CoreError::shape("out", "must have one entry per row"));
+    }
+    let vocab = target_probs.shape()[last.index()];
+    let run_rows = |first: usize,
+                    pairs: &[(ArrayView1<'_, P>, ArrayView1<'_, Q>)],
+                    mut out: ArrayViewMut1<'_, f64>|
+     -> Result<(), CoreError> {
+        let mut scratch = Vec::new();
+        for (i, (p, q)) in pairs.iter().enumerate() {
+            out[i] = row_rate(p.view(), q.view(), first + i, leading, &mut scratch)?;
+        }
+        Ok(())
+    };
+    let Some(pool) = threads::pool_for(rows.len(), rows.len().saturating_mul(vocab)) else {
+        return run_rows(0, &rows, out);
+    };
+    let run = rows.len().div_ceil(4 * pool.current_num_threads()).max(1);
+    let mut results: Vec<Result<(), CoreError>> = Vec::new();
+    results.resize_with(rows.len().div_ceil(run), || Ok(()));
+    pool.scope(|scope| {
+        let parts = rows.chunks(run).zip(out.axis_chunks_iter_mut(Axis(0), run));
+        for (i, ((pairs, part), result)) in parts.zip(&mut results).enumerate() {
+            let run_rows = &run_rows;
+            scope.spawn(move |_| *result = run_rows(i * run, pairs, part));
+        }
+    });
+    // Runs are in row order: the first error is the first bad row's.
+    results.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ndarray::{array, Array1, ArrayD, IxDyn};
+
+    fn rate(p: &ArrayD<f64>, q: &ArrayD<f64>) -> Result<Vec<f64>, CoreError> {
+        let rows = p.len() / p.shape().last().copied().unwrap_or(1).max(1);
+        let mut out = Array1::zeros(rows);
+        acceptance_rate(p.view(), q.view(), out.view_mut())?;
+        Ok(out.to_vec())
+    }
+
+    #[test]
+    fn overlap_of_two_distributions() {
+        let p = array![[0.6, 0.4, 0.0], [1.0, 0.0, 0.0]].into_dyn();
+        let q = array![[0.8, 0.1, 0.1], [0.0, 0.5, 0.5]].into_dyn();
+        // min: [0.6, 0.1, 0.0] and [0.0, 0.0, 0.0].
+        assert_eq!(rate(&p, &q).unwrap(), vec![0.6 + 0.1, 0.0]);
+        assert_eq!(
+            rate(&p, &p).unwrap(),
+            vec![1.0, 1.0],
+            "a draft equal to the target"
+        );
+    }
+
+    #[test]
+    fn errors_name_the_full_index() {
+        let mut p = ArrayD::from_elem(IxDyn(&[2, 3, 4]), 0.25);
+        let q = p.clone();
+        p[[1, 2, 3]] = f64::NAN;
+        assert_eq!(
+            rate(&p, &q).unwrap_err().to_string(),
+            "target_probs[1, 2, 3] = nan: probabilities must be finite and non-negative"
+        );
+        let short = ArrayD::from_elem(IxDyn(&[2, 3, 5]), 0.2);
+        assert!(rate(&short, &q)
+            .unwrap_err()
+            .to_string()
+            .starts_with("draft_probs"));
+    }
+}
