@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import specaccept
-from specaccept import _api, _result, reference
+from specaccept import _api, _result, _stats, _threads, reference
 
 PUBLIC_FUNCTIONS = [
     "verify",
@@ -18,10 +18,11 @@ PUBLIC_FUNCTIONS = [
     "rejection_probability",
     "acceptance_mask",
     "accepted_prefix_length",
+    "acceptance_rate",
 ]
 
 
-@pytest.mark.parametrize("module", [_api, _result])
+@pytest.mark.parametrize("module", [_api, _result, _stats, _threads])
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
@@ -36,6 +37,13 @@ def test_public_functions_are_documented_and_mirrored_by_the_reference(name):
     assert inspect.signature(getattr(reference, name)).parameters.keys() == (
         inspect.signature(fn).parameters.keys()
     )
+
+
+@pytest.mark.parametrize("name", specaccept.__all__)
+def test_every_public_name_is_documented(name):
+    value = getattr(specaccept, name)
+    if callable(value):
+        assert inspect.getdoc(value), name
 
 
 def test_stub_names_match_the_extension():

@@ -181,3 +181,37 @@ def test_a_forked_child_verifies_on_a_fresh_pool():
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "0", "the child's result differs from the parent's"
+
+
+def test_eight_serving_threads_for_seconds_match_the_single_threaded_results(restore_threads):
+    # A serving pattern: 8 Python threads, each verifying its own stream of batches
+    # (small ones on the calling thread, large ones on the pool) for a few seconds.
+    cases = [
+        large_batch(seed=100 + i, batch=(1, 4, 24)[i % 3], vocab=(32000, 20000, 20000)[i % 3])
+        for i in range(8)
+    ]
+    specaccept.set_num_threads(1)
+    expected = [specaccept.verify(**c) for c in cases]
+    specaccept.set_num_threads(2)
+    deadline = time.monotonic() + 3.0
+    calls = [0] * len(cases)
+    failures: list[str] = []
+
+    def serve(i: int) -> None:
+        while time.monotonic() < deadline:
+            got = specaccept.verify(**cases[i])
+            calls[i] += 1
+            if not (
+                np.array_equal(got.output_token_ids, expected[i].output_token_ids)
+                and np.array_equal(got.num_accepted, expected[i].num_accepted)
+            ):
+                failures.append(f"thread {i}, call {calls[i]}")
+
+    threads = [threading.Thread(target=serve, args=(i,)) for i in range(len(cases))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a serving thread hung"
+    assert failures == []
+    assert min(calls) >= 3, calls

@@ -16,6 +16,12 @@ from ._api import (
     verify_greedy,
 )
 from ._result import Verification
+from ._stats import (
+    AcceptanceStats,
+    best_num_draft_tokens,
+    expected_speedup,
+    expected_tokens_per_step,
+)
 from ._threads import PARALLEL_MIN_ELEMENTS, _apply_environment, get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
@@ -24,12 +30,16 @@ _apply_environment()
 
 __all__ = [
     "PARALLEL_MIN_ELEMENTS",
+    "AcceptanceStats",
     "RngLike",
     "Verification",
     "__version__",
     "acceptance_mask",
     "acceptance_rate",
     "accepted_prefix_length",
+    "best_num_draft_tokens",
+    "expected_speedup",
+    "expected_tokens_per_step",
     "get_num_threads",
     "rejection_probability",
     "set_num_threads",

@@ -1,0 +1,293 @@
+"""Acceptance statistics of a serving run, and the closed forms that use them.
+
+A serving engine tunes ``K`` (drafted tokens per step) from how often drafts are
+accepted. :class:`AcceptanceStats` accumulates what each :func:`~specaccept.verify`
+step kept; the closed forms of Leviathan et al., "Fast Inference from Transformers
+via Speculative Decoding" (ICML 2023), turn a per-token acceptance probability
+``a`` into the expected tokens per step, the walltime improvement, and the best
+``K``. :func:`~specaccept.acceptance_rate` gives ``a`` analytically from the two
+distributions; :attr:`AcceptanceStats.alpha` estimates it from a run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "AcceptanceStats",
+    "best_num_draft_tokens",
+    "expected_speedup",
+    "expected_tokens_per_step",
+]
+
+
+def _check_rate(a: float, name: str = "a") -> float:
+    if isinstance(a, bool) or not isinstance(a, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number in [0, 1], got {type(a).__name__}")
+    a = float(a)
+    if not 0.0 <= a <= 1.0:
+        raise ValueError(f"{name} must lie in [0, 1], got {a}")
+    return a
+
+
+def _check_count(k: int, name: str) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(k).__name__}")
+    if k < 0:
+        raise ValueError(f"{name} must be >= 0, got {k}")
+    return int(k)
+
+
+def expected_tokens_per_step(a: float, k: int) -> float:
+    """Expected tokens emitted by one verification step: ``(1 - a^(k+1)) / (1 - a)``.
+
+    ``a`` is the probability that a drafted token is accepted (independently per
+    position), ``k`` the number of drafted tokens. Includes the replacement or
+    bonus token, so it is between 1 (``a = 0``) and ``k + 1`` (``a = 1``).
+
+    Examples
+    --------
+    >>> import specaccept
+    >>> specaccept.expected_tokens_per_step(0.5, 1), specaccept.expected_tokens_per_step(1.0, 4)
+    (1.5, 5.0)
+    """
+    a, k = _check_rate(a), _check_count(k, "k")
+    if a == 1.0:
+        return float(k + 1)
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def expected_speedup(a: float, k: int, c: float) -> float:
+    """Expected walltime improvement of speculative decoding over plain decoding.
+
+    ``(1 - a^(k+1)) / ((1 - a) (k c + 1))`` (Leviathan et al., 2023, Theorem 3.8):
+    one step costs ``k`` draft calls and one target call, ``c`` being the cost of a
+    draft call relative to a target call, and emits
+    :func:`expected_tokens_per_step` tokens. Values below 1 mean a slowdown.
+
+    Examples
+    --------
+    >>> import specaccept
+    >>> round(specaccept.expected_speedup(0.8, 4, 0.05), 4)   # 3.3616 tokens for 1.2 calls
+    2.8013
+    """
+    c = float(c)
+    if not (c >= 0.0 and math.isfinite(c)):
+        raise ValueError(f"c must be a finite cost ratio >= 0, got {c}")
+    return expected_tokens_per_step(a, k) / (k * c + 1.0)
+
+
+def best_num_draft_tokens(a: float, c: float, max_k: int = 64) -> int:
+    """The ``k`` in ``0..max_k`` with the largest :func:`expected_speedup` (smallest on ties).
+
+    ``0`` means speculation does not pay: plain decoding is faster.
+
+    Examples
+    --------
+    >>> import specaccept
+    >>> specaccept.best_num_draft_tokens(0.8, 0.05), specaccept.best_num_draft_tokens(0.1, 0.5)
+    (8, 0)
+    """
+    max_k = _check_count(max_k, "max_k")
+    speedups = [expected_speedup(a, k, c) for k in range(max_k + 1)]
+    return int(np.argmax(speedups))
+
+
+def _counts(x: Any, name: str) -> np.ndarray:
+    from ._arrays import as_numpy
+
+    arr = np.asarray(as_numpy(x, name))
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers, got {arr.dtype}")
+    return arr.astype(np.int64, copy=False)
+
+
+def _padded_sum(a: list[int], b: list[int]) -> list[int]:
+    n = max(len(a), len(b))
+    return [(a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n)]
+
+
+@dataclass
+class AcceptanceStats:
+    """What verification steps kept, accumulated row by row (one row = one sequence-step).
+
+    Feed it every result with :meth:`update`; combine workers with :meth:`merge`
+    (or ``+``); store it with :meth:`to_dict` / :meth:`to_json`.
+
+    Attributes
+    ----------
+    num_steps : int
+        Rows verified (vLLM's ``num_drafts``).
+    num_draft_tokens : int
+        Drafted tokens, ``sum(k_b)``.
+    num_accepted_tokens : int
+        Accepted drafts, ``sum(n_b)``.
+    num_emitted_tokens : int
+        Tokens emitted, ``sum(n_b + 1)`` (accepted drafts plus the replacement or bonus).
+    num_tried_tokens : int
+        Drafts whose acceptance test ran: the accepted ones plus the rejected one
+        of each row that rejected (later drafts are never tested).
+    drafted_per_position : list of int
+        Entry ``t``: rows that drafted a token at position ``t`` (``k_b > t``).
+    accepted_per_position : list of int
+        Entry ``t``: rows whose token at position ``t`` was accepted (``n_b > t``).
+    accepted_length_histogram : list of int
+        Entry ``n``: rows with exactly ``n`` accepted drafts.
+
+    Examples
+    --------
+    >>> import numpy as np, specaccept
+    >>> stats = specaccept.AcceptanceStats()
+    >>> r = specaccept.verify_greedy(np.array([[3, 4, 5], [3, 4, 5]]),
+    ...                              np.array([[3, 4, 5, 6], [3, 8, 5, 6]]))
+    >>> stats.update(r)
+    >>> stats.num_accepted_tokens, stats.accepted_length_histogram, stats.mean_emitted_tokens
+    (4, [0, 1, 0, 1], 3.0)
+    """
+
+    num_steps: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_emitted_tokens: int = 0
+    num_tried_tokens: int = 0
+    drafted_per_position: list[int] = field(default_factory=list)
+    accepted_per_position: list[int] = field(default_factory=list)
+    accepted_length_histogram: list[int] = field(default_factory=list)
+
+    def update(self, result: Any, num_draft_tokens: Any = None) -> None:
+        """Add one verification step: a :class:`~specaccept.Verification` (NumPy or
+        ``like=`` arrays) and the draft counts it was called with (``None``: ``K``
+        for every row, ``K`` from ``result.output_token_ids``)."""
+        accepted = _counts(result.num_accepted, "result.num_accepted")
+        ids = np.asarray(_counts(result.output_token_ids, "result.output_token_ids"))
+        if accepted.ndim != 1 or ids.ndim != 2 or ids.shape[0] != accepted.shape[0]:
+            raise ValueError("result: expected num_accepted [B] and output_token_ids [B, K+1]")
+        batch, num_draft = accepted.shape[0], ids.shape[1] - 1
+        if num_draft_tokens is None:
+            drafts = np.full(batch, num_draft, dtype=np.int64)
+        else:
+            drafts = _counts(num_draft_tokens, "num_draft_tokens")
+            if drafts.shape != (batch,):
+                raise ValueError(f"num_draft_tokens: has shape {drafts.shape}, expected ({batch},)")
+        if (accepted < 0).any() or (accepted > drafts).any() or (drafts > num_draft).any():
+            raise ValueError("num_accepted and num_draft_tokens must satisfy 0 <= n_b <= k_b <= K")
+        positions = np.arange(max(num_draft, 0))
+        self.num_steps += batch
+        self.num_draft_tokens += int(drafts.sum())
+        self.num_accepted_tokens += int(accepted.sum())
+        self.num_emitted_tokens += int(accepted.sum()) + batch
+        self.num_tried_tokens += int(accepted.sum() + (accepted < drafts).sum())
+        drafted = (drafts[:, None] > positions).sum(axis=0).tolist()
+        kept = (accepted[:, None] > positions).sum(axis=0).tolist()
+        histogram = np.bincount(accepted, minlength=num_draft + 1).tolist()
+        self.drafted_per_position = _padded_sum(self.drafted_per_position, drafted)
+        self.accepted_per_position = _padded_sum(self.accepted_per_position, kept)
+        self.accepted_length_histogram = _padded_sum(self.accepted_length_histogram, histogram)
+
+    # --- derived rates ----------------------------------------------------------------
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted drafts / drafted tokens (vLLM's draft acceptance rate); NaN before any draft."""
+        return (
+            self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else math.nan
+        )
+
+    @property
+    def alpha(self) -> float:
+        """Estimate of the per-token acceptance probability ``a``: accepted / tried.
+
+        Under independent acceptance with probability ``a`` at every position, each
+        tried draft is a Bernoulli(``a``) trial, so this is the maximum-likelihood
+        estimate, the value to pass to :func:`expected_tokens_per_step`.
+        """
+        return (
+            self.num_accepted_tokens / self.num_tried_tokens if self.num_tried_tokens else math.nan
+        )
+
+    @property
+    def position_acceptance_rate(self) -> list[float]:
+        """Entry ``t``: rows accepting position ``t`` / rows that drafted it."""
+        return [
+            a / d if d else math.nan
+            for a, d in zip(self.accepted_per_position, self.drafted_per_position, strict=True)
+        ]
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Accepted drafts per row: ``mean(n_b)``."""
+        return self.num_accepted_tokens / self.num_steps if self.num_steps else math.nan
+
+    @property
+    def mean_emitted_tokens(self) -> float:
+        """Tokens emitted per row: ``mean(n_b + 1)`` (vLLM's and SGLang's "acceptance length")."""
+        return self.num_emitted_tokens / self.num_steps if self.num_steps else math.nan
+
+    # --- combining and storing --------------------------------------------------------
+
+    def merge(self, other: AcceptanceStats) -> AcceptanceStats:
+        """The statistics of both runs (e.g. two workers); neither operand changes."""
+        if not isinstance(other, AcceptanceStats):
+            raise TypeError(f"can only merge AcceptanceStats, got {type(other).__name__}")
+        return AcceptanceStats(
+            num_steps=self.num_steps + other.num_steps,
+            num_draft_tokens=self.num_draft_tokens + other.num_draft_tokens,
+            num_accepted_tokens=self.num_accepted_tokens + other.num_accepted_tokens,
+            num_emitted_tokens=self.num_emitted_tokens + other.num_emitted_tokens,
+            num_tried_tokens=self.num_tried_tokens + other.num_tried_tokens,
+            drafted_per_position=_padded_sum(self.drafted_per_position, other.drafted_per_position),
+            accepted_per_position=_padded_sum(
+                self.accepted_per_position, other.accepted_per_position
+            ),
+            accepted_length_histogram=_padded_sum(
+                self.accepted_length_histogram, other.accepted_length_histogram
+            ),
+        )
+
+    def __add__(self, other: AcceptanceStats) -> AcceptanceStats:
+        return self.merge(other)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The counts as plain ``int`` and ``list`` (JSON-ready); rates are derived."""
+        return {
+            "num_steps": self.num_steps,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "num_emitted_tokens": self.num_emitted_tokens,
+            "num_tried_tokens": self.num_tried_tokens,
+            "drafted_per_position": list(self.drafted_per_position),
+            "accepted_per_position": list(self.accepted_per_position),
+            "accepted_length_histogram": list(self.accepted_length_histogram),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AcceptanceStats:
+        """The inverse of :meth:`to_dict`."""
+        fields = cls().to_dict().keys()
+        missing = [k for k in fields if k not in data]
+        if missing:
+            raise ValueError(f"AcceptanceStats.from_dict: missing {', '.join(missing)}")
+        return cls(**{k: data[k] for k in fields})
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> AcceptanceStats:
+        return cls.from_dict(json.loads(text))
+
+    def summary(self) -> dict[str, Any]:
+        """The counts and the derived rates, for logging."""
+        return {
+            **self.to_dict(),
+            "acceptance_rate": self.acceptance_rate,
+            "alpha": self.alpha,
+            "position_acceptance_rate": self.position_acceptance_rate,
+            "mean_accepted_length": self.mean_accepted_length,
+            "mean_emitted_tokens": self.mean_emitted_tokens,
+        }
