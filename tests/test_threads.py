@@ -26,9 +26,13 @@ def restore_threads():
 def large_batch(
     seed: int, batch: int = 24, num_draft: int = 4, vocab: int = 20000, dtype=np.float32
 ):
-    """A batch above PARALLEL_MIN_ELEMENTS, with ragged rows, greedy rows and a mix of
-    accepted and rejected positions."""
+    """A batch above PARALLEL_MIN_ELEMENTS (see :func:`any_batch`)."""
     assert batch * vocab >= specaccept.PARALLEL_MIN_ELEMENTS
+    return any_batch(seed, batch, num_draft, vocab, dtype)
+
+
+def any_batch(seed: int, batch: int, num_draft: int = 4, vocab: int = 20000, dtype=np.float32):
+    """A batch with ragged rows, greedy rows and a mix of accepted and rejected positions."""
     rng = np.random.default_rng(seed)
     p = random_rows(rng, (batch, num_draft + 1, vocab), dtype)
     q = random_rows(rng, (batch, num_draft, vocab), dtype)
@@ -187,7 +191,7 @@ def test_eight_serving_threads_for_seconds_match_the_single_threaded_results(res
     # A serving pattern: 8 Python threads, each verifying its own stream of batches
     # (small ones on the calling thread, large ones on the pool) for a few seconds.
     cases = [
-        large_batch(seed=100 + i, batch=(1, 4, 24)[i % 3], vocab=(32000, 20000, 20000)[i % 3])
+        any_batch(seed=100 + i, batch=(1, 4, 24)[i % 3], vocab=(32000, 20000, 20000)[i % 3])
         for i in range(8)
     ]
     specaccept.set_num_threads(1)
