@@ -50,6 +50,29 @@ pub struct ChainInputs<'a, P, Q> {
     pub greedy: Greedy<'a>,
 }
 
+/// The flattened ragged layout serving engines use (vLLM's `SpecDecodeMetadata`):
+/// the drafts of every row back to back, row `b` owning entries
+/// `start_b .. start_b + k_b` with `start_b = k_0 + .. + k_{b-1}`, and the bonus
+/// token given rather than sampled. Output rows have `K + 1 = max(k_b) + 1`
+/// entries.
+pub struct FlatChainInputs<'a, P, Q> {
+    /// `[T]` drafted tokens, `T = sum(k_b)`.
+    pub draft_token_ids: IntView<'a, Ix1>,
+    /// `[B]` drafts per row, `k_b >= 0`.
+    pub num_draft_tokens: IntView<'a, Ix1>,
+    /// `[T, V]` target probabilities at each drafted position.
+    pub target_probs: ArrayView2<'a, P>,
+    /// `[T, V]` draft probabilities, or `None` for deterministic drafts.
+    pub draft_probs: Option<ArrayView2<'a, Q>>,
+    /// `[B]` the token emitted after a row whose drafts were all accepted.
+    pub bonus_token_ids: IntView<'a, Ix1>,
+    /// `[T]` uniform draws `u_t` (needed by rows verified by sampling).
+    pub uniforms: Option<FloatView<'a, Ix1>>,
+    /// `[B]` uniform draws for the replacement sample.
+    pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
+    pub greedy: Greedy<'a>,
+}
+
 /// Where `verify` writes its result.
 pub struct ChainOutputs<'a> {
     /// `[B, K+1]`: the `n_b + 1` emitted tokens, then `-1`.
@@ -171,6 +194,200 @@ fn check_outputs(out: &ChainOutputs<'_>, batch: usize, num_draft: usize) -> Resu
     expect_shape("out.num_emitted", out.num_emitted.shape(), &[batch], "[B]")
 }
 
+/// Where row `b`'s drafted position `t` lives, to name it in error messages:
+/// `[b, t]` in the padded layout, `[start_b + t]` in the flat one.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Pos {
+    Padded { b: usize, t: usize },
+    Flat { row: usize },
+}
+
+impl Pos {
+    /// The index of the position itself (a draft id, a uniform, a probability row).
+    pub(crate) fn index(self) -> Vec<usize> {
+        match self {
+            Pos::Padded { b, t } => vec![b, t],
+            Pos::Flat { row } => vec![row],
+        }
+    }
+    /// The index of element `i` of the position's probability row.
+    pub(crate) fn element(self, i: usize) -> Vec<usize> {
+        let mut index = self.index();
+        index.push(i);
+        index
+    }
+}
+
+/// What verifying one row reads, whatever the layout of the batch.
+trait Chain<P: Prob, Q: Prob>: Sync {
+    fn dims(&self) -> Result<ChainDims, CoreError>;
+    fn is_greedy(&self, b: usize) -> bool;
+    /// `k_b`, checked against `[0, K]`.
+    fn draft_len(&self, b: usize, dims: ChainDims) -> Result<usize, CoreError>;
+    fn pos(&self, b: usize, t: usize) -> Pos;
+    fn draft_id(&self, b: usize, t: usize) -> i64;
+    /// Target row `t` of row `b`; `t = k_b` (the bonus row) only when [`Chain::bonus`] is `None`.
+    fn target_row(&self, b: usize, t: usize) -> ArrayView1<'_, P>;
+    fn draft_row(&self, b: usize, t: usize) -> Option<ArrayView1<'_, Q>>;
+    fn has_uniforms(&self) -> bool;
+    fn uniform(&self, b: usize, t: usize) -> Option<f64>;
+    fn recovery(&self, b: usize) -> Option<f64>;
+    /// The bonus token when it is given rather than sampled from the target.
+    fn bonus(&self, b: usize) -> Option<i64>;
+}
+
+impl<P: Prob, Q: Prob> Chain<P, Q> for ChainInputs<'_, P, Q> {
+    fn dims(&self) -> Result<ChainDims, CoreError> {
+        ChainInputs::dims(self)
+    }
+    fn is_greedy(&self, b: usize) -> bool {
+        self.greedy.row(b)
+    }
+    fn draft_len(&self, b: usize, dims: ChainDims) -> Result<usize, CoreError> {
+        draft_len(self.num_draft_tokens.as_ref(), b, dims.num_draft)
+    }
+    fn pos(&self, b: usize, t: usize) -> Pos {
+        Pos::Padded { b, t }
+    }
+    fn draft_id(&self, b: usize, t: usize) -> i64 {
+        self.draft_token_ids.get(b, t)
+    }
+    fn target_row(&self, b: usize, t: usize) -> ArrayView1<'_, P> {
+        self.target_probs.slice(s![b, t, ..])
+    }
+    fn draft_row(&self, b: usize, t: usize) -> Option<ArrayView1<'_, Q>> {
+        self.draft_probs.as_ref().map(|q| q.slice(s![b, t, ..]))
+    }
+    fn has_uniforms(&self) -> bool {
+        self.uniforms.is_some()
+    }
+    fn uniform(&self, b: usize, t: usize) -> Option<f64> {
+        self.uniforms.as_ref().map(|u| u.get(b, t))
+    }
+    fn recovery(&self, b: usize) -> Option<f64> {
+        self.recovery_uniforms.as_ref().map(|u| u.get(b))
+    }
+    fn bonus(&self, _b: usize) -> Option<i64> {
+        None
+    }
+}
+
+impl<P: Prob, Q: Prob> FlatChainInputs<'_, P, Q> {
+    /// The first flat entry of each row, and `T`; checks `k_b >= 0`.
+    fn starts(&self) -> Result<(Vec<usize>, usize), CoreError> {
+        let &[batch] = self.num_draft_tokens.shape() else {
+            unreachable!("IntView<Ix1> has one axis")
+        };
+        let mut starts = Vec::with_capacity(batch);
+        let mut total = 0usize;
+        for b in 0..batch {
+            let k = self.num_draft_tokens.get(b);
+            if k < 0 {
+                return Err(CoreError::value(
+                    "num_draft_tokens",
+                    &[b],
+                    format!("= {k} is negative"),
+                ));
+            }
+            starts.push(total);
+            total = total.saturating_add(k as usize);
+        }
+        Ok((starts, total))
+    }
+}
+
+/// [`FlatChainInputs`] with its row starts worked out.
+struct Flat<'i, 'a, P, Q> {
+    inputs: &'i FlatChainInputs<'a, P, Q>,
+    starts: Vec<usize>,
+}
+
+impl<P: Prob, Q: Prob> Chain<P, Q> for Flat<'_, '_, P, Q> {
+    fn dims(&self) -> Result<ChainDims, CoreError> {
+        let i = self.inputs;
+        let (_, total) = i.starts()?;
+        let batch = self.starts.len();
+        let num_draft = (0..batch)
+            .map(|b| i.num_draft_tokens.get(b) as usize)
+            .max()
+            .unwrap_or(0);
+        let &[_, vocab] = i.target_probs.shape() else {
+            unreachable!("ArrayView2 has two axes")
+        };
+        expect_shape(
+            "draft_token_ids",
+            i.draft_token_ids.shape(),
+            &[total],
+            "[T], T = sum(num_draft_tokens)",
+        )?;
+        expect_shape(
+            "target_probs",
+            i.target_probs.shape(),
+            &[total, vocab],
+            "[T, V]",
+        )?;
+        if let Some(q) = &i.draft_probs {
+            expect_shape("draft_probs", q.shape(), &[total, vocab], "[T, V]")?;
+        }
+        expect_shape(
+            "bonus_token_ids",
+            i.bonus_token_ids.shape(),
+            &[batch],
+            "[B]",
+        )?;
+        if let Some(u) = &i.uniforms {
+            expect_shape("uniforms", u.shape(), &[total], "[T]")?;
+        }
+        if let Some(u) = &i.recovery_uniforms {
+            expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
+        }
+        if let Greedy::PerRow(g) = &i.greedy {
+            expect_shape("greedy", g.shape(), &[batch], "[B] or a scalar")?;
+        }
+        Ok(ChainDims {
+            batch,
+            num_draft,
+            vocab,
+        })
+    }
+    fn is_greedy(&self, b: usize) -> bool {
+        self.inputs.greedy.row(b)
+    }
+    fn draft_len(&self, b: usize, _dims: ChainDims) -> Result<usize, CoreError> {
+        Ok(self.inputs.num_draft_tokens.get(b) as usize)
+    }
+    fn pos(&self, b: usize, t: usize) -> Pos {
+        Pos::Flat {
+            row: self.starts[b] + t,
+        }
+    }
+    fn draft_id(&self, b: usize, t: usize) -> i64 {
+        self.inputs.draft_token_ids.get(self.starts[b] + t)
+    }
+    fn target_row(&self, b: usize, t: usize) -> ArrayView1<'_, P> {
+        self.inputs.target_probs.row(self.starts[b] + t)
+    }
+    fn draft_row(&self, b: usize, t: usize) -> Option<ArrayView1<'_, Q>> {
+        let row = self.starts[b] + t;
+        self.inputs.draft_probs.as_ref().map(|q| q.row(row))
+    }
+    fn has_uniforms(&self) -> bool {
+        self.inputs.uniforms.is_some()
+    }
+    fn uniform(&self, b: usize, t: usize) -> Option<f64> {
+        self.inputs
+            .uniforms
+            .as_ref()
+            .map(|u| u.get(self.starts[b] + t))
+    }
+    fn recovery(&self, b: usize) -> Option<f64> {
+        self.inputs.recovery_uniforms.as_ref().map(|u| u.get(b))
+    }
+    fn bonus(&self, b: usize) -> Option<i64> {
+        Some(self.inputs.bonus_token_ids.get(b))
+    }
+}
+
 /// Chain verification of a batch (SPEC.md section 2). Large batches are
 /// split into runs of rows verified in parallel (see [`threads`]); the result
 /// is the same bits either way, and an error names the first bad row. On
@@ -179,13 +396,31 @@ pub fn verify<P: Prob, Q: Prob>(
     inputs: &ChainInputs<'_, P, Q>,
     out: &mut ChainOutputs<'_>,
 ) -> Result<(), CoreError> {
-    let dims = inputs.dims()?;
+    run(inputs, out)
+}
+
+/// Chain verification of a batch in the flat layout ([`FlatChainInputs`]):
+/// the same rule and the same kernel as [`verify`], rows read from their
+/// offsets, and the given bonus token emitted after a fully accepted row.
+pub fn verify_flat<P: Prob, Q: Prob>(
+    inputs: &FlatChainInputs<'_, P, Q>,
+    out: &mut ChainOutputs<'_>,
+) -> Result<(), CoreError> {
+    let (starts, _) = inputs.starts()?;
+    run(&Flat { inputs, starts }, out)
+}
+
+fn run<P: Prob, Q: Prob, C: Chain<P, Q>>(
+    chain: &C,
+    out: &mut ChainOutputs<'_>,
+) -> Result<(), CoreError> {
+    let dims = chain.dims()?;
     check_outputs(out, dims.batch, dims.num_draft)?;
     // Every row reads at least one row of V (bonus or residual); a greedy row
     // reads up to K + 1 of them.
     let rows_read: usize = (0..dims.batch)
         .map(|b| {
-            if inputs.greedy.row(b) {
+            if chain.is_greedy(b) {
                 dims.num_draft + 1
             } else {
                 1
@@ -193,7 +428,7 @@ pub fn verify<P: Prob, Q: Prob>(
         })
         .sum();
     let Some(pool) = threads::pool_for(dims.batch, rows_read.saturating_mul(dims.vocab)) else {
-        return verify_rows(inputs, dims, 0, out);
+        return verify_rows(chain, dims, 0, out);
     };
     // A few runs per worker, so rows that read more (greedy, all-accepted)
     // do not leave the other workers idle.
@@ -213,7 +448,7 @@ pub fn verify<P: Prob, Q: Prob>(
                     num_accepted: accepted,
                     num_emitted: emitted,
                 };
-                *result = verify_rows(inputs, dims, i * run, &mut part);
+                *result = verify_rows(chain, dims, i * run, &mut part);
             });
         }
     });
@@ -222,126 +457,163 @@ pub fn verify<P: Prob, Q: Prob>(
 }
 
 /// Verifies rows `first_row..` into `out` (which holds exactly those rows).
-fn verify_rows<P: Prob, Q: Prob>(
-    inputs: &ChainInputs<'_, P, Q>,
+fn verify_rows<P: Prob, Q: Prob, C: Chain<P, Q>>(
+    chain: &C,
     dims: ChainDims,
     first_row: usize,
     out: &mut ChainOutputs<'_>,
 ) -> Result<(), CoreError> {
     let mut scratch = Vec::new();
     for (i, mut row) in out.output_token_ids.rows_mut().into_iter().enumerate() {
-        let n = verify_row(inputs, dims, first_row + i, &mut row, &mut scratch)?;
+        let n = verify_row(chain, dims, first_row + i, &mut row, &mut scratch)?;
         out.num_accepted[i] = n as i64;
         out.num_emitted[i] = n as i64 + 1;
     }
     Ok(())
 }
 
+fn check_token(
+    arg: &'static str,
+    index: Vec<usize>,
+    x: i64,
+    vocab: usize,
+) -> Result<usize, CoreError> {
+    if x < 0 || x as u64 >= vocab as u64 {
+        return Err(CoreError::Value {
+            arg,
+            index,
+            message: format!("= {x} is outside [0, V) with V = {vocab}"),
+        });
+    }
+    Ok(x as usize)
+}
+
 /// Verifies row `b`, writes its emitted tokens and `-1` padding, returns `n_b`.
-fn verify_row<P: Prob, Q: Prob>(
-    inputs: &ChainInputs<'_, P, Q>,
+fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
+    chain: &C,
     dims: ChainDims,
     b: usize,
     out_row: &mut ArrayViewMut1<'_, i64>,
     scratch: &mut Vec<f64>,
 ) -> Result<usize, CoreError> {
-    let k = draft_len(inputs.num_draft_tokens.as_ref(), b, dims.num_draft)?;
-    let ids = &inputs.draft_token_ids;
+    let k = chain.draft_len(b, dims)?;
     for t in 0..k {
-        let x = ids.get(b, t);
-        if x < 0 || x as u64 >= dims.vocab as u64 {
-            return Err(CoreError::value(
-                "draft_token_ids",
-                &[b, t],
-                format!("= {x} is outside [0, V) with V = {}", dims.vocab),
-            ));
-        }
+        let index = chain.pos(b, t).index();
+        check_token("draft_token_ids", index, chain.draft_id(b, t), dims.vocab)?;
     }
-    let target_row = |t: usize| inputs.target_probs.slice(s![b, t, ..]);
+    let bonus = match chain.bonus(b) {
+        Some(x) => Some(check_token("bonus_token_ids", vec![b], x, dims.vocab)?),
+        None => None,
+    };
     let target_at = |t: usize| RowAt {
         arg: "target_probs",
-        b,
-        t,
+        pos: chain.pos(b, t),
     };
 
-    let next = if inputs.greedy.row(b) {
+    let (n, next) = if chain.is_greedy(b) {
         let mut n = k;
         let mut choice = None;
         for t in 0..k {
-            let best = argmax_of(target_row(t), target_at(t))?;
-            if best != ids.get(b, t) as usize {
+            let best = argmax_of(chain.target_row(b, t), target_at(t))?;
+            if best != chain.draft_id(b, t) as usize {
                 n = t;
                 choice = Some(best);
                 break;
             }
         }
-        let next = match choice {
-            Some(best) => best,
-            None => argmax_of(target_row(k), target_at(k))?,
+        let next = match (choice, bonus) {
+            (Some(best), _) => best,
+            (None, Some(given)) => given,
+            (None, None) => argmax_of(chain.target_row(b, k), target_at(k))?,
         };
         (n, next)
     } else {
-        let (Some(uniforms), Some(recovery)) = (&inputs.uniforms, &inputs.recovery_uniforms) else {
-            return Err(CoreError::shape(
-                "uniforms",
-                "uniforms and recovery_uniforms are required for rows verified by sampling",
-            ));
+        let (true, Some(recovery_u)) = (chain.has_uniforms(), chain.recovery(b)) else {
+            return Err(missing_uniforms());
         };
+        let mut uniforms = Vec::with_capacity(k);
         for t in 0..k {
-            check_uniform(uniforms.get(b, t), "uniforms", &[b, t])?;
+            let u = chain.uniform(b, t).ok_or_else(missing_uniforms)?;
+            uniforms.push(check_uniform(u, "uniforms", &chain.pos(b, t).index())?);
         }
-        let recovery_u = check_uniform(recovery.get(b), "recovery_uniforms", &[b])?;
+        let recovery_u = check_uniform(recovery_u, "recovery_uniforms", &[b])?;
         let mut n = k;
-        for t in 0..k {
-            let x = ids.get(b, t) as usize;
+        for (t, &u) in uniforms.iter().enumerate() {
+            let x = chain.draft_id(b, t) as usize;
+            let pos = chain.pos(b, t);
             let p = check_gathered(
-                inputs.target_probs[[b, t, x]].to_f64(),
+                chain.target_row(b, t)[x].to_f64(),
                 "target_probs",
-                &[b, t, x],
+                &pos.element(x),
             )?;
-            let q = match &inputs.draft_probs {
-                Some(dp) => check_gathered(dp[[b, t, x]].to_f64(), "draft_probs", &[b, t, x])?,
+            let q = match chain.draft_row(b, t) {
+                Some(row) => check_gathered(row[x].to_f64(), "draft_probs", &pos.element(x))?,
                 None => 1.0,
             };
-            if !is_accepted(p, q, uniforms.get(b, t)) {
+            if !is_accepted(p, q, u) {
                 n = t;
                 break;
             }
         }
         let next = if n < k {
-            let x = ids.get(b, n) as usize;
-            let residual = match &inputs.draft_probs {
-                Some(dp) => sample_residual(
-                    target_row(n),
-                    dp.slice(s![b, n, ..]),
-                    b,
-                    n,
+            let x = chain.draft_id(b, n) as usize;
+            let residual = match chain.draft_row(b, n) {
+                Some(q) => sample_residual(
+                    chain.target_row(b, n),
+                    q,
+                    chain.pos(b, n),
                     recovery_u,
                     scratch,
                 )?,
-                None => sample_target(target_row(n), Some(x), target_at(n), recovery_u, scratch)?,
+                None => sample_target(
+                    chain.target_row(b, n),
+                    Some(x),
+                    target_at(n),
+                    recovery_u,
+                    scratch,
+                )?,
             };
             match residual {
                 Some(token) => token,
                 // Only rounding or unnormalised rows get here: sample from p itself.
-                None => sample_target(target_row(n), None, target_at(n), recovery_u, scratch)?
-                    .ok_or_else(|| zero_row(target_at(n)))?,
+                None => sample_target(
+                    chain.target_row(b, n),
+                    None,
+                    target_at(n),
+                    recovery_u,
+                    scratch,
+                )?
+                .ok_or_else(|| zero_row(target_at(n)))?,
             }
+        } else if let Some(given) = bonus {
+            given
         } else {
-            sample_target(target_row(k), None, target_at(k), recovery_u, scratch)?
-                .ok_or_else(|| zero_row(target_at(k)))?
+            sample_target(
+                chain.target_row(b, k),
+                None,
+                target_at(k),
+                recovery_u,
+                scratch,
+            )?
+            .ok_or_else(|| zero_row(target_at(k)))?
         };
         (n, next)
     };
-    let (n, next) = next;
     for t in 0..n {
-        out_row[t] = ids.get(b, t);
+        out_row[t] = chain.draft_id(b, t);
     }
     out_row[n] = next as i64;
     for t in n + 1..out_row.len() {
         out_row[t] = -1;
     }
     Ok(n)
+}
+
+fn missing_uniforms() -> CoreError {
+    CoreError::shape(
+        "uniforms",
+        "uniforms and recovery_uniforms are required for rows verified by sampling",
+    )
 }
 
 fn argmax_of<P: Prob>(row: ArrayView1<'_, P>, at: RowAt) -> Result<usize, CoreError> {
@@ -352,11 +624,11 @@ fn argmax_of<P: Prob>(row: ArrayView1<'_, P>, at: RowAt) -> Result<usize, CoreEr
 }
 
 fn zero_row(at: RowAt) -> CoreError {
-    CoreError::value(
-        at.arg,
-        &[at.b, at.t],
-        "sums to 0, but a token must be sampled from it",
-    )
+    CoreError::Value {
+        arg: at.arg,
+        index: at.pos.index(),
+        message: "sums to 0, but a token must be sampled from it".to_string(),
+    }
 }
 
 /// A draw from `p` (with `excluded` zeroed: the one-hot residual); `None` if it sums to 0.
@@ -394,20 +666,17 @@ fn sample_target<P: Prob>(
 fn sample_residual<P: Prob, Q: Prob>(
     p: ArrayView1<'_, P>,
     q: ArrayView1<'_, Q>,
-    b: usize,
-    t: usize,
+    pos: Pos,
     u: f64,
     scratch: &mut Vec<f64>,
 ) -> Result<Option<usize>, CoreError> {
     let p_at = RowAt {
         arg: "target_probs",
-        b,
-        t,
+        pos,
     };
     let q_at = RowAt {
         arg: "draft_probs",
-        b,
-        t,
+        pos,
     };
     match (p.as_slice(), q.as_slice()) {
         (Some(p), Some(q)) => sample::sample(

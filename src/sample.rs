@@ -20,6 +20,7 @@
 
 use std::marker::PhantomData;
 
+use crate::chain::Pos;
 use crate::error::{show, CoreError};
 use crate::simd::{self, combine_lanes, Kernel, PairOp, Portable, Residual};
 use crate::view::{Prob, Row};
@@ -32,20 +33,19 @@ pub use crate::simd::SUM_LANES;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RowAt {
     pub arg: &'static str,
-    pub b: usize,
-    pub t: usize,
+    pub pos: Pos,
 }
 
 impl RowAt {
     fn bad_value(self, i: usize, v: f64) -> CoreError {
-        CoreError::value(
-            self.arg,
-            &[self.b, self.t, i],
-            format!(
+        CoreError::Value {
+            arg: self.arg,
+            index: self.pos.element(i),
+            message: format!(
                 "= {}: probabilities must be finite and non-negative",
                 show(v)
             ),
-        )
+        }
     }
 }
 
@@ -258,11 +258,11 @@ pub(crate) fn sample<W: Weights>(
 pub(crate) fn argmax<P: Prob, R: Row<P>>(row: R, at: RowAt) -> Result<usize, CoreError> {
     let n = row.len();
     if n == 0 {
-        return Err(CoreError::value(
-            at.arg,
-            &[at.b, at.t],
-            "is empty (V = 0): there is no token to choose",
-        ));
+        return Err(CoreError::Value {
+            arg: at.arg,
+            index: at.pos.index(),
+            message: "is empty (V = 0): there is no token to choose".to_string(),
+        });
     }
     if let Some(best) = row.contiguous().and_then(dense_argmax) {
         return Ok(best);
@@ -334,8 +334,7 @@ mod tests {
             excluded: None,
             at: RowAt {
                 arg: "target_probs",
-                b: 0,
-                t: 0,
+                pos: Pos::Padded { b: 0, t: 0 },
             },
             _elem: PhantomData,
         }
@@ -423,8 +422,7 @@ mod tests {
         );
         let at = RowAt {
             arg: "target_probs",
-            b: 2,
-            t: 1,
+            pos: Pos::Padded { b: 2, t: 1 },
         };
         assert!(argmax(&[0.1, -0.5][..], at).is_err());
         assert!(argmax(&[0.1, f64::INFINITY][..], at).is_err());
