@@ -203,18 +203,27 @@ pub(crate) enum Pos {
 }
 
 impl Pos {
-    /// The index of the position itself (a draft id, a uniform, a probability row).
-    pub(crate) fn index(self) -> Vec<usize> {
-        match self {
-            Pos::Padded { b, t } => vec![b, t],
-            Pos::Flat { row } => vec![row],
+    /// The index of the position (`element: None`: a draft id, a uniform, a
+    /// probability row) or of element `i` of its probability row, on the stack:
+    /// the hot loop builds one per drafted position.
+    pub(crate) fn buf(self, element: Option<usize>) -> ([usize; 3], usize) {
+        let (mut buf, mut len) = match self {
+            Pos::Padded { b, t } => ([b, t, 0], 2),
+            Pos::Flat { row } => ([row, 0, 0], 1),
+        };
+        if let Some(i) = element {
+            buf[len] = i;
+            len += 1;
         }
+        (buf, len)
     }
-    /// The index of element `i` of the position's probability row.
+    pub(crate) fn index(self) -> Vec<usize> {
+        let (buf, len) = self.buf(None);
+        buf[..len].to_vec()
+    }
     pub(crate) fn element(self, i: usize) -> Vec<usize> {
-        let mut index = self.index();
-        index.push(i);
-        index
+        let (buf, len) = self.buf(Some(i));
+        buf[..len].to_vec()
     }
 }
 
@@ -474,16 +483,16 @@ fn verify_rows<P: Prob, Q: Prob, C: Chain<P, Q>>(
 
 fn check_token(
     arg: &'static str,
-    index: Vec<usize>,
+    index: &[usize],
     x: i64,
     vocab: usize,
 ) -> Result<usize, CoreError> {
     if x < 0 || x as u64 >= vocab as u64 {
-        return Err(CoreError::Value {
+        return Err(CoreError::value(
             arg,
             index,
-            message: format!("= {x} is outside [0, V) with V = {vocab}"),
-        });
+            format!("= {x} is outside [0, V) with V = {vocab}"),
+        ));
     }
     Ok(x as usize)
 }
@@ -498,11 +507,16 @@ fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
 ) -> Result<usize, CoreError> {
     let k = chain.draft_len(b, dims)?;
     for t in 0..k {
-        let index = chain.pos(b, t).index();
-        check_token("draft_token_ids", index, chain.draft_id(b, t), dims.vocab)?;
+        let (index, len) = chain.pos(b, t).buf(None);
+        check_token(
+            "draft_token_ids",
+            &index[..len],
+            chain.draft_id(b, t),
+            dims.vocab,
+        )?;
     }
     let bonus = match chain.bonus(b) {
-        Some(x) => Some(check_token("bonus_token_ids", vec![b], x, dims.vocab)?),
+        Some(x) => Some(check_token("bonus_token_ids", &[b], x, dims.vocab)?),
         None => None,
     };
     let target_at = |t: usize| RowAt {
@@ -531,25 +545,24 @@ fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
         let (true, Some(recovery_u)) = (chain.has_uniforms(), chain.recovery(b)) else {
             return Err(missing_uniforms());
         };
-        let mut uniforms = Vec::with_capacity(k);
+        // Every uniform the row owns is checked, also past its first rejection.
         for t in 0..k {
             let u = chain.uniform(b, t).ok_or_else(missing_uniforms)?;
-            uniforms.push(check_uniform(u, "uniforms", &chain.pos(b, t).index())?);
+            let (index, len) = chain.pos(b, t).buf(None);
+            check_uniform(u, "uniforms", &index[..len])?;
         }
         let recovery_u = check_uniform(recovery_u, "recovery_uniforms", &[b])?;
         let mut n = k;
-        for (t, &u) in uniforms.iter().enumerate() {
+        for t in 0..k {
             let x = chain.draft_id(b, t) as usize;
-            let pos = chain.pos(b, t);
-            let p = check_gathered(
-                chain.target_row(b, t)[x].to_f64(),
-                "target_probs",
-                &pos.element(x),
-            )?;
+            let (index, len) = chain.pos(b, t).buf(Some(x));
+            let index = &index[..len];
+            let p = check_gathered(chain.target_row(b, t)[x].to_f64(), "target_probs", index)?;
             let q = match chain.draft_row(b, t) {
-                Some(row) => check_gathered(row[x].to_f64(), "draft_probs", &pos.element(x))?,
+                Some(row) => check_gathered(row[x].to_f64(), "draft_probs", index)?,
                 None => 1.0,
             };
+            let u = chain.uniform(b, t).ok_or_else(missing_uniforms)?;
             if !is_accepted(p, q, u) {
                 n = t;
                 break;
