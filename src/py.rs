@@ -13,7 +13,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBool;
 
-use crate::chain::{self, ChainInputs, ChainOutputs, Greedy, GreedyIdsInputs};
+use crate::chain::{self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs};
 use crate::error::CoreError;
 use crate::rate;
 use crate::rule;
@@ -358,15 +358,8 @@ fn verify<'py>(
     let ru = optional(recovery_uniforms, |o| {
         FloatArg::<Ix1>::extract(o, "recovery_uniforms")
     })?;
-    // `greedy` is a Python bool (every row) or a bool array [B] (per row).
-    let (all_greedy, greedy_rows) = match greedy.cast::<PyBool>() {
-        Ok(flag) => (flag.is_true(), None),
-        Err(_) => (false, Some(bool_arg::<Ix1>(greedy, "greedy")?)),
-    };
-    let greedy_view = match &greedy_rows {
-        Some(rows) => Greedy::PerRow(rows.as_array()),
-        None => Greedy::All(all_greedy),
-    };
+    let greedy_rows = GreedyArg::extract(greedy)?;
+    let greedy_view = greedy_rows.view();
     let &[batch, num_draft] = ids.view().shape() else {
         return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
     };
@@ -466,6 +459,111 @@ fn split_draws(
         .into_shape_with_order((batch, num_draft))
         .map_err(|e| PyValueError::new_err(format!("draws: {e}")))?;
     Ok((u, ru))
+}
+
+/// `greedy`: a Python bool (every row) or a bool array `[B]` (per row).
+enum GreedyArg<'py> {
+    All(bool),
+    PerRow(Input<'py, bool, Ix1>),
+}
+
+impl<'py> GreedyArg<'py> {
+    fn extract(greedy: &Bound<'py, PyAny>) -> PyResult<Self> {
+        match greedy.cast::<PyBool>() {
+            Ok(flag) => Ok(GreedyArg::All(flag.is_true())),
+            Err(_) => Ok(GreedyArg::PerRow(bool_arg::<Ix1>(greedy, "greedy")?)),
+        }
+    }
+
+    fn view(&self) -> Greedy<'_> {
+        match self {
+            GreedyArg::All(flag) => Greedy::All(*flag),
+            GreedyArg::PerRow(rows) => Greedy::PerRow(rows.as_array()),
+        }
+    }
+}
+
+/// Chain verification in the flat ragged layout (see `specaccept.compat.vllm`):
+/// `draft_token_ids [T]`, `num_draft_tokens [B]`, `target_probs [T, V]`,
+/// `draft_probs [T, V]` or None, `bonus_token_ids [B]`, `uniforms [T]`,
+/// `recovery_uniforms [B]`. Output rows have `max(num_draft_tokens) + 1` entries.
+#[pyfunction]
+#[pyo3(signature = (draft_token_ids, num_draft_tokens, target_probs, draft_probs, bonus_token_ids, uniforms, recovery_uniforms, greedy, out=None))]
+#[allow(clippy::too_many_arguments)]
+fn verify_flat<'py>(
+    py: Python<'py>,
+    draft_token_ids: &Bound<'py, PyAny>,
+    num_draft_tokens: &Bound<'py, PyAny>,
+    target_probs: &Bound<'py, PyAny>,
+    draft_probs: Option<&Bound<'py, PyAny>>,
+    bonus_token_ids: &Bound<'py, PyAny>,
+    uniforms: Option<&Bound<'py, PyAny>>,
+    recovery_uniforms: Option<&Bound<'py, PyAny>>,
+    greedy: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
+) -> PyResult<ChainResult<'py>> {
+    let ids = IntArg::<Ix1>::extract(draft_token_ids, "draft_token_ids")?;
+    let counts = IntArg::<Ix1>::extract(num_draft_tokens, "num_draft_tokens")?;
+    let target = FloatArg::<Ix2>::extract(target_probs, "target_probs")?;
+    let draft = optional(draft_probs, |o| FloatArg::<Ix2>::extract(o, "draft_probs"))?;
+    let bonus = IntArg::<Ix1>::extract(bonus_token_ids, "bonus_token_ids")?;
+    let u = optional(uniforms, |o| FloatArg::<Ix1>::extract(o, "uniforms"))?;
+    let ru = optional(recovery_uniforms, |o| {
+        FloatArg::<Ix1>::extract(o, "recovery_uniforms")
+    })?;
+    let greedy_rows = GreedyArg::extract(greedy)?;
+    let counts_view = counts.view();
+    let batch = counts_view.shape()[0];
+    let num_draft = (0..batch)
+        .map(|b| counts_view.get(b).max(0) as usize)
+        .max()
+        .unwrap_or(0);
+    let buffers = outputs(
+        py,
+        batch,
+        num_draft,
+        out,
+        &[
+            ("draft_token_ids", Some(draft_token_ids)),
+            ("num_draft_tokens", Some(num_draft_tokens)),
+            ("target_probs", Some(target_probs)),
+            ("draft_probs", draft_probs),
+            ("bonus_token_ids", Some(bonus_token_ids)),
+            ("uniforms", uniforms),
+            ("recovery_uniforms", recovery_uniforms),
+            ("greedy", Some(greedy)),
+        ],
+    )?;
+    macro_rules! run {
+        ($p:expr, $q:expr) => {{
+            let inputs = FlatChainInputs {
+                draft_token_ids: ids.view(),
+                num_draft_tokens: counts_view,
+                target_probs: $p,
+                draft_probs: $q,
+                bonus_token_ids: bonus.view(),
+                uniforms: u.as_ref().map(FloatArg::view),
+                recovery_uniforms: ru.as_ref().map(FloatArg::view),
+                greedy: greedy_rows.view(),
+            };
+            with_outputs(py, buffers, |out| chain::verify_flat(&inputs, out))
+        }};
+    }
+    macro_rules! with_draft {
+        ($p:expr) => {
+            match &draft {
+                None => run!($p, None::<ArrayView2<'_, f64>>),
+                Some(FloatArg::F16(q)) => run!($p, Some(q.as_array())),
+                Some(FloatArg::F32(q)) => run!($p, Some(q.as_array())),
+                Some(FloatArg::F64(q)) => run!($p, Some(q.as_array())),
+            }
+        };
+    }
+    match &target {
+        FloatArg::F16(p) => with_draft!(p.as_array()),
+        FloatArg::F32(p) => with_draft!(p.as_array()),
+        FloatArg::F64(p) => with_draft!(p.as_array()),
+    }
 }
 
 /// Greedy verification on target argmax ids (see `specaccept.verify_greedy`).
@@ -624,7 +722,7 @@ mod _native {
     #[pymodule_export]
     use super::{
         acceptance_mask, acceptance_rate, accepted_prefix_length, get_num_threads,
-        rejection_probability, set_num_threads, verify, verify_greedy,
+        rejection_probability, set_num_threads, verify, verify_flat, verify_greedy,
     };
 
     #[pymodule_export]

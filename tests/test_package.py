@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import specaccept
 from specaccept import _api, _result, _stats, _threads, reference
+from specaccept.compat import flashinfer, vllm
 
 PUBLIC_FUNCTIONS = [
     "verify",
@@ -22,7 +23,7 @@ PUBLIC_FUNCTIONS = [
 ]
 
 
-@pytest.mark.parametrize("module", [_api, _result, _stats, _threads])
+@pytest.mark.parametrize("module", [_api, _result, _stats, _threads, vllm, flashinfer])
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0

@@ -25,6 +25,17 @@ def verify(
     greedy: bool | npt.NDArray[np.bool_],
     out: _Out | None = None,
 ) -> _Chain: ...
+def verify_flat(
+    draft_token_ids: npt.NDArray[np.int32 | np.int64],
+    num_draft_tokens: npt.NDArray[np.int32 | np.int64],
+    target_probs: npt.NDArray[np.floating],
+    draft_probs: npt.NDArray[np.floating] | None,
+    bonus_token_ids: npt.NDArray[np.int32 | np.int64],
+    uniforms: npt.NDArray[np.floating] | None,
+    recovery_uniforms: npt.NDArray[np.floating] | None,
+    greedy: bool | npt.NDArray[np.bool_],
+    out: _Out | None = None,
+) -> _Chain: ...
 def verify_greedy(
     draft_token_ids: npt.NDArray[np.int32 | np.int64],
     target_token_ids: npt.NDArray[np.int32 | np.int64],

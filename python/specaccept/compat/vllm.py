@@ -1,0 +1,187 @@
+"""vLLM's layout: flattened ragged drafts, given bonus tokens, ``-1`` padded output.
+
+vLLM's v1 ``RejectionSampler`` verifies all requests of a step at once, their
+drafts back to back: request ``b`` owns entries ``cu[b-1] .. cu[b]`` of
+``draft_token_ids [T]``, ``target_probs [T, V]`` and ``draft_probs [T, V]``
+(``cu`` the inclusive cumulative sum of ``num_draft_tokens``), and its bonus
+token, sampled separately from the target's last position, comes in
+``bonus_token_ids [B, 1]``. The result is ``output_token_ids [B, max_spec_len + 1]``
+(int32) holding the accepted drafts, then the recovered token (at the first
+rejection) or the bonus token (when all were accepted), then
+``PLACEHOLDER_TOKEN_ID = -1``.
+
+:func:`rejection_sample` takes that layout and returns that array, read in place
+and verified by the same native kernel as :func:`specaccept.verify` (the flat
+layout is a second way of addressing rows, not a second implementation).
+
+Differences from vLLM, all on events of probability 0 or by design:
+
+- The rule is specaccept's: accept iff ``q <= p`` (with ``p > 0``) or ``u < p/q``.
+  vLLM accepts iff ``q > 0 and p / q >= u``: it differs when ``u == p/q`` exactly,
+  when ``q == 0 < p`` (vLLM rejects, here accepted: the target allows the
+  token), and when ``p == 0`` with ``u == 0`` (vLLM accepts a token the target
+  rules out; here it is rejected).
+- The recovered token is an inverse-CDF draw from ``max(0, p - q)`` with one
+  uniform per request (``recovery_uniforms``); vLLM draws it by an exponential
+  race. Both follow the same distribution, so outputs agree in law, not token for
+  token.
+- Uniforms are float64 from a NumPy ``Generator`` (or given), not torch's.
+- ``num_draft_tokens`` entries may be 0 (the request emits its bonus token).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import _native
+from .._api import _finish, _floats, _generator, _greedy, _ints
+from .._arrays import as_numpy, like_converter
+from .._result import Verification
+
+__all__ = ["PLACEHOLDER_TOKEN_ID", "parse_output", "rejection_sample", "verify"]
+
+#: The padding of ``output_token_ids``, as vLLM's ``PLACEHOLDER_TOKEN_ID``.
+PLACEHOLDER_TOKEN_ID = -1
+
+
+def _counts(num_draft_tokens: Any) -> np.ndarray:
+    if isinstance(num_draft_tokens, (list, tuple)):  # vLLM keeps them in a list
+        num_draft_tokens = np.asarray(num_draft_tokens, dtype=np.int64).reshape(-1)
+    return _ints(num_draft_tokens, "num_draft_tokens")
+
+
+def verify(
+    draft_token_ids: npt.ArrayLike,
+    num_draft_tokens: npt.ArrayLike | list[int],
+    target_probs: npt.ArrayLike,
+    draft_probs: npt.ArrayLike | None,
+    bonus_token_ids: npt.ArrayLike,
+    *,
+    uniforms: npt.ArrayLike | None = None,
+    recovery_uniforms: npt.ArrayLike | None = None,
+    rng: Any = None,
+    greedy: bool | npt.ArrayLike = False,
+    like: Any = None,
+) -> Verification:
+    """Verify a step in vLLM's flat layout; the full :class:`~specaccept.Verification`.
+
+    Parameters
+    ----------
+    draft_token_ids : int array ``[T]``
+        The drafts of all requests back to back, ``T = sum(num_draft_tokens)``.
+    num_draft_tokens : int array or list ``[B]``
+        Drafts per request (0 allowed).
+    target_probs : float array ``[T, V]``
+        Target probabilities at each drafted position.
+    draft_probs : float array ``[T, V]`` or None
+        Draft probabilities; ``None`` for deterministic drafts (n-gram, EAGLE
+        top-1): ``q`` is one-hot at the draft.
+    bonus_token_ids : int array ``[B]`` or ``[B, 1]``
+        The token a request emits after all its drafts are accepted.
+    uniforms : float array ``[T]``, optional
+        One acceptance uniform per draft. Drawn from ``rng`` if missing.
+    recovery_uniforms : float array ``[B]``, optional
+        One uniform per request for the recovered token. Drawn from ``rng`` if missing.
+    rng : None, int or Generator
+        Draws ``uniforms = g.random(T)`` then ``recovery_uniforms = g.random(B)``.
+    greedy : bool or bool array ``[B]``
+        Requests verified by argmax (vLLM: temperature 0): accept while the draft
+        is the target's argmax, emit the argmax at the first mismatch.
+    like : array or tensor, optional
+        The framework of the results, as for :func:`specaccept.verify`.
+
+    Returns
+    -------
+    Verification
+        ``output_token_ids [B, max_k + 1]`` (int64), ``num_accepted``, ``num_emitted``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from specaccept.compat import vllm
+    >>> # Two requests, greedy: [1, 2] against argmax [1, 2] (bonus 5), [3] against [3] (bonus 4).
+    >>> target = np.eye(8)[[1, 2, 3]]                       # [T=3, V=8]
+    >>> r = vllm.verify(np.array([1, 2, 3]), [2, 1], target, None, np.array([5, 4]), greedy=True)
+    >>> r.output_token_ids.tolist()
+    [[1, 2, 5], [3, 4, -1]]
+    """
+    convert = like_converter(like)
+    ids = _ints(draft_token_ids, "draft_token_ids")
+    counts = _counts(num_draft_tokens)
+    target = _floats(target_probs, "target_probs")
+    draft = None if draft_probs is None else _floats(draft_probs, "draft_probs")
+    bonus = _ints(as_numpy(bonus_token_ids, "bonus_token_ids"), "bonus_token_ids")
+    if bonus.ndim == 2 and bonus.shape[1:] == (1,):
+        bonus = bonus[:, 0]  # vLLM's [B, 1]
+    greedy_rows = _greedy(greedy)
+    u = None if uniforms is None else _floats(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    if (u is None or ru is None) and greedy_rows is not True:
+        g = _generator(rng)
+        total = ids.shape[0] if ids.ndim == 1 else 0
+        u = g.random(total) if u is None else u
+        ru = g.random(counts.shape[0] if counts.ndim == 1 else 0) if ru is None else ru
+    result = _native.verify_flat(ids, counts, target, draft, bonus, u, ru, greedy_rows)
+    return _finish(result, convert)
+
+
+def rejection_sample(
+    draft_token_ids: npt.ArrayLike,
+    num_draft_tokens: npt.ArrayLike | list[int],
+    target_probs: npt.ArrayLike,
+    draft_probs: npt.ArrayLike | None,
+    bonus_token_ids: npt.ArrayLike,
+    *,
+    uniforms: npt.ArrayLike | None = None,
+    recovery_uniforms: npt.ArrayLike | None = None,
+    rng: Any = None,
+    greedy: bool | npt.ArrayLike = False,
+    like: Any = None,
+) -> Any:
+    """vLLM's ``rejection_sample``: ``output_token_ids [B, max_spec_len + 1]``, int32.
+
+    The arguments are those of :func:`verify`. Each row holds the accepted drafts,
+    the recovered or bonus token, then ``PLACEHOLDER_TOKEN_ID`` (-1).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from specaccept.compat import vllm
+    >>> # vLLM's own greedy case: draft [1, 2, 3], target argmax [1, 5, 3], bonus 4.
+    >>> target = np.eye(8)[[1, 5, 3]]
+    >>> vllm.rejection_sample(np.array([1, 2, 3]), [3], target, None, np.array([[4]]),
+    ...                       greedy=True).tolist()
+    [[1, 5, -1, -1]]
+    """
+    result = verify(
+        draft_token_ids,
+        num_draft_tokens,
+        target_probs,
+        draft_probs,
+        bonus_token_ids,
+        uniforms=uniforms,
+        recovery_uniforms=recovery_uniforms,
+        rng=rng,
+        greedy=greedy,
+    )
+    ids = result.output_token_ids.astype(np.int32)
+    convert = like_converter(like)
+    return ids if convert is None else convert(ids)
+
+
+def parse_output(output_token_ids: npt.ArrayLike, vocab_size: int) -> list[list[int]]:
+    """vLLM's ``parse_output``: each row's tokens, without placeholders or ids ``>= vocab_size``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from specaccept.compat import vllm
+    >>> vllm.parse_output(np.array([[1, 5, -1], [3, 4, 9]]), vocab_size=8)
+    [[1, 5], [3, 4]]
+    """
+    ids = np.asarray(as_numpy(output_token_ids, "output_token_ids"))
+    valid = (ids != PLACEHOLDER_TOKEN_ID) & (ids < vocab_size)
+    return [row[mask].tolist() for row, mask in zip(ids, valid, strict=True)]
