@@ -15,6 +15,7 @@ from ._api import (
     verify,
     verify_greedy,
 )
+from ._generate import Drafter, Generation, LanguageModel, generate
 from ._result import Verification
 from ._stats import (
     AcceptanceStats,
@@ -31,6 +32,9 @@ _apply_environment()
 __all__ = [
     "PARALLEL_MIN_ELEMENTS",
     "AcceptanceStats",
+    "Drafter",
+    "Generation",
+    "LanguageModel",
     "RngLike",
     "Verification",
     "__version__",
@@ -40,6 +44,7 @@ __all__ = [
     "best_num_draft_tokens",
     "expected_speedup",
     "expected_tokens_per_step",
+    "generate",
     "get_num_threads",
     "rejection_probability",
     "set_num_threads",

@@ -1,14 +1,30 @@
-"""``python -m specaccept``: the library at work on a built-in example."""
+"""``python -m specaccept``: speculative decoding at work, from the command line.
+
+Subcommands: ``demo`` (generate text with the built-in models), ``check`` (show
+that speculative sampling is lossless), ``bench`` (the benchmark suite, quick),
+``example`` (the acceptance rule on a built-in batch). ``--help`` on each.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from . import __version__, acceptance_mask, reference, rejection_probability, verify
+from . import (
+    __version__,
+    acceptance_mask,
+    expected_tokens_per_step,
+    generate,
+    reference,
+    rejection_probability,
+    verify,
+)
+from ._generate import progress_bar
+from ._stats import chi_square_sf
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "learning", "fast"]
 
@@ -61,6 +77,149 @@ def _example(args: argparse.Namespace) -> int:
     return 0 if same else 1
 
 
+def _load_models(args: argparse.Namespace):
+    from .ngram import builtin_models
+
+    start = time.perf_counter()
+    target, draft, vocab = builtin_models(args.target_order, args.draft_order)
+    print(
+        f"Trained a {args.target_order}-gram target and a {args.draft_order}-gram draft on "
+        f"Persuasion by Jane Austen ({len(vocab)} words in the vocabulary) in "
+        f"{time.perf_counter() - start:.1f} s."
+    )
+    return target, draft, vocab
+
+
+def _demo(args: argparse.Namespace) -> int:
+    target, draft, vocab = _load_models(args)
+    prompt = vocab.encode(args.prompt)
+    print(f'Prompt: "{args.prompt}"  (k = {args.k}, up to {args.max_new_tokens} new tokens)')
+    runs = [("greedy", True, 1), ("sampled", False, args.samples)]
+    for label, greedy, copies in runs:
+        out = generate(
+            target,
+            draft,
+            [prompt] * copies,
+            k=args.k,
+            max_new_tokens=args.max_new_tokens,
+            eos_token_id=vocab.paragraph_id,
+            greedy=greedy,
+            rng=args.seed,
+            progress=progress_bar(label),
+        )
+        print(f"\n== {label} decoding ({copies} continuation{'s' * (copies > 1)})")
+        for i, tokens in enumerate(out.tokens):
+            print(f"  [{i + 1}] ...{vocab.decode(tokens).strip()}")
+        stats = out.stats
+        rates = ", ".join(f"{r:.2f}" for r in stats.position_acceptance_rate)
+        print(f"  acceptance per draft position: {rates}")
+        print(
+            f"  mean accepted length {stats.mean_accepted_length:.2f} of {args.k} drafts; "
+            f"{stats.mean_emitted_tokens:.2f} tokens per target call "
+            f"(alpha = {stats.alpha:.2f}: the closed form expects "
+            f"{expected_tokens_per_step(stats.alpha, args.k):.2f})"
+        )
+        print(
+            f"  target-model calls: {out.target_calls} for {out.num_tokens} tokens, "
+            f"{out.target_calls_saved} saved vs plain decoding "
+            f"({out.num_tokens / max(out.target_calls, 1):.2f}x fewer); {out.draft_calls} "
+            f"draft calls; {out.seconds * 1e3:.0f} ms"
+        )
+    return 0
+
+
+def _first_speculative_tokens(target, draft, prompt, rows, k, rng) -> np.ndarray:
+    """The first token of one speculative step from ``prompt``, ``rows`` times over."""
+    from ._generate import _propose
+
+    drafts, draft_probs = _propose(draft, [prompt] * rows, k, rng, greedy=False)
+    extended = [prompt + d.tolist() for d in drafts]
+    target_probs = target.next_token_probs(extended, k + 1)
+    return verify(drafts, target_probs, draft_probs, rng=rng).output_token_ids[:, 0]
+
+
+def _check(args: argparse.Namespace) -> int:
+    target, draft, vocab = _load_models(args)
+    prompt = vocab.encode(args.prompt)
+    n = args.samples
+    rng = np.random.default_rng(args.seed)
+    p = target.next_token_probs([prompt], 1)[0, 0]
+    # Plain sampling from the target, and the first token of a speculative step.
+    cdf = np.cumsum(p)
+    plain = np.minimum(np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right"), len(p) - 1)
+    start = time.perf_counter()
+    speculative = np.concatenate(
+        [
+            _first_speculative_tokens(target, draft, prompt, min(500, n - done), args.k, rng)
+            for done in range(0, n, 500)
+        ]
+    )
+    seconds = time.perf_counter() - start
+    print(
+        f'Next token after "{args.prompt}": {n} samples by plain target sampling, {n} by '
+        f"speculative decoding (k = {args.k}, {seconds:.1f} s)."
+    )
+    # Tokens the target expects at least 5 times are tested alone, the rest pooled.
+    expected = p * n
+    kept = np.flatnonzero(expected >= 5)
+    order = kept[np.argsort(-expected[kept])]
+    print(f"\n  {'token':<16} {'target p':>9} {'plain':>8} {'speculative':>12}")
+    plain_counts = np.bincount(plain, minlength=len(p))
+    spec_counts = np.bincount(speculative, minlength=len(p))
+    for token in order[: args.show]:
+        print(
+            f"  {vocab.tokens[token]!r:<16} {p[token]:9.4f} {plain_counts[token] / n:8.4f} "
+            f"{spec_counts[token] / n:12.4f}"
+        )
+    rest = np.ones(len(p), dtype=bool)
+    rest[kept] = False
+    verdicts = []
+    for name, counts in (("plain", plain_counts), ("speculative", spec_counts)):
+        observed = np.append(counts[kept], counts[rest].sum())
+        wanted = np.append(expected[kept], expected[rest].sum())
+        keep = wanted > 0
+        statistic = float((((observed - wanted) ** 2)[keep] / wanted[keep]).sum())
+        dof = int(keep.sum()) - 1
+        pvalue = chi_square_sf(statistic, dof) if dof > 0 else 1.0
+        verdicts.append(pvalue)
+        print(
+            f"\n  {name}: chi-square {statistic:.1f} on {dof} degrees of freedom, "
+            f"p-value {pvalue:.3f}"
+        )
+    ok = verdicts[1] > 1e-3
+    print(
+        "\nSpeculative decoding follows the target's distribution"
+        + (" (no evidence against it at the 0.001 level)." if ok else ": REJECTED at 0.001.")
+    )
+    return 0 if ok else 1
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from . import _bench
+
+    argv = [] if args.full else ["--quick"]
+    if args.plot:
+        argv += ["--plot", args.plot]
+    if args.budget is not None:
+        argv += ["--budget", str(args.budget)]
+    if args.out:
+        argv += ["--out", args.out]
+    _bench.main(argv)
+    return 0
+
+
+def _model_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompt", default="Anne Elliot was", help="text to continue")
+    parser.add_argument("--k", type=int, default=4, help="tokens drafted per step (default 4)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--target-order", type=int, default=4, help="n of the target n-gram (default 4)"
+    )
+    parser.add_argument(
+        "--draft-order", type=int, default=2, help="n of the draft n-gram (default 2)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m specaccept",
@@ -76,12 +235,58 @@ def main(argv: Sequence[str] | None = None) -> int:
     example.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     example.add_argument("--batch", type=int, default=4, help="batch rows B (default 4)")
     example.add_argument("--k", type=int, default=4, help="drafted tokens per row K (default 4)")
+    example.set_defaults(run=_example)
+
+    demo = commands.add_parser(
+        "demo",
+        help="generate text by speculative decoding with built-in n-gram models",
+        description=(
+            "Continue a prompt with a 4-gram target and a bigram draft trained on a shipped "
+            "public-domain novel, greedily and by sampling, and show the acceptance statistics, "
+            "the target-model calls saved and the time."
+        ),
+    )
+    _model_options(demo)
+    demo.add_argument("--max-new-tokens", type=int, default=40, help="per continuation")
+    demo.add_argument("--samples", type=int, default=3, help="sampled continuations (default 3)")
+    demo.set_defaults(run=_demo)
+
+    check = commands.add_parser(
+        "check",
+        help="show empirically that speculative sampling is lossless",
+        description=(
+            "Sample the token after a prompt many times by plain target sampling and by "
+            "speculative decoding, print both distributions and chi-square goodness-of-fit "
+            "p-values against the target's distribution."
+        ),
+    )
+    _model_options(check)
+    check.add_argument("--samples", type=int, default=4000, help="samples per method")
+    check.add_argument("--show", type=int, default=10, help="tokens listed (default 10)")
+    check.set_defaults(run=_check)
+
+    bench = commands.add_parser(
+        "bench",
+        help="run the benchmark suite (quick) and print its table",
+        description="specaccept against NumPy, PyTorch (when installed) and the memory floor.",
+    )
+    bench.add_argument("--full", action="store_true", help="the full suite (minutes)")
+    bench.add_argument("--plot", metavar="FILE", help="write the batch-size plot (matplotlib)")
+    bench.add_argument("--budget", type=float, default=None, help="seconds per measurement")
+    bench.add_argument("--out", metavar="FILE.json", help="where to write the results")
+    bench.set_defaults(run=_bench)
+
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args(["example", *(argv or [])])
-    if args.batch < 0 or args.k < 1:
-        parser.error("--batch must be >= 0 and --k >= 1")
-    return _example(args)
+    if getattr(args, "k", 1) < (1 if args.command == "example" else 0):
+        parser.error("--k must be >= 1")
+    if args.command == "example" and args.batch < 0:
+        parser.error("--batch must be >= 0")
+    for option in ("samples", "max_new_tokens"):
+        if getattr(args, option, 1) < 1:
+            parser.error(f"--{option.replace('_', '-')} must be >= 1")
+    return args.run(args)
 
 
 if __name__ == "__main__":
