@@ -1,7 +1,8 @@
 """Property tests: any valid input of SPEC.md section 2 keeps the invariants.
 
-hypothesis draws shapes, dtypes, values (including 0, 1 and other exact
-boundaries), ragged counts and greedy masks; the native result must equal the
+hypothesis draws shapes, dtypes, memory layouts (strided, reversed, Fortran),
+values (including 0, 1 and other exact boundaries), ragged counts and greedy
+masks; the native result must equal the
 reference's (or both must raise the same error) and satisfy the invariants a
 caller relies on. CI runs the default profile; ``HYPOTHESIS_PROFILE=deep``
 runs many more examples.
@@ -13,6 +14,7 @@ import os
 
 import numpy as np
 import specaccept
+from conftest import LAYOUTS, strided_layout
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -65,6 +67,10 @@ def chain_inputs(draw):
         kwargs["num_draft_tokens"] = draw(
             arrays(np.int64, (batch,), elements=st.integers(0, num_draft))
         )
+    # Any memory layout: sliced, reversed, Fortran-ordered, per array.
+    for name in ("draft_token_ids", "target_probs", "draft_probs", "uniforms"):
+        if kwargs[name] is not None:
+            kwargs[name] = strided_layout(None, kwargs[name], draw(st.sampled_from(LAYOUTS)))
     return kwargs
 
 

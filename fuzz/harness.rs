@@ -1,0 +1,266 @@
+//! The fuzz harness: arbitrary bytes become a batch for the core, in any layout,
+//! dtype and value (NaN, infinities, negatives, ids out of range, counts past K,
+//! uniforms outside [0, 1)). Every entry point must return `Ok` with the
+//! invariants below or `Err`, never panic; a panic is a finding.
+//!
+//! Shared by the cargo-fuzz target (`fuzz/fuzz_targets/verify.rs`, nightly) and
+//! the corpus replay test (`tests/fuzz_corpus.rs`, stable, in CI).
+
+use half::f16;
+use ndarray::{s, Array1, Array2, Array3, ArrayView3, Axis};
+use specaccept::chain::{
+    self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs,
+};
+use specaccept::rate;
+use specaccept::view::{FloatView, IntView, Prob};
+
+/// Reads the input front to back; past the end it yields zeros.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn byte(&mut self) -> u8 {
+        let (first, rest) = self.0.split_first().map_or((0, &[][..]), |(f, r)| (*f, r));
+        self.0 = rest;
+        first
+    }
+    fn below(&mut self, n: usize) -> usize {
+        self.byte() as usize % n
+    }
+    fn float(&mut self) -> f64 {
+        // Edge values half of the time, a fraction otherwise.
+        const EDGES: [f64; 12] = [
+            0.0,
+            -0.0,
+            1.0,
+            0.5,
+            1e-300,
+            5e-324,
+            f64::NAN,
+            f64::INFINITY,
+            -1.0,
+            2.0,
+            1e-8,
+            0.999_999_999_999_999_9,
+        ];
+        let b = self.byte();
+        if b & 1 == 0 {
+            EDGES[(b as usize >> 1) % EDGES.len()]
+        } else {
+            (b >> 1) as f64 / 127.0
+        }
+    }
+    fn id(&mut self, vocab: usize) -> i64 {
+        match self.byte() {
+            255 => i64::MIN,
+            254 => -1,
+            253 => vocab as i64,
+            b => (b as usize % vocab.max(1)) as i64,
+        }
+    }
+}
+
+trait FromF64: Prob {
+    fn from_f64(v: f64) -> Self;
+}
+impl FromF64 for f64 {
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+}
+impl FromF64 for f32 {
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+impl FromF64 for f16 {
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+}
+
+/// Checks what a caller relies on in a successful result.
+fn check_result(ids: &Array2<i64>, counts: &[usize], vocab: usize, out: &Outputs) {
+    for b in 0..out.accepted.len() {
+        let n = out.accepted[b];
+        assert!(n >= 0 && n as usize <= counts[b], "row {b}: n = {n}");
+        let n = n as usize;
+        assert_eq!(out.emitted[b], n as i64 + 1);
+        for t in 0..n {
+            assert_eq!(
+                out.ids[[b, t]],
+                ids[[b, t]],
+                "accepted tokens are the drafts"
+            );
+        }
+        let next = out.ids[[b, n]];
+        assert!(
+            next >= 0 && (next as usize) < vocab,
+            "row {b}: token {next}"
+        );
+        assert!(out.ids.row(b).iter().skip(n + 1).all(|&x| x == -1));
+    }
+}
+
+struct Outputs {
+    ids: Array2<i64>,
+    accepted: Array1<i64>,
+    emitted: Array1<i64>,
+}
+
+impl Outputs {
+    fn new(batch: usize, width: usize) -> Self {
+        Outputs {
+            ids: Array2::zeros((batch, width + 1)),
+            accepted: Array1::zeros(batch),
+            emitted: Array1::zeros(batch),
+        }
+    }
+    fn views(&mut self) -> ChainOutputs<'_> {
+        ChainOutputs {
+            output_token_ids: self.ids.view_mut(),
+            num_accepted: self.accepted.view_mut(),
+            num_emitted: self.emitted.view_mut(),
+        }
+    }
+}
+
+/// `values` laid out as `layout` asks: contiguous, every other element, or reversed.
+fn laid_out<P: FromF64>(values: &Array3<f64>, layout: usize) -> (Array3<P>, usize) {
+    let (b, t, v) = values.dim();
+    let mut big = Array3::<P>::from_elem((b, t, 2 * v.max(1)), P::from_f64(0.0));
+    match layout {
+        1 => big
+            .slice_mut(s![.., .., ..;2])
+            .zip_mut_with(values, |d, &x| *d = P::from_f64(x)),
+        2 => big
+            .slice_mut(s![.., .., ..v;-1])
+            .zip_mut_with(values, |d, &x| *d = P::from_f64(x)),
+        _ => return (values.mapv(P::from_f64), 0),
+    }
+    (big, layout)
+}
+
+fn view<P: Prob>(array: &Array3<P>, layout: usize, v: usize) -> ArrayView3<'_, P> {
+    match layout {
+        1 => array.slice(s![.., .., ..;2]),
+        2 => array.slice(s![.., .., ..v;-1]),
+        _ => array.view(),
+    }
+}
+
+/// Runs every entry point on one decoded batch; `true` when `verify` succeeded.
+fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
+    let batch = input.below(5);
+    let k = input.below(5);
+    let vocab = 1 + input.below(300);
+    let p_values = Array3::from_shape_fn((batch, k + 1, vocab), |_| input.float());
+    let q_values = Array3::from_shape_fn((batch, k, vocab), |_| input.float());
+    let ids = Array2::from_shape_fn((batch, k), |_| input.id(vocab));
+    let counts: Vec<i64> = (0..batch)
+        .map(|_| match input.byte() {
+            255 => k as i64 + 1,
+            254 => -1,
+            b => (b as usize % (k + 1)) as i64,
+        })
+        .collect();
+    let uniforms = Array2::from_shape_fn((batch, k), |_| input.float());
+    let recovery = Array1::from_shape_fn(batch, |_| input.float());
+    let greedy_rows = Array1::from_shape_fn(batch, |_| input.byte() & 1 == 1);
+    let flags = input.byte();
+    let (p_array, p_layout) = laid_out::<P>(&p_values, input.below(3));
+    let (q_array, q_layout) = laid_out::<Q>(&q_values, input.below(3));
+    let counts_array = Array1::from(counts.clone());
+    let greedy = match flags % 3 {
+        0 => Greedy::All(false),
+        1 => Greedy::All(true),
+        _ => Greedy::PerRow(greedy_rows.view()),
+    };
+    let inputs = ChainInputs {
+        draft_token_ids: IntView::I64(ids.view()),
+        target_probs: view(&p_array, p_layout, vocab),
+        draft_probs: (flags & 4 == 0).then(|| view(&q_array, q_layout, vocab)),
+        num_draft_tokens: (flags & 8 == 0).then(|| IntView::I64(counts_array.view())),
+        uniforms: (flags & 16 == 0).then(|| FloatView::F64(uniforms.view())),
+        recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
+        greedy,
+    };
+    let mut out = Outputs::new(batch, k);
+    let verified = chain::verify(&inputs, &mut out.views()).is_ok();
+    if verified {
+        let used: Vec<usize> = if flags & 8 == 0 {
+            counts.iter().map(|&c| c as usize).collect()
+        } else {
+            vec![k; batch]
+        };
+        check_result(&ids, &used, vocab, &out);
+        // Deterministic: the same inputs give the same bits.
+        let mut again = Outputs::new(batch, k);
+        chain::verify(&inputs, &mut again.views()).expect("ran once");
+        assert_eq!(out.ids, again.ids);
+    }
+
+    // The flat layout over the same rows (the first k_b positions of each).
+    let flat_counts: Vec<i64> = counts.iter().map(|&c| c.clamp(0, k as i64)).collect();
+    let total: usize = flat_counts.iter().map(|&c| c as usize).sum();
+    let rows: Vec<(usize, usize)> = (0..batch)
+        .flat_map(|b| (0..flat_counts[b] as usize).map(move |t| (b, t)))
+        .collect();
+    let flat_p = Array2::from_shape_fn((total, vocab), |(r, i)| {
+        let (b, t) = rows[r];
+        P::from_f64(p_values[[b, t, i]])
+    });
+    let flat_ids = Array1::from_shape_fn(total, |r| ids[[rows[r].0, rows[r].1]]);
+    let bonus = Array1::from_shape_fn(batch, |b| (b * 7 % vocab) as i64);
+    let flat_counts = Array1::from(flat_counts);
+    let flat_u = Array1::from_shape_fn(total, |r| uniforms[[rows[r].0, rows[r].1]]);
+    let flat = FlatChainInputs::<P, Q> {
+        draft_token_ids: IntView::I64(flat_ids.view()),
+        num_draft_tokens: IntView::I64(flat_counts.view()),
+        target_probs: flat_p.view(),
+        draft_probs: None,
+        bonus_token_ids: IntView::I64(bonus.view()),
+        uniforms: Some(FloatView::F64(flat_u.view())),
+        recovery_uniforms: Some(FloatView::F64(recovery.view())),
+        greedy: Greedy::All(flags & 64 == 0),
+    };
+    let mut flat_out = Outputs::new(batch, k);
+    let _ = chain::verify_flat(&flat, &mut flat_out.views());
+
+    // Greedy on ids, and the acceptance rate of the same rows.
+    let targets =
+        Array2::from_shape_fn((batch, k + 1), |(b, t)| if t < k { ids[[b, t]] } else { 0 });
+    let greedy_ids = GreedyIdsInputs {
+        draft_token_ids: IntView::I64(ids.view()),
+        target_token_ids: IntView::I64(targets.view()),
+        num_draft_tokens: Some(IntView::I64(counts_array.view())),
+    };
+    let mut greedy_out = Outputs::new(batch, k);
+    let _ = chain::verify_greedy(&greedy_ids, &mut greedy_out.views());
+    let q_rows = view(&q_array, q_layout, vocab);
+    let p_rows = view(&p_array, p_layout, vocab)
+        .slice_axis(Axis(1), (0..k).into())
+        .to_owned();
+    let mut rates = Array1::zeros(batch * k);
+    let _ = rate::acceptance_rate(
+        p_rows.view().into_dyn(),
+        q_rows.into_dyn(),
+        rates.view_mut(),
+    );
+    verified
+}
+
+/// One fuzz input; `true` when `verify` accepted it (the success path ran).
+pub fn run(data: &[u8]) -> bool {
+    let mut input = Bytes(data);
+    match input.below(9) {
+        0 => run_typed::<f64, f64>(&mut input),
+        1 => run_typed::<f64, f32>(&mut input),
+        2 => run_typed::<f64, f16>(&mut input),
+        3 => run_typed::<f32, f64>(&mut input),
+        4 => run_typed::<f32, f32>(&mut input),
+        5 => run_typed::<f32, f16>(&mut input),
+        6 => run_typed::<f16, f64>(&mut input),
+        7 => run_typed::<f16, f32>(&mut input),
+        _ => run_typed::<f16, f16>(&mut input),
+    }
+}
