@@ -25,7 +25,7 @@ pub enum Greedy<'a> {
 
 impl Greedy<'_> {
     #[inline]
-    fn row(&self, b: usize) -> bool {
+    pub(crate) fn row(&self, b: usize) -> bool {
         match self {
             Greedy::All(g) => *g,
             Greedy::PerRow(g) => g[b],

@@ -13,6 +13,7 @@
 //!   `specaccept.reference` mirrors to the bit; [`simd`] holds its block sums
 //!   (portable, and AVX2 chosen at run time: the same bits).
 //! - [`rate`]: the analytic acceptance rate `sum(min(p, q))` per row.
+//! - [`tree`]: tree verification (many candidates per position).
 //! - [`chain`]: chain verification (`verify`), greedy verification on ids
 //!   (`verify_greedy`) and the accepted-prefix scan; [`threads`] decides when
 //!   rows run in parallel.
@@ -24,6 +25,7 @@ pub mod rule;
 pub mod sample;
 pub mod simd;
 pub mod threads;
+pub mod tree;
 pub mod view;
 
 #[cfg(feature = "python")]

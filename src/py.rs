@@ -18,6 +18,7 @@ use crate::error::CoreError;
 use crate::rate;
 use crate::rule;
 use crate::threads;
+use crate::tree::{self, TreeInputs, TreeOutputs};
 use crate::view::{FloatView, IntView, Prob};
 
 impl From<CoreError> for PyErr {
@@ -566,6 +567,89 @@ fn verify_flat<'py>(
     }
 }
 
+type TreeResult<'py> = (
+    Bound<'py, PyArray2<i64>>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray2<i64>>,
+);
+
+/// Tree verification (see `specaccept.verify_tree`); `parent_ids` already `[B, N]`
+/// (a broadcast view when shared). Returns `(output_token_ids, num_accepted,
+/// num_emitted, accepted_node_ids)`.
+#[pyfunction]
+#[pyo3(signature = (node_token_ids, parent_ids, target_probs, draft_probs, uniforms, recovery_uniforms, greedy))]
+#[allow(clippy::too_many_arguments)]
+fn verify_tree<'py>(
+    py: Python<'py>,
+    node_token_ids: &Bound<'py, PyAny>,
+    parent_ids: &Bound<'py, PyAny>,
+    target_probs: &Bound<'py, PyAny>,
+    draft_probs: Option<&Bound<'py, PyAny>>,
+    uniforms: Option<&Bound<'py, PyAny>>,
+    recovery_uniforms: Option<&Bound<'py, PyAny>>,
+    greedy: &Bound<'py, PyAny>,
+) -> PyResult<TreeResult<'py>> {
+    let ids = IntArg::<Ix2>::extract(node_token_ids, "node_token_ids")?;
+    let parents = IntArg::<Ix2>::extract(parent_ids, "parent_ids")?;
+    let target = FloatArg::<Ix3>::extract(target_probs, "target_probs")?;
+    let draft = optional(draft_probs, |o| FloatArg::<Ix3>::extract(o, "draft_probs"))?;
+    let u = optional(uniforms, |o| FloatArg::<Ix2>::extract(o, "uniforms"))?;
+    let ru = optional(recovery_uniforms, |o| {
+        FloatArg::<Ix1>::extract(o, "recovery_uniforms")
+    })?;
+    let greedy_rows = GreedyArg::extract(greedy)?;
+    let batch = ids.view().shape()[0];
+    let deepest = tree::tree_depth(&parents.view())?;
+    let outputs = (
+        PyArray2::<i64>::zeros(py, [batch, deepest + 1], false),
+        PyArray1::<i64>::zeros(py, [batch], false),
+        PyArray1::<i64>::zeros(py, [batch], false),
+        PyArray2::<i64>::zeros(py, [batch, deepest], false),
+    );
+    {
+        // SAFETY: fresh arrays, shared with nothing.
+        let mut out = unsafe {
+            TreeOutputs {
+                output_token_ids: outputs.0.as_array_mut(),
+                num_accepted: outputs.1.as_array_mut(),
+                num_emitted: outputs.2.as_array_mut(),
+                accepted_node_ids: outputs.3.as_array_mut(),
+            }
+        };
+        macro_rules! run {
+            ($p:expr, $q:expr) => {{
+                let inputs = TreeInputs {
+                    node_token_ids: ids.view(),
+                    parent_ids: parents.view(),
+                    target_probs: $p,
+                    draft_probs: $q,
+                    uniforms: u.as_ref().map(FloatArg::view),
+                    recovery_uniforms: ru.as_ref().map(FloatArg::view),
+                    greedy: greedy_rows.view(),
+                };
+                py.detach(|| tree::verify_tree(&inputs, &mut out))
+            }};
+        }
+        macro_rules! with_draft {
+            ($p:expr) => {
+                match &draft {
+                    None => run!($p, None::<ndarray::ArrayView3<'_, f64>>),
+                    Some(FloatArg::F16(q)) => run!($p, Some(q.as_array())),
+                    Some(FloatArg::F32(q)) => run!($p, Some(q.as_array())),
+                    Some(FloatArg::F64(q)) => run!($p, Some(q.as_array())),
+                }
+            };
+        }
+        match &target {
+            FloatArg::F16(p) => with_draft!(p.as_array()),
+            FloatArg::F32(p) => with_draft!(p.as_array()),
+            FloatArg::F64(p) => with_draft!(p.as_array()),
+        }?;
+    }
+    Ok(outputs)
+}
+
 /// Greedy verification on target argmax ids (see `specaccept.verify_greedy`).
 #[pyfunction]
 #[pyo3(signature = (draft_token_ids, target_token_ids, num_draft_tokens, out=None))]
@@ -722,7 +806,7 @@ mod _native {
     #[pymodule_export]
     use super::{
         acceptance_mask, acceptance_rate, accepted_prefix_length, get_num_threads,
-        rejection_probability, set_num_threads, verify, verify_flat, verify_greedy,
+        rejection_probability, set_num_threads, verify, verify_flat, verify_greedy, verify_tree,
     };
 
     #[pymodule_export]

@@ -124,6 +124,30 @@ impl<P: Prob, R: Row<P>> Weights for TargetWeights<P, R> {
     }
 }
 
+/// Weights already computed into a buffer (tree verification's residuals):
+/// finite and non-negative by construction.
+pub(crate) struct BufferWeights<'w> {
+    pub w: &'w [f64],
+}
+
+impl Weights for BufferWeights<'_> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.w.len()
+    }
+    #[inline(always)]
+    fn block_sum<K: Kernel>(&self, start: usize, end: usize) -> (f64, bool) {
+        K::dense(&self.w[start..end])
+    }
+    fn check(&self, _start: usize, _end: usize) -> Result<(), CoreError> {
+        Ok(())
+    }
+    #[inline(always)]
+    fn weight(&self, i: usize) -> f64 {
+        self.w[i]
+    }
+}
+
 /// `w = max(0, p - q)`: the residual after a rejection with draft probabilities.
 pub(crate) struct ResidualWeights<P, Q, RP, RQ> {
     pub p: RP,
@@ -214,6 +238,14 @@ fn sum_blocks_with<K: Kernel, W: Weights>(
         total += s;
     }
     Ok(total)
+}
+
+/// The canonical sum of `w` (the total [`sample`] uses).
+pub(crate) fn canonical_sum<W: Weights>(
+    w: &W,
+    block_sums: &mut Vec<f64>,
+) -> Result<f64, CoreError> {
+    sum_blocks(w, block_sums)
 }
 
 /// Draws an index from `w` with uniform `u`; `None` when every weight is 0.

@@ -16,7 +16,7 @@ from ._api import (
     verify_greedy,
 )
 from ._generate import Drafter, Generation, LanguageModel, generate
-from ._result import Verification
+from ._result import TreeVerification, Verification
 from ._stats import (
     AcceptanceStats,
     best_num_draft_tokens,
@@ -24,6 +24,7 @@ from ._stats import (
     expected_tokens_per_step,
 )
 from ._threads import PARALLEL_MIN_ELEMENTS, _apply_environment, get_num_threads, set_num_threads
+from ._tree import verify_tree
 
 __version__ = "0.1.0"
 
@@ -36,6 +37,7 @@ __all__ = [
     "Generation",
     "LanguageModel",
     "RngLike",
+    "TreeVerification",
     "Verification",
     "__version__",
     "acceptance_mask",
@@ -50,4 +52,5 @@ __all__ = [
     "set_num_threads",
     "verify",
     "verify_greedy",
+    "verify_tree",
 ]

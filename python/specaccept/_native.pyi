@@ -58,3 +58,14 @@ def accepted_prefix_length(
 ) -> npt.NDArray[np.int64]: ...
 def get_num_threads() -> int: ...
 def set_num_threads(n: int) -> None: ...
+def verify_tree(
+    node_token_ids: npt.NDArray[np.int32 | np.int64],
+    parent_ids: npt.NDArray[np.int32 | np.int64],
+    target_probs: npt.NDArray[np.floating],
+    draft_probs: npt.NDArray[np.floating] | None,
+    uniforms: npt.NDArray[np.floating] | None,
+    recovery_uniforms: npt.NDArray[np.floating] | None,
+    greedy: bool | npt.NDArray[np.bool_],
+) -> tuple[
+    npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
+]: ...

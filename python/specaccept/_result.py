@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Verification"]
+__all__ = ["TreeVerification", "Verification"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -71,6 +71,21 @@ class Verification:
             np.zeros(batch_size, dtype=np.int64),
             np.zeros(batch_size, dtype=np.int64),
         )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TreeVerification(Verification):
+    """The result of :func:`specaccept.verify_tree`: a :class:`Verification` whose rows
+    have ``D + 1`` entries (``D`` the deepest path of the batch), and the nodes taken.
+
+    Attributes
+    ----------
+    accepted_node_ids : ndarray of int64, shape ``[B, D]``
+        The node index of each accepted token, then ``-1``: the key-value cache
+        entries to keep.
+    """
+
+    accepted_node_ids: npt.NDArray[np.int64] | None = None
 
 
 # The hot path builds results without the frozen dataclass's __init__

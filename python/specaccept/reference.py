@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import as_numpy, like_converter
-from ._result import Verification
+from ._result import TreeVerification, Verification
 
 __all__ = [
     "SUM_BLOCK",
@@ -32,6 +32,7 @@ __all__ = [
     "sample_index",
     "verify",
     "verify_greedy",
+    "verify_tree",
 ]
 
 SUM_BLOCK = 256
@@ -505,6 +506,165 @@ def verify_greedy(
             output_token_ids[b, t] = y
         num_accepted[b] = n
     return _result(buffers, output_token_ids, num_accepted, like)
+
+
+# --------------------------------------------------------------------------
+# Tree verification: many candidates per position (EAGLE, Medusa, SpecInfer).
+# --------------------------------------------------------------------------
+
+
+def _tree_depths(parents: list[int], b: int) -> list[int]:
+    """Depth of each node (root 0; padding -1), checking the parent links."""
+    depths = [0] * len(parents)
+    if parents and parents[0] != -1:
+        raise ValueError(f"parent_ids[{b}, 0] = {parents[0]}: the root's parent must be -1")
+    for n in range(1, len(parents)):
+        parent = parents[n]
+        if parent == -1:
+            depths[n] = -1  # padding
+        elif not 0 <= parent < n:
+            raise ValueError(
+                f"parent_ids[{b}, {n}] = {parent}: a parent must come before its child (0 <= parent < {n}) or be -1"
+            )
+        elif depths[parent] == -1:
+            raise ValueError(f"parent_ids[{b}, {n}] = {parent}: the parent is padding")
+        else:
+            depths[n] = depths[parent] + 1
+    return depths
+
+
+def verify_tree(
+    node_token_ids,
+    parent_ids,
+    target_probs,
+    draft_probs=None,
+    *,
+    uniforms=None,
+    recovery_uniforms=None,
+    rng=None,
+    greedy=False,
+    like=None,
+):
+    """Reference of :func:`specaccept.verify_tree`: multi-round rejection sampling."""
+    convert = like_converter(like) or (lambda a: a)
+    ids = _ints(node_token_ids, "node_token_ids")
+    parents = _ints(parent_ids, "parent_ids")
+    p = _floats(target_probs, "target_probs")
+    q = None if draft_probs is None else _floats(draft_probs, "draft_probs")
+    u = None if uniforms is None else _floats(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    _ndim(ids, "node_token_ids", 2)
+    batch, nodes = ids.shape
+    if parents.ndim == 1 and parents.shape == (nodes,):
+        parents = np.broadcast_to(parents, ids.shape)
+    _ndim(parents, "parent_ids", 2)
+    _ndim(p, "target_probs", 3)
+    for x, name, ndim in ((q, "draft_probs", 3), (u, "uniforms", 2), (ru, "recovery_uniforms", 1)):
+        if x is not None:
+            _ndim(x, name, ndim)
+    all_greedy = isinstance(greedy, (bool, np.bool_)) and bool(greedy)
+    if (u is None or ru is None) and not all_greedy:
+        g = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+        u = g.random((batch, nodes)) if u is None else u
+        ru = g.random(batch) if ru is None else ru
+    depths = [_tree_depths([int(x) for x in parents[b]], b) for b in range(parents.shape[0])]
+    deepest = max((max(d) for d in depths if d), default=0)
+    vocab = p.shape[2]
+    _shape(parents, "parent_ids", (batch, nodes))
+    _shape(p, "target_probs", (batch, nodes, vocab))
+    _shape(q, "draft_probs", (batch, nodes, vocab))
+    _shape(u, "uniforms", (batch, nodes))
+    _shape(ru, "recovery_uniforms", (batch,))
+    if nodes == 0:
+        raise ValueError("node_token_ids: needs at least the root node (N >= 1)")
+    greedy_rows = _greedy_rows(greedy, batch)
+    out_ids = np.full((batch, deepest + 1), -1, dtype=np.int64)
+    out_nodes = np.full((batch, deepest), -1, dtype=np.int64)
+    accepted_counts = np.zeros(batch, dtype=np.int64)
+    for b in range(batch):
+        children = [[] for _ in range(nodes)]
+        for n in range(1, nodes):
+            if int(parents[b, n]) >= 0:
+                children[int(parents[b, n])].append(n)
+        path, next_token = _verify_tree_row(p, q, u, ru, ids, children, b, vocab, greedy_rows[b])
+        for i, (c, x) in enumerate(path):
+            out_ids[b, i], out_nodes[b, i] = x, c
+        out_ids[b, len(path)] = next_token
+        accepted_counts[b] = len(path)
+    return TreeVerification(
+        convert(out_ids), convert(accepted_counts), convert(accepted_counts + 1), convert(out_nodes)
+    )
+
+
+def _tree_token(ids, b: int, c: int, vocab: int) -> int:
+    x = int(ids[b, c])
+    if not 0 <= x < vocab:
+        raise ValueError(f"node_token_ids[{b}, {c}] = {x} is outside [0, V) with V = {vocab}")
+    return x
+
+
+def _verify_tree_row(p, q, u, ru, ids, children, b, vocab, greedy):
+    path: list[tuple[int, int]] = []
+    node = 0
+    if not greedy:
+        if u is None or ru is None:
+            raise ValueError(
+                "uniforms: uniforms and recovery_uniforms are required for rows verified by sampling"
+            )
+        recovery = _uniform(ru[b], "recovery_uniforms", (b,))
+    while True:
+        kids = children[node]
+        if not kids:  # a leaf: the bonus token from its target row
+            return path, (
+                _argmax(p[b, node], b, node) if greedy else _sample_target(p, b, node, recovery)
+            )
+        if greedy:
+            best = _argmax(p[b, node], b, node)
+            match = next((c for c in kids if _tree_token(ids, b, c, vocab) == best), None)
+            if match is None:
+                return path, best
+            path.append((match, best))
+            node = match
+            continue
+        weights = None  # None: P is the node's target row, used as given (S = 1)
+        total = 1.0
+        taken = None
+        for c in kids:
+            x = _tree_token(ids, b, c, vocab)
+            u_c = _uniform(u[b, c], "uniforms", (b, c))
+            if weights is None:
+                p_x = _gathered(p[b, node, x], "target_probs", (b, node, x))
+            else:
+                p_x = weights[x] / total if total > 0 else 0.0
+            q_x = 1.0 if q is None else _gathered(q[b, c, x], "draft_probs", (b, c, x))
+            if _is_accepted(p_x, q_x, u_c):
+                taken = (c, x)
+                break
+            # P = max(0, P / S - q_c), then S = sum(P) in the canonical order.
+            new = []
+            for i in range(vocab):
+                if weights is None:
+                    base = _entry(p[b, node, i], "target_probs", (b, node, i))
+                else:
+                    base = weights[i] / total if total > 0 else 0.0
+                q_i = (
+                    (1.0 if i == x else 0.0)
+                    if q is None
+                    else _entry(q[b, c, i], "draft_probs", (b, c, i))
+                )
+                new.append(max(0.0, base - q_i))
+            weights = new
+            total = 0.0
+            for start in range(0, vocab, SUM_BLOCK):
+                total += _block_sum(weights[start : start + SUM_BLOCK])
+        if taken is not None:
+            path.append(taken)
+            node = taken[0]
+            continue
+        token = sample_index(weights, recovery)
+        if token is None:
+            token = _sample_target(p, b, node, recovery)
+        return path, token
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,104 @@
+"""Tree verification: many candidates per position (EAGLE, Medusa, SpecInfer, multi-draft)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _native
+from ._api import RngLike, _floats, _generator, _greedy, _ints
+from ._arrays import like_converter
+from ._result import TreeVerification
+
+__all__ = ["verify_tree"]
+
+
+def verify_tree(
+    node_token_ids: npt.ArrayLike,
+    parent_ids: npt.ArrayLike,
+    target_probs: npt.ArrayLike,
+    draft_probs: npt.ArrayLike | None = None,
+    *,
+    uniforms: npt.ArrayLike | None = None,
+    recovery_uniforms: npt.ArrayLike | None = None,
+    rng: RngLike = None,
+    greedy: bool | npt.ArrayLike = False,
+    like: Any = None,
+) -> TreeVerification:
+    """Verify a tree of drafted tokens by multi-round rejection sampling.
+
+    Per row, starting at the root with ``P`` its target row: the children of the
+    current node are tried in index order; child ``c`` with token ``x`` is
+    accepted by the chain rule applied to ``P(x) / S`` and ``q_c(x)`` with
+    uniform ``uniforms[b, c]`` (``S = 1`` for a target row, used as given like
+    :func:`verify` does). On acceptance the walk moves to ``c`` and ``P`` becomes
+    its target row; on rejection ``P = max(0, P / S - q_c)``, ``S = sum(P)``, and
+    the next child is tried. When no child is accepted, one token is sampled
+    from ``P`` (from the node's target row if ``P`` sums to 0); at a leaf, the
+    bonus token is sampled from the leaf's target row. The output follows the
+    target exactly; a tree that is a single path gives :func:`verify`'s result.
+
+    Parameters
+    ----------
+    node_token_ids : int array ``[B, N]``
+        Node ``n``'s token; node 0 is the root (the last committed token, ignored).
+    parent_ids : int array ``[B, N]`` or ``[N]`` (shared by all rows)
+        ``parent_ids[b, 0] = -1``; a node ``n >= 1`` has ``0 <= parent < n``, or
+        ``-1`` for padding.
+    target_probs : float array ``[B, N, V]``
+        Row ``n``: the target's distribution of the token after node ``n``.
+    draft_probs : float array ``[B, N, V]``, optional
+        Row ``c``: the distribution child ``c``'s token was drawn from (row 0
+        unused). ``None``: deterministic proposals (``q`` one-hot at the token),
+        e.g. the top-``m`` tokens of a draft.
+    uniforms : float array ``[B, N]``, optional
+        Entry ``c`` is used when child ``c`` is tried. Drawn from ``rng`` if missing.
+    recovery_uniforms : float array ``[B]``, optional
+        The draw of the replacement or bonus token. Drawn from ``rng`` if missing.
+    rng : None, int or Generator
+        Draws ``uniforms = g.random((B, N))`` then ``recovery_uniforms = g.random(B)``.
+    greedy : bool or bool array ``[B]``
+        Rows verified by argmax: accept the first child whose token is the argmax
+        of the current node's target row; otherwise emit that argmax.
+    like : array or tensor, optional
+        The framework of the results, as for :func:`verify`.
+
+    Returns
+    -------
+    TreeVerification
+        ``output_token_ids [B, D+1]``, ``num_accepted [B]``, ``num_emitted [B]``,
+        ``accepted_node_ids [B, D]`` (``-1`` padded; ``D`` the deepest path).
+
+    Examples
+    --------
+    >>> import numpy as np, specaccept
+    >>> # Root with two children (tokens 1 and 2); child 2 has a child (token 0).
+    >>> parents = np.array([-1, 0, 0, 2])
+    >>> tokens = np.array([[0, 1, 2, 0]])
+    >>> p = np.array([[[0.0, 0.0, 1.0], [1, 0, 0], [1.0, 0.0, 0.0], [0, 1, 0]]])  # [1, N=4, V=3]
+    >>> r = specaccept.verify_tree(tokens, parents, p, greedy=True)
+    >>> r.output_token_ids.tolist(), r.accepted_node_ids.tolist()   # 1 rejected, 2 and 0 kept
+    ([[2, 0, 1]], [[2, 3]])
+    """
+    convert = like_converter(like)
+    ids = _ints(node_token_ids, "node_token_ids")
+    if ids.ndim != 2:
+        raise ValueError(f"node_token_ids must be 2-D [B, N], got shape {ids.shape}")
+    parents = _ints(parent_ids, "parent_ids")
+    if parents.ndim == 1 and parents.shape == ids.shape[1:]:
+        parents = np.broadcast_to(parents, ids.shape)  # shared: a stride-0 view, no copy
+    target = _floats(target_probs, "target_probs")
+    draft = None if draft_probs is None else _floats(draft_probs, "draft_probs")
+    greedy_rows = _greedy(greedy)
+    u = None if uniforms is None else _floats(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    if (u is None or ru is None) and greedy_rows is not True:
+        g = _generator(rng)
+        u = g.random(ids.shape) if u is None else u
+        ru = g.random(ids.shape[0]) if ru is None else ru
+    result = _native.verify_tree(ids, parents, target, draft, u, ru, greedy_rows)
+    if convert is not None:
+        result = tuple(convert(a) for a in result)
+    return TreeVerification(*result)

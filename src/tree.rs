@@ -1,0 +1,435 @@
+//! Tree verification (EAGLE, Medusa, SpecInfer, multi-draft): at each node the
+//! children are tried in index order by multi-round rejection sampling, which
+//! keeps the output distribution exactly the target's.
+//!
+//! Per row, from the root with `P` the node's target row (used as given, like
+//! the chain's rows, normaliser `S = 1`): child `c` with token `x` is accepted by
+//! the chain rule applied to `P(x) / S` and `q_c(x)` with uniform `u_c`. On
+//! acceptance the walk moves to `c` (`P` := its target row); on rejection
+//! `P := max(0, P / S - q_c)` with `S := sum(P)` in the canonical order (taken as
+//! 0 when `S = 0`) and the next child is tried. When no child is accepted, a
+//! token is sampled from `P` (from the node's target row if `P` sums to 0); at a
+//! leaf, the bonus token is sampled from the leaf's target row. A single-path
+//! tree is therefore exactly the chain of [`crate::chain::verify`].
+
+use std::marker::PhantomData;
+
+use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2};
+
+use crate::chain::{Greedy, Pos};
+use crate::error::CoreError;
+use crate::rule::{check_gathered, check_uniform, is_accepted};
+use crate::sample::{self, BufferWeights, RowAt, TargetWeights};
+use crate::simd::{PairOp, Residual};
+use crate::view::{FloatView, IntView, Prob};
+
+/// The inputs of `verify_tree`.
+pub struct TreeInputs<'a, P, Q> {
+    /// `[B, N]`: node `n`'s token (node 0 is the root: its token is ignored).
+    pub node_token_ids: IntView<'a, Ix2>,
+    /// `[B, N]`: `parent_ids[b, 0] = -1`; a node `n >= 1` has `0 <= parent < n`,
+    /// or `-1` for padding.
+    pub parent_ids: IntView<'a, Ix2>,
+    /// `[B, N, V]`: row `n` is the target's distribution of the token after node `n`.
+    pub target_probs: ArrayView3<'a, P>,
+    /// `[B, N, V]`: row `c` is the distribution child `c`'s token was drawn from;
+    /// `None`: deterministic proposals (one-hot).
+    pub draft_probs: Option<ArrayView3<'a, Q>>,
+    /// `[B, N]`: entry `c` is used when child `c` is tried.
+    pub uniforms: Option<FloatView<'a, Ix2>>,
+    /// `[B]`: the draw of the replacement or bonus token.
+    pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
+    pub greedy: Greedy<'a>,
+}
+
+/// Where `verify_tree` writes.
+pub struct TreeOutputs<'a> {
+    /// `[B, D+1]`: the accepted tokens, then the replacement or bonus, then `-1`.
+    pub output_token_ids: ArrayViewMut2<'a, i64>,
+    /// `[B]`: accepted tokens (the depth reached).
+    pub num_accepted: ArrayViewMut1<'a, i64>,
+    /// `[B]`: `num_accepted + 1`.
+    pub num_emitted: ArrayViewMut1<'a, i64>,
+    /// `[B, D]`: the node of each accepted token, then `-1`.
+    pub accepted_node_ids: ArrayViewMut2<'a, i64>,
+}
+
+/// Each node's depth (root 0, padding `None`), with the parent links checked.
+fn depths(
+    parents: &IntView<'_, Ix2>,
+    b: usize,
+    nodes: usize,
+) -> Result<Vec<Option<usize>>, CoreError> {
+    let mut depth = vec![None; nodes];
+    if nodes == 0 {
+        return Ok(depth);
+    }
+    let root = parents.get(b, 0);
+    if root != -1 {
+        return Err(CoreError::value(
+            "parent_ids",
+            &[b, 0],
+            format!("= {root}: the root's parent must be -1"),
+        ));
+    }
+    depth[0] = Some(0);
+    for n in 1..nodes {
+        let parent = parents.get(b, n);
+        if parent == -1 {
+            continue; // padding
+        }
+        if parent < 0 || parent as u64 >= n as u64 {
+            return Err(CoreError::value(
+                "parent_ids",
+                &[b, n],
+                format!(
+                    "= {parent}: a parent must come before its child (0 <= parent < {n}) or be -1"
+                ),
+            ));
+        }
+        match depth[parent as usize] {
+            Some(d) => depth[n] = Some(d + 1),
+            None => {
+                return Err(CoreError::value(
+                    "parent_ids",
+                    &[b, n],
+                    format!("= {parent}: the parent is padding"),
+                ))
+            }
+        }
+    }
+    Ok(depth)
+}
+
+/// `D`, the deepest path of the batch (checks every parent link).
+pub fn tree_depth(parent_ids: &IntView<'_, Ix2>) -> Result<usize, CoreError> {
+    let &[batch, nodes] = parent_ids.shape() else {
+        unreachable!("IntView<Ix2> has two axes")
+    };
+    let mut deepest = 0;
+    for b in 0..batch {
+        let d = depths(parent_ids, b, nodes)?;
+        deepest = deepest.max(d.into_iter().flatten().max().unwrap_or(0));
+    }
+    Ok(deepest)
+}
+
+impl<P: Prob, Q: Prob> TreeInputs<'_, P, Q> {
+    fn dims(&self) -> Result<(usize, usize, usize), CoreError> {
+        let &[batch, nodes] = self.node_token_ids.shape() else {
+            unreachable!("IntView<Ix2> has two axes")
+        };
+        let vocab = self.target_probs.shape()[2];
+        let shape = |arg: &'static str, got: &[usize], want: &[usize], what: &str| {
+            if got == want {
+                Ok(())
+            } else {
+                Err(CoreError::shape(
+                    arg,
+                    format!("has shape {got:?}, expected {want:?} ({what})"),
+                ))
+            }
+        };
+        shape(
+            "parent_ids",
+            self.parent_ids.shape(),
+            &[batch, nodes],
+            "[B, N] or [N]",
+        )?;
+        shape(
+            "target_probs",
+            self.target_probs.shape(),
+            &[batch, nodes, vocab],
+            "[B, N, V]",
+        )?;
+        if let Some(q) = &self.draft_probs {
+            shape(
+                "draft_probs",
+                q.shape(),
+                &[batch, nodes, vocab],
+                "[B, N, V]",
+            )?;
+        }
+        if let Some(u) = &self.uniforms {
+            shape("uniforms", u.shape(), &[batch, nodes], "[B, N]")?;
+        }
+        if let Some(u) = &self.recovery_uniforms {
+            shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
+        }
+        if let Greedy::PerRow(g) = &self.greedy {
+            shape("greedy", g.shape(), &[batch], "[B] or a scalar")?;
+        }
+        if nodes == 0 {
+            return Err(CoreError::shape(
+                "node_token_ids",
+                "needs at least the root node (N >= 1)",
+            ));
+        }
+        Ok((batch, nodes, vocab))
+    }
+
+    fn target_row(&self, b: usize, n: usize) -> ArrayView1<'_, P> {
+        self.target_probs.slice(s![b, n, ..])
+    }
+
+    fn at(&self, b: usize, n: usize) -> RowAt {
+        RowAt {
+            arg: "target_probs",
+            pos: Pos::Padded { b, t: n },
+        }
+    }
+}
+
+/// Tree verification of a batch. On error the outputs hold partial results.
+pub fn verify_tree<P: Prob, Q: Prob>(
+    inputs: &TreeInputs<'_, P, Q>,
+    out: &mut TreeOutputs<'_>,
+) -> Result<(), CoreError> {
+    let (batch, nodes, vocab) = inputs.dims()?;
+    let deepest = tree_depth(&inputs.parent_ids)?;
+    if out.output_token_ids.shape() != [batch, deepest + 1]
+        || out.accepted_node_ids.shape() != [batch, deepest]
+        || out.num_accepted.len() != batch
+        || out.num_emitted.len() != batch
+    {
+        return Err(CoreError::shape(
+            "out",
+            "output shapes do not match [B, D+1], [B, D], [B]",
+        ));
+    }
+    let mut scratch = Vec::new();
+    let mut residual = vec![0.0f64; 0];
+    let mut next_residual = vec![0.0f64; 0];
+    for b in 0..batch {
+        // Children in index order, as linked lists: first child, next sibling.
+        let mut first_child = vec![usize::MAX; nodes];
+        let mut next_sibling = vec![usize::MAX; nodes];
+        for n in (1..nodes).rev() {
+            let parent = inputs.parent_ids.get(b, n);
+            if parent >= 0 {
+                next_sibling[n] = first_child[parent as usize];
+                first_child[parent as usize] = n;
+            }
+        }
+        let greedy = inputs.greedy.row(b);
+        let recovery = if greedy {
+            0.0
+        } else {
+            let (Some(_), Some(r)) = (&inputs.uniforms, &inputs.recovery_uniforms) else {
+                return Err(CoreError::shape(
+                    "uniforms",
+                    "uniforms and recovery_uniforms are required for rows verified by sampling",
+                ));
+            };
+            check_uniform(r.get(b), "recovery_uniforms", &[b])?
+        };
+        let mut node = 0usize;
+        let mut accepted: Vec<(usize, i64)> = Vec::new();
+        let next = loop {
+            let mut child = first_child[node];
+            if child == usize::MAX {
+                // A leaf: the bonus token from its target row.
+                break if greedy {
+                    argmax(inputs.target_row(b, node), inputs.at(b, node))?
+                } else {
+                    sample_row(
+                        inputs.target_row(b, node),
+                        inputs.at(b, node),
+                        recovery,
+                        &mut scratch,
+                    )?
+                };
+            }
+            if greedy {
+                let best = argmax(inputs.target_row(b, node), inputs.at(b, node))?;
+                let mut found = None;
+                while child != usize::MAX {
+                    if token(inputs, b, child, vocab)? == best {
+                        found = Some(child);
+                        break;
+                    }
+                    child = next_sibling[child];
+                }
+                match found {
+                    Some(c) => {
+                        accepted.push((c, best as i64));
+                        node = c;
+                        continue;
+                    }
+                    None => break best,
+                }
+            }
+            // Multi-round rejection sampling over the children.
+            let mut scale: Option<f64> = None; // None: P is the node's target row, S = 1
+            let mut taken = None;
+            while child != usize::MAX {
+                let x = token(inputs, b, child, vocab)?;
+                let u = match &inputs.uniforms {
+                    Some(u) => check_uniform(u.get(b, child), "uniforms", &[b, child])?,
+                    None => unreachable!("checked above"),
+                };
+                let p = match scale {
+                    None => check_gathered(
+                        inputs.target_probs[[b, node, x]].to_f64(),
+                        "target_probs",
+                        &[b, node, x],
+                    )?,
+                    Some(total) => normalised(residual[x], total),
+                };
+                let q = match &inputs.draft_probs {
+                    Some(dp) => {
+                        check_gathered(dp[[b, child, x]].to_f64(), "draft_probs", &[b, child, x])?
+                    }
+                    None => 1.0,
+                };
+                if is_accepted(p, q, u) {
+                    taken = Some((child, x));
+                    break;
+                }
+                // P := max(0, P / S - q_c), then S := sum(P).
+                next_residual.clear();
+                next_residual.reserve(vocab);
+                for i in 0..vocab {
+                    let base = match scale {
+                        None => entry(
+                            inputs.target_probs[[b, node, i]].to_f64(),
+                            "target_probs",
+                            b,
+                            node,
+                            i,
+                        )?,
+                        Some(total) => normalised(residual[i], total),
+                    };
+                    let qi = match &inputs.draft_probs {
+                        Some(dp) => entry(dp[[b, child, i]].to_f64(), "draft_probs", b, child, i)?,
+                        None => f64::from(u8::from(i == x)),
+                    };
+                    next_residual.push(Residual::apply(base, qi));
+                }
+                std::mem::swap(&mut residual, &mut next_residual);
+                scale = Some(sample::canonical_sum(
+                    &BufferWeights { w: &residual },
+                    &mut scratch,
+                )?);
+                child = next_sibling[child];
+            }
+            match taken {
+                Some((c, x)) => {
+                    accepted.push((c, x as i64));
+                    node = c;
+                }
+                None => {
+                    let from_residual =
+                        sample::sample(&BufferWeights { w: &residual }, recovery, &mut scratch)?;
+                    break match from_residual {
+                        Some(token) => token,
+                        None => sample_row(
+                            inputs.target_row(b, node),
+                            inputs.at(b, node),
+                            recovery,
+                            &mut scratch,
+                        )?,
+                    };
+                }
+            }
+        };
+        let n = accepted.len();
+        let mut ids = out.output_token_ids.row_mut(b);
+        let mut path = out.accepted_node_ids.row_mut(b);
+        ids.fill(-1);
+        path.fill(-1);
+        for (i, &(c, x)) in accepted.iter().enumerate() {
+            ids[i] = x;
+            path[i] = c as i64;
+        }
+        ids[n] = next as i64;
+        out.num_accepted[b] = n as i64;
+        out.num_emitted[b] = n as i64 + 1;
+    }
+    Ok(())
+}
+
+/// `P(x) / S`, with `0 / 0` taken as 0 (a residual that vanished by rounding).
+#[inline]
+fn normalised(w: f64, total: f64) -> f64 {
+    if total > 0.0 {
+        w / total
+    } else {
+        0.0
+    }
+}
+
+fn entry(v: f64, arg: &'static str, b: usize, n: usize, i: usize) -> Result<f64, CoreError> {
+    if (0.0..=f64::MAX).contains(&v) {
+        Ok(v)
+    } else {
+        Err(CoreError::value(
+            arg,
+            &[b, n, i],
+            format!(
+                "= {}: probabilities must be finite and non-negative",
+                crate::error::show(v)
+            ),
+        ))
+    }
+}
+
+fn token<P: Prob, Q: Prob>(
+    inputs: &TreeInputs<'_, P, Q>,
+    b: usize,
+    c: usize,
+    vocab: usize,
+) -> Result<usize, CoreError> {
+    let x = inputs.node_token_ids.get(b, c);
+    if x < 0 || x as u64 >= vocab as u64 {
+        return Err(CoreError::value(
+            "node_token_ids",
+            &[b, c],
+            format!("= {x} is outside [0, V) with V = {vocab}"),
+        ));
+    }
+    Ok(x as usize)
+}
+
+fn argmax<P: Prob>(row: ArrayView1<'_, P>, at: RowAt) -> Result<usize, CoreError> {
+    match row.as_slice() {
+        Some(contiguous) => sample::argmax(contiguous, at),
+        None => sample::argmax(row, at),
+    }
+}
+
+/// A draw from a target row; it must not sum to 0.
+fn sample_row<P: Prob>(
+    row: ArrayView1<'_, P>,
+    at: RowAt,
+    u: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<usize, CoreError> {
+    let drawn = match row.as_slice() {
+        Some(p) => sample::sample(
+            &TargetWeights {
+                p,
+                excluded: None,
+                at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        )?,
+        None => sample::sample(
+            &TargetWeights {
+                p: row,
+                excluded: None,
+                at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        )?,
+    };
+    drawn.ok_or_else(|| CoreError::Value {
+        arg: at.arg,
+        index: at.pos.index(),
+        message: "sums to 0, but a token must be sampled from it".to_string(),
+    })
+}

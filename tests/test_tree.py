@@ -1,0 +1,207 @@
+"""``verify_tree``: a single path is the chain, parity with the reference on random
+trees, and lossless output (chi-square, N >= 100,000)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import specaccept
+from conftest import FLOAT_DTYPES, random_rows
+from scipy import stats
+from specaccept import reference
+
+ALPHA = 1e-6  # false-failure rate of each statistical check
+
+
+def tree_outcome(fn, **kwargs):
+    try:
+        r = fn(**kwargs)
+    except (TypeError, ValueError) as e:
+        return (type(e), str(e))
+    return (
+        r.output_token_ids.tolist(),
+        r.num_accepted.tolist(),
+        r.num_emitted.tolist(),
+        r.accepted_node_ids.tolist(),
+    )
+
+
+@pytest.mark.parametrize("with_draft", [True, False])
+@pytest.mark.parametrize("seed", range(30))
+def test_a_single_path_is_the_chain(seed, with_draft):
+    rng = np.random.default_rng(seed)
+    batch, k, vocab = 5, int(rng.integers(0, 6)), int(rng.choice([3, 17, 300]))
+    p = random_rows(rng, (batch, k + 1, vocab), np.float32)
+    q = random_rows(rng, (batch, k, vocab), np.float32) if with_draft else None
+    ids = rng.integers(0, vocab, size=(batch, k))
+    ids = np.where(rng.random((batch, k)) < 0.5, p[:, :k].argmax(-1), ids)
+    u, ru = rng.random((batch, k)), rng.random(batch)
+    greedy = rng.random(batch) < 0.3
+    chain = specaccept.verify(ids, p, q, uniforms=u, recovery_uniforms=ru, greedy=greedy)
+    # Node n (n >= 1) holds draft n - 1; node n's target row is chain row n.
+    parents = np.arange(-1, k)
+    tokens = np.concatenate([np.zeros((batch, 1), dtype=ids.dtype), ids], axis=1)
+    tree_q = None if q is None else np.concatenate([np.zeros((batch, 1, vocab), np.float32), q], 1)
+    tree_u = np.concatenate([np.zeros((batch, 1)), u], axis=1)
+    tree = specaccept.verify_tree(
+        tokens, parents, p, tree_q, uniforms=tree_u, recovery_uniforms=ru, greedy=greedy
+    )
+    np.testing.assert_array_equal(tree.output_token_ids, chain.output_token_ids)
+    np.testing.assert_array_equal(tree.num_accepted, chain.num_accepted)
+    for b in range(batch):
+        n = chain.num_accepted[b]
+        assert tree.accepted_node_ids[b, :n].tolist() == list(range(1, n + 1))
+
+
+def random_tree(rng, nodes: int) -> np.ndarray:
+    parents = np.full(nodes, -1)
+    real = [0]
+    for n in range(1, nodes):
+        if rng.random() < 0.15:
+            continue  # padding
+        parents[n] = rng.choice(real)
+        real.append(n)
+    return parents
+
+
+def random_tree_case(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    batch, nodes = int(rng.integers(0, 5)), int(rng.integers(1, 12))
+    vocab = int(rng.choice([1, 2, 5, 33, 257, 300]))
+    shared = rng.random() < 0.3
+    parents = (
+        random_tree(rng, nodes)
+        if shared
+        else np.array([random_tree(rng, nodes) for _ in range(batch)], dtype=np.int64).reshape(
+            batch, nodes
+        )
+    )
+    p = random_rows(rng, (batch, nodes, vocab), FLOAT_DTYPES[rng.integers(3)])
+    q = (
+        None
+        if rng.random() < 0.3
+        else random_rows(rng, (batch, nodes, vocab), FLOAT_DTYPES[rng.integers(3)])
+    )
+    tokens = rng.integers(0, vocab, size=(batch, nodes))
+    tokens = np.where(rng.random((batch, nodes)) < 0.4, np.argmax(p, axis=-1), tokens)
+    case = dict(
+        node_token_ids=tokens.astype((np.int32, np.int64)[seed % 2]),
+        parent_ids=parents,
+        target_probs=p,
+        draft_probs=q,
+        uniforms=rng.random((batch, nodes)),
+        recovery_uniforms=rng.random(batch),
+        greedy=rng.random(batch) < 0.25 if rng.random() < 0.5 else bool(rng.random() < 0.2),
+    )
+    if seed % 11 == 0 and batch:
+        case["target_probs"][0, 0, :] = np.nan  # an error: the root row is read
+    return case
+
+
+@pytest.mark.parametrize("block", range(6))
+def test_matches_the_reference_on_random_trees(block):
+    accepted_somewhere = 0
+    for seed in range(block * 50, (block + 1) * 50):
+        case = random_tree_case(seed)
+        native = tree_outcome(specaccept.verify_tree, **case)
+        oracle = tree_outcome(reference.verify_tree, **case)
+        assert native == oracle, f"seed {seed}"
+        if not isinstance(native[0], type):
+            accepted_somewhere += sum(native[1])
+    assert accepted_somewhere > 0
+
+
+def first_tokens(rows: int, m: int, with_draft: bool, seed: int):
+    """A root with m children; returns the first emitted token of each row and p."""
+    rng = np.random.default_rng(seed)
+    vocab = 8
+    p = rng.dirichlet(np.ones(vocab))
+    q = rng.dirichlet(np.ones(vocab))
+    nodes = m + 1
+    parents = np.array([-1] + [0] * m)
+    if with_draft:
+        children = rng.choice(vocab, p=q, size=(rows, m))  # i.i.d. from q
+        draft = np.broadcast_to(q, (rows, nodes, vocab))
+    else:
+        children = np.broadcast_to(np.argsort(-q, kind="stable")[:m], (rows, m))  # top-m of q
+        draft = None
+    tokens = np.concatenate([np.zeros((rows, 1), dtype=np.int64), children], axis=1)
+    target = np.broadcast_to(p, (rows, nodes, vocab))
+    result = specaccept.verify_tree(tokens, parents, target, draft, rng=rng)
+    return result.output_token_ids[:, 0], p, result
+
+
+@pytest.mark.parametrize("m", [2, 4])
+@pytest.mark.parametrize("with_draft", [True, False], ids=["iid from q", "top-m of q"])
+def test_the_first_token_follows_the_target(m, with_draft):
+    rows = 100_000
+    first, p, result = first_tokens(rows, m, with_draft, seed=m + 10 * with_draft)
+    counts = np.bincount(first, minlength=len(p))
+    assert stats.chisquare(counts, p * rows).pvalue > ALPHA, (counts / rows, p)
+    assert 0 < result.num_accepted.mean() < 1
+
+
+def test_a_two_level_trees_second_token_follows_its_target_row():
+    rng = np.random.default_rng(3)
+    rows, vocab = 100_000, 6
+    p0, p1 = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
+    q0, q1 = rng.dirichlet(np.ones(vocab)), rng.dirichlet(np.ones(vocab))
+    # Root -> children 1, 2; each has children 3, 4 (of 1) and 5, 6 (of 2).
+    parents = np.array([-1, 0, 0, 1, 1, 2, 2])
+    level = np.array([0, 1, 1, 2, 2, 2, 2])
+    tokens = np.where(
+        level == 1,
+        rng.choice(vocab, p=q0, size=(rows, 7)),
+        rng.choice(vocab, p=q1, size=(rows, 7)),
+    )
+    target = np.stack([p0, p1, p1, p1, p1, p1, p1])  # every level-1 node's row is p1
+    draft = np.stack([q0, q0, q0, q1, q1, q1, q1])
+    result = specaccept.verify_tree(
+        tokens,
+        parents,
+        np.broadcast_to(target, (rows, 7, vocab)),
+        np.broadcast_to(draft, (rows, 7, vocab)),
+        rng=rng,
+    )
+    first = result.output_token_ids[:, 0]
+    assert stats.chisquare(np.bincount(first, minlength=vocab), p0 * rows).pvalue > ALPHA
+    went_on = result.num_accepted >= 1
+    second = result.output_token_ids[went_on, 1]
+    expected = p1 * went_on.sum()
+    assert stats.chisquare(np.bincount(second, minlength=vocab), expected).pvalue > ALPHA
+    assert (result.accepted_node_ids[went_on, 0] <= 2).all()
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (lambda c: c["parent_ids"].__setitem__(0, 3), r"parent_ids\[0, 0\] = 3"),
+        (
+            lambda c: c["parent_ids"].__setitem__(2, 2),
+            r"parent_ids\[0, 2\] = 2: a parent must come before",
+        ),
+        (
+            lambda c: c.update(parent_ids=np.array([-1, -1, 1])),
+            r"parent_ids\[0, 2\] = 1: the parent is padding",
+        ),
+        (
+            lambda c: c["node_token_ids"].__setitem__((0, 1), 5),
+            r"node_token_ids\[0, 1\] = 5 is outside",
+        ),
+        (lambda c: c["uniforms"].__setitem__((0, 1), 1.0), r"uniforms\[0, 1\]"),
+        (lambda c: c.update(target_probs=c["target_probs"][:, :2]), "target_probs"),
+    ],
+)
+def test_errors_name_the_argument(change, fragment):
+    case = dict(
+        node_token_ids=np.array([[0, 1, 2]]),
+        parent_ids=np.array([-1, 0, 0]),
+        target_probs=np.full((1, 3, 3), 1 / 3),
+        draft_probs=np.full((1, 3, 3), 1 / 3),
+        uniforms=np.full((1, 3), 0.5),
+        recovery_uniforms=np.array([0.5]),
+    )
+    change(case)
+    for impl in (specaccept, reference):
+        with pytest.raises(ValueError, match=fragment):
+            impl.verify_tree(**case)
