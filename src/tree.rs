@@ -287,24 +287,40 @@ pub fn verify_tree<P: Prob, Q: Prob>(
                     break;
                 }
                 // P := max(0, P / S - q_c), then S := sum(P).
+                let q_row = inputs
+                    .draft_probs
+                    .as_ref()
+                    .map(|dp| dp.slice(s![b, child, ..]));
                 next_residual.clear();
-                next_residual.reserve(vocab);
-                for i in 0..vocab {
-                    let base = match scale {
-                        None => entry(
-                            inputs.target_probs[[b, node, i]].to_f64(),
-                            "target_probs",
-                            b,
-                            node,
-                            i,
-                        )?,
-                        Some(total) => normalised(residual[i], total),
-                    };
-                    let qi = match &inputs.draft_probs {
-                        Some(dp) => entry(dp[[b, child, i]].to_f64(), "draft_probs", b, child, i)?,
-                        None => f64::from(u8::from(i == x)),
-                    };
-                    next_residual.push(Residual::apply(base, qi));
+                match scale {
+                    None => {
+                        let p_row = inputs.target_row(b, node);
+                        if !all_valid(p_row) || !q_row.is_none_or(all_valid) {
+                            return Err(first_bad_entry(Some(p_row), q_row, b, node, child));
+                        }
+                        residual_from_row(p_row, q_row, x, &mut next_residual);
+                    }
+                    Some(total) => match q_row {
+                        Some(q_row) => {
+                            if !all_valid(q_row) {
+                                return Err(first_bad_entry::<P, Q>(
+                                    None,
+                                    Some(q_row),
+                                    b,
+                                    node,
+                                    child,
+                                ));
+                            }
+                            next_residual.extend(
+                                residual.iter().zip(q_row.iter()).map(|(&w, q)| {
+                                    Residual::apply(normalised(w, total), q.to_f64())
+                                }),
+                            );
+                        }
+                        None => next_residual.extend(residual.iter().enumerate().map(|(i, &w)| {
+                            Residual::apply(normalised(w, total), f64::from(u8::from(i == x)))
+                        })),
+                    },
                 }
                 std::mem::swap(&mut residual, &mut next_residual);
                 scale = Some(sample::canonical_sum(
@@ -347,6 +363,72 @@ pub fn verify_tree<P: Prob, Q: Prob>(
         out.num_emitted[b] = n as i64 + 1;
     }
     Ok(())
+}
+
+/// `max(0, p - q)` from a target row (`S = 1`); `q` one-hot at `x` when `None`.
+fn residual_from_row<P: Prob, Q: Prob>(
+    p: ArrayView1<'_, P>,
+    q: Option<ArrayView1<'_, Q>>,
+    x: usize,
+    out: &mut Vec<f64>,
+) {
+    // Unit-stride rows as slices: the loop then runs in SIMD registers.
+    if let (Some(ps), Some(qs)) = (p.as_slice(), q.and_then(|q| q.to_slice())) {
+        out.extend(
+            ps.iter()
+                .zip(qs)
+                .map(|(p, q)| Residual::apply(p.to_f64(), q.to_f64())),
+        );
+        return;
+    }
+    match q {
+        Some(q) => out.extend(
+            p.iter()
+                .zip(q.iter())
+                .map(|(p, q)| Residual::apply(p.to_f64(), q.to_f64())),
+        ),
+        None => out.extend(
+            p.iter()
+                .enumerate()
+                .map(|(i, p)| Residual::apply(p.to_f64(), f64::from(u8::from(i == x)))),
+        ),
+    }
+}
+
+/// Whether every entry is finite and non-negative (one branch-free pass).
+fn all_valid<T: Prob>(row: ArrayView1<'_, T>) -> bool {
+    let valid = |ok: bool, v: &T| ok & (0.0..=f64::MAX).contains(&v.to_f64());
+    match row.as_slice() {
+        Some(values) => values.iter().fold(true, valid),
+        None => row.iter().fold(true, valid),
+    }
+}
+
+/// The first bad entry in reading order (`p_i`, then `q_i`), for the error.
+fn first_bad_entry<P: Prob, Q: Prob>(
+    p: Option<ArrayView1<'_, P>>,
+    q: Option<ArrayView1<'_, Q>>,
+    b: usize,
+    node: usize,
+    child: usize,
+) -> CoreError {
+    let len = p.map_or(0, |p| p.len()).max(q.map_or(0, |q| q.len()));
+    for i in 0..len {
+        if let Some(p) = p {
+            if let Err(e) = entry(p[i].to_f64(), "target_probs", b, node, i) {
+                return e;
+            }
+        }
+        if let Some(q) = q {
+            if let Err(e) = entry(q[i].to_f64(), "draft_probs", b, child, i) {
+                return e;
+            }
+        }
+    }
+    CoreError::shape(
+        "target_probs",
+        "an entry failed the validity check but none is bad",
+    )
 }
 
 /// `P(x) / S`, with `0 / 0` taken as 0 (a residual that vanished by rounding).

@@ -1,0 +1,132 @@
+"""Tree verification: acceptance length against the chain, and time against the floor.
+
+Run after ``pip install .``::
+
+    python benches/bench_tree.py            # about a minute
+    python benches/bench_tree.py --quick    # seconds
+
+1. **Acceptance on the same budget.** Every position has the same target ``p`` and
+   draft ``q`` (so the per-token acceptance rate is ``a = sum(min(p, q))``). A chain
+   drafts 6 tokens; a tree drafts 6 nodes: two candidates at the first position,
+   each followed by a chain of two (depth 3). Both are verified on the same rows;
+   the table gives the mean accepted length of each.
+2. **Time.** ``(B, N, V) = (64, 16, 128256)`` float32 with draft probabilities: a root
+   with 3 children, each with 4 children, every root child rejected (so the root's
+   target row and 3 draft rows are read, and 3 residuals computed), against
+   ``verify`` on a chain of ``K = 15`` rejected at position 0, and against the floor
+   (bytes that must be read / this machine's read bandwidth, measured in the run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import specaccept
+from specaccept._bench import read_bandwidth
+
+CHAIN_K = 6
+# Root 0 -> 1, 2; 1 -> 3 -> 5; 2 -> 4 -> 6: six drafted nodes, depth 3.
+TREE_PARENTS = np.array([-1, 0, 0, 1, 2, 3, 4])
+
+
+def acceptance(a_target: float, rows: int, seed: int) -> tuple[float, float, float]:
+    """Mean accepted length of the chain and of the tree, for p and q with overlap ~a."""
+    rng = np.random.default_rng(seed)
+    vocab = 64
+    p = rng.dirichlet(np.full(vocab, 0.5))
+    noise = rng.dirichlet(np.full(vocab, 0.5))
+    # Mix the draft towards the target until the overlap is near a_target.
+    weight = min(1.0, max(0.0, a_target))
+    q = weight * p + (1 - weight) * noise
+    a = float(specaccept.acceptance_rate(p, q))
+    chain_ids = rng.choice(vocab, p=q, size=(rows, CHAIN_K))
+    chain = specaccept.verify(
+        chain_ids,
+        np.broadcast_to(p, (rows, CHAIN_K + 1, vocab)),
+        np.broadcast_to(q, (rows, CHAIN_K, vocab)),
+        rng=rng,
+    )
+    nodes = len(TREE_PARENTS)
+    tree_ids = rng.choice(vocab, p=q, size=(rows, nodes))
+    tree = specaccept.verify_tree(
+        tree_ids,
+        TREE_PARENTS,
+        np.broadcast_to(p, (rows, nodes, vocab)),
+        np.broadcast_to(q, (rows, nodes, vocab)),
+        rng=rng,
+    )
+    return a, float(chain.num_accepted.mean()), float(tree.num_accepted.mean())
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e3
+
+
+def timing(batch: int, vocab: int, repeats: int) -> None:
+    rng = np.random.default_rng(0)
+    nodes = 16
+    parents = np.array([-1, 0, 0, 0] + [1 + (n - 4) // 4 for n in range(4, nodes)])
+    p = rng.random((batch, nodes, vocab), dtype=np.float32)
+    q = rng.random((batch, nodes, vocab), dtype=np.float32)
+    tokens = rng.integers(0, vocab, size=(batch, nodes))
+    u = np.full((batch, nodes), np.nextafter(1.0, 0.0))  # reject unless q <= p
+    rows = np.arange(batch)[:, None]
+    q[rows, np.arange(nodes), tokens] = 1.0  # so q(x) > p(x): every child is rejected
+    ru = np.full(batch, 0.5)
+    tree = specaccept.verify_tree(tokens, parents, p, q, uniforms=u, recovery_uniforms=ru)
+    assert (tree.num_accepted == 0).all()
+    k = nodes - 1
+    chain_q = q[:, 1:]
+    chain_u = u[:, 1:]
+    chain = specaccept.verify(tokens[:, 1:], p, chain_q, uniforms=chain_u, recovery_uniforms=ru)
+    assert (chain.num_accepted == 0).all()
+    single, threads = read_bandwidth(256 << 20, specaccept.get_num_threads())
+    tree_bytes = batch * 4 * vocab * 4  # the root's row and 3 draft rows
+    chain_bytes = batch * 2 * vocab * 4  # one residual pair
+    tree_ms = median_ms(
+        lambda: specaccept.verify_tree(tokens, parents, p, q, uniforms=u, recovery_uniforms=ru),
+        repeats,
+    )
+    chain_ms = median_ms(
+        lambda: specaccept.verify(
+            tokens[:, 1:], p, chain_q, uniforms=chain_u, recovery_uniforms=ru
+        ),
+        repeats,
+    )
+    print(f"\n(B, N, V) = ({batch}, {nodes}, {vocab}) float32, every candidate rejected:")
+    print(
+        f"  verify_tree: {tree_ms:8.2f} ms   floor {tree_bytes / single * 1e3:7.2f} ms (1 thread)"
+    )
+    print(
+        f"  verify K={k}: {chain_ms:8.2f} ms   floor {chain_bytes / single * 1e3:7.2f} ms (1 thread)"
+    )
+    print(f"  read bandwidth {single / 1e9:.1f} GB/s on 1 thread, {threads / 1e9:.1f} GB/s on all")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rows, a smaller vocabulary")
+    args = parser.parse_args()
+    rows = 5_000 if args.quick else 100_000
+    print(f"Mean accepted length on a budget of {CHAIN_K} drafted tokens ({rows} rows):")
+    print(f"  {'a = sum(min(p, q))':>20} {'chain (K=6)':>12} {'tree (2x3)':>11}")
+    for target in (0.3, 0.5, 0.6, 0.7, 0.8, 0.9):
+        a, chain, tree = acceptance(target, rows, seed=int(target * 100))
+        print(f"  {a:>20.2f} {chain:>12.3f} {tree:>11.3f}")
+    if args.quick:
+        timing(batch=4, vocab=4096, repeats=3)
+    else:
+        timing(batch=64, vocab=128256, repeats=7)
+
+
+if __name__ == "__main__":
+    main()
