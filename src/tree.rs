@@ -14,13 +14,14 @@
 
 use std::marker::PhantomData;
 
-use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2};
+use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, ArrayViewMut2, Axis, Ix1, Ix2};
 
 use crate::chain::{Greedy, Pos};
 use crate::error::CoreError;
 use crate::rule::{check_gathered, check_uniform, is_accepted};
 use crate::sample::{self, BufferWeights, RowAt, TargetWeights};
 use crate::simd::{PairOp, Residual};
+use crate::threads;
 use crate::view::{FloatView, IntView, Prob};
 
 /// The inputs of `verify_tree`.
@@ -197,10 +198,50 @@ pub fn verify_tree<P: Prob, Q: Prob>(
             "output shapes do not match [B, D+1], [B, D], [B]",
         ));
     }
+    // Rows run in parallel when large, as in the chain (see `threads`): each
+    // row reads at least one row of V per level it visits.
+    let Some(pool) = threads::pool_for(batch, batch.saturating_mul(vocab)) else {
+        return verify_rows(inputs, nodes, vocab, 0, out);
+    };
+    let run = batch.div_ceil(4 * pool.current_num_threads()).max(1);
+    let parts = out
+        .output_token_ids
+        .axis_chunks_iter_mut(Axis(0), run)
+        .zip(out.num_accepted.axis_chunks_iter_mut(Axis(0), run))
+        .zip(out.num_emitted.axis_chunks_iter_mut(Axis(0), run))
+        .zip(out.accepted_node_ids.axis_chunks_iter_mut(Axis(0), run));
+    let mut results: Vec<Result<(), CoreError>> = Vec::new();
+    results.resize_with(batch.div_ceil(run), || Ok(()));
+    pool.scope(|scope| {
+        for (i, ((((ids, accepted), emitted), path), result)) in parts.zip(&mut results).enumerate()
+        {
+            scope.spawn(move |_| {
+                let mut part = TreeOutputs {
+                    output_token_ids: ids,
+                    num_accepted: accepted,
+                    num_emitted: emitted,
+                    accepted_node_ids: path,
+                };
+                *result = verify_rows(inputs, nodes, vocab, i * run, &mut part);
+            });
+        }
+    });
+    // Runs are in row order: the first error is the first bad row's.
+    results.into_iter().collect()
+}
+
+/// Verifies rows `first_row..` into `out` (which holds exactly those rows).
+fn verify_rows<P: Prob, Q: Prob>(
+    inputs: &TreeInputs<'_, P, Q>,
+    nodes: usize,
+    vocab: usize,
+    first_row: usize,
+    out: &mut TreeOutputs<'_>,
+) -> Result<(), CoreError> {
     let mut scratch = Vec::new();
     let mut residual = vec![0.0f64; 0];
     let mut next_residual = vec![0.0f64; 0];
-    for b in 0..batch {
+    for (i, b) in (first_row..first_row + out.num_accepted.len()).enumerate() {
         // Children in index order, as linked lists: first child, next sibling.
         let mut first_child = vec![usize::MAX; nodes];
         let mut next_sibling = vec![usize::MAX; nodes];
@@ -350,17 +391,17 @@ pub fn verify_tree<P: Prob, Q: Prob>(
             }
         };
         let n = accepted.len();
-        let mut ids = out.output_token_ids.row_mut(b);
-        let mut path = out.accepted_node_ids.row_mut(b);
+        let mut ids = out.output_token_ids.row_mut(i);
+        let mut path = out.accepted_node_ids.row_mut(i);
         ids.fill(-1);
         path.fill(-1);
-        for (i, &(c, x)) in accepted.iter().enumerate() {
-            ids[i] = x;
-            path[i] = c as i64;
+        for (depth, &(c, x)) in accepted.iter().enumerate() {
+            ids[depth] = x;
+            path[depth] = c as i64;
         }
         ids[n] = next as i64;
-        out.num_accepted[b] = n as i64;
-        out.num_emitted[b] = n as i64 + 1;
+        out.num_accepted[i] = n as i64;
+        out.num_emitted[i] = n as i64 + 1;
     }
     Ok(())
 }

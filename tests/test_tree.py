@@ -233,3 +233,35 @@ def test_the_tree_accepts_more_than_the_chain_on_the_same_budget():
     )
     # Means over 20,000 rows have standard errors near 0.01: a 0.1 gap is 7 of them.
     assert tree.num_accepted.mean() > chain.num_accepted.mean() + 0.1
+
+
+def test_large_trees_give_the_same_tokens_on_any_number_of_threads():
+    rng = np.random.default_rng(5)
+    batch, vocab = 24, 20_000
+    assert batch * vocab >= specaccept.PARALLEL_MIN_ELEMENTS
+    parents = np.array([-1, 0, 0, 1, 1, 2, 5])
+    p = random_rows(rng, (batch, 7, vocab), np.float32)
+    q = random_rows(rng, (batch, 7, vocab), np.float32)
+    tokens = np.where(
+        rng.random((batch, 7)) < 0.5, p.argmax(-1), rng.integers(0, vocab, (batch, 7))
+    )
+    kwargs = dict(uniforms=rng.random((batch, 7)), recovery_uniforms=rng.random(batch))
+    before = specaccept.get_num_threads()
+    try:
+        results = []
+        for n in (1, 2, 3):
+            specaccept.set_num_threads(n)
+            results.append(
+                tree_outcome(
+                    specaccept.verify_tree,
+                    node_token_ids=tokens,
+                    parent_ids=parents,
+                    target_probs=p,
+                    draft_probs=q,
+                    **kwargs,
+                )
+            )
+    finally:
+        specaccept.set_num_threads(before)
+    assert results[0] == results[1] == results[2]
+    assert sum(results[0][1]) > 0
