@@ -14,12 +14,14 @@
 //!   (portable, and AVX2 chosen at run time: the same bits).
 //! - [`rate`]: the analytic acceptance rate `sum(min(p, q))` per row.
 //! - [`tree`]: tree verification (many candidates per position).
+//! - [`logits`]: verification from logits (temperature, top-k, top-p).
 //! - [`chain`]: chain verification (`verify`), greedy verification on ids
 //!   (`verify_greedy`) and the accepted-prefix scan; [`threads`] decides when
 //!   rows run in parallel.
 
 pub mod chain;
 pub mod error;
+pub mod logits;
 pub mod rate;
 pub mod rule;
 pub mod sample;

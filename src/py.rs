@@ -15,6 +15,7 @@ use pyo3::types::PyBool;
 
 use crate::chain::{self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs};
 use crate::error::CoreError;
+use crate::logits::{self, LogitsInputs};
 use crate::rate;
 use crate::rule;
 use crate::threads;
@@ -567,6 +568,75 @@ fn verify_flat<'py>(
     }
 }
 
+/// Verification from logits (see `specaccept.verify_logits`); `temperature`,
+/// `top_k`, `top_p` already broadcast to `[B]`.
+#[pyfunction]
+#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms))]
+#[allow(clippy::too_many_arguments)]
+fn verify_logits<'py>(
+    py: Python<'py>,
+    draft_token_ids: &Bound<'py, PyAny>,
+    target_logits: &Bound<'py, PyAny>,
+    draft_logits: Option<&Bound<'py, PyAny>>,
+    temperature: &Bound<'py, PyAny>,
+    top_k: &Bound<'py, PyAny>,
+    top_p: &Bound<'py, PyAny>,
+    num_draft_tokens: Option<&Bound<'py, PyAny>>,
+    uniforms: Option<&Bound<'py, PyAny>>,
+    recovery_uniforms: Option<&Bound<'py, PyAny>>,
+) -> PyResult<ChainResult<'py>> {
+    let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
+    let target = FloatArg::<Ix3>::extract(target_logits, "target_logits")?;
+    let draft = optional(draft_logits, |o| {
+        FloatArg::<Ix3>::extract(o, "draft_logits")
+    })?;
+    let temperature = FloatArg::<Ix1>::extract(temperature, "temperature")?;
+    let top_k = IntArg::<Ix1>::extract(top_k, "top_k")?;
+    let top_p = FloatArg::<Ix1>::extract(top_p, "top_p")?;
+    let counts = optional(num_draft_tokens, |o| {
+        IntArg::<Ix1>::extract(o, "num_draft_tokens")
+    })?;
+    let u = optional(uniforms, |o| FloatArg::<Ix2>::extract(o, "uniforms"))?;
+    let ru = optional(recovery_uniforms, |o| {
+        FloatArg::<Ix1>::extract(o, "recovery_uniforms")
+    })?;
+    let &[batch, num_draft] = ids.view().shape() else {
+        return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
+    };
+    let buffers = outputs(py, batch, num_draft, None, &[])?;
+    macro_rules! run {
+        ($p:expr, $q:expr) => {{
+            let inputs = LogitsInputs {
+                draft_token_ids: ids.view(),
+                target_logits: $p,
+                draft_logits: $q,
+                temperature: temperature.view(),
+                top_k: top_k.view(),
+                top_p: top_p.view(),
+                num_draft_tokens: counts.as_ref().map(IntArg::view),
+                uniforms: u.as_ref().map(FloatArg::view),
+                recovery_uniforms: ru.as_ref().map(FloatArg::view),
+            };
+            with_outputs(py, buffers, |out| logits::verify_logits(&inputs, out))
+        }};
+    }
+    macro_rules! with_draft {
+        ($p:expr) => {
+            match &draft {
+                None => run!($p, None::<ndarray::ArrayView3<'_, f64>>),
+                Some(FloatArg::F16(q)) => run!($p, Some(q.as_array())),
+                Some(FloatArg::F32(q)) => run!($p, Some(q.as_array())),
+                Some(FloatArg::F64(q)) => run!($p, Some(q.as_array())),
+            }
+        };
+    }
+    match &target {
+        FloatArg::F16(p) => with_draft!(p.as_array()),
+        FloatArg::F32(p) => with_draft!(p.as_array()),
+        FloatArg::F64(p) => with_draft!(p.as_array()),
+    }
+}
+
 type TreeResult<'py> = (
     Bound<'py, PyArray2<i64>>,
     Bound<'py, PyArray1<i64>>,
@@ -806,7 +876,8 @@ mod _native {
     #[pymodule_export]
     use super::{
         acceptance_mask, acceptance_rate, accepted_prefix_length, get_num_threads,
-        rejection_probability, set_num_threads, verify, verify_flat, verify_greedy, verify_tree,
+        rejection_probability, set_num_threads, verify, verify_flat, verify_greedy, verify_logits,
+        verify_tree,
     };
 
     #[pymodule_export]

@@ -16,6 +16,7 @@ from ._api import (
     verify_greedy,
 )
 from ._generate import Drafter, Generation, LanguageModel, generate
+from ._logits import verify_logits
 from ._result import TreeVerification, Verification
 from ._stats import (
     AcceptanceStats,
@@ -52,5 +53,6 @@ __all__ = [
     "set_num_threads",
     "verify",
     "verify_greedy",
+    "verify_logits",
     "verify_tree",
 ]

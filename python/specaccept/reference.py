@@ -14,6 +14,7 @@ accumulators each) so that both sides round identically.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,8 +31,10 @@ __all__ = [
     "accepted_prefix_length",
     "rejection_probability",
     "sample_index",
+    "transform_logits",
     "verify",
     "verify_greedy",
+    "verify_logits",
     "verify_tree",
 ]
 
@@ -665,6 +668,158 @@ def _verify_tree_row(p, q, u, ru, ids, children, b, vocab, greedy):
         if token is None:
             token = _sample_target(p, b, node, recovery)
         return path, token
+
+
+# --------------------------------------------------------------------------
+# Verification from logits: the sampling transform, then the chain.
+# --------------------------------------------------------------------------
+
+
+def _canonical_total(weights: list[float]) -> float:
+    total = 0.0
+    for start in range(0, len(weights), SUM_BLOCK):
+        total += _block_sum(weights[start : start + SUM_BLOCK])
+    return total
+
+
+def transform_logits(logits, temperature: float, top_k: int, top_p: float, where: str = "logits"):
+    """The sampling transform of one logits row, as :func:`specaccept.verify_logits`
+    defines it: divide by ``temperature``; softmax; top-k (ties kept), renormalise;
+    top-p (decreasing order, ties by lower index; the shortest prefix reaching
+    ``top_p`` plus every entry tied with the last one kept), renormalise."""
+    values = [float(v) for v in logits]
+    for i, v in enumerate(values):
+        if math.isnan(v) or v == math.inf:
+            raise ValueError(f"{where}, {i}] = {v!r}: logits must be finite or -inf")
+    if all(v == -math.inf for v in values):
+        raise ValueError(f"{where}] has no finite logit: there is no token to choose")
+    z = [v / temperature for v in values]
+    top = max(z)
+    e = [math.exp(v - top) if v != -math.inf else 0.0 for v in z]
+    total = _canonical_total(e)
+    probs = [v / total for v in e]
+    positive = sorted((p for p in probs if p > 0), reverse=True)
+    if 0 < top_k < len(positive):
+        kth = positive[top_k - 1]
+        probs = [p if p >= kth else 0.0 for p in probs]
+        total = _canonical_total(probs)
+        probs = [p / total for p in probs]
+    if top_p < 1.0:
+        order = sorted((i for i in range(len(probs)) if probs[i] > 0), key=lambda i: (-probs[i], i))
+        cumulative, last = 0.0, None
+        for i in order:
+            cumulative += probs[i]
+            if cumulative >= top_p:
+                last = probs[i]
+                break
+        if last is not None:
+            probs = [p if p >= last else 0.0 for p in probs]
+            total = _canonical_total(probs)
+            probs = [p / total for p in probs]
+    return probs
+
+
+def verify_logits(
+    draft_token_ids,
+    target_logits,
+    draft_logits=None,
+    *,
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    num_draft_tokens=None,
+    uniforms=None,
+    recovery_uniforms=None,
+    rng=None,
+    like=None,
+) -> Verification:
+    """Reference of :func:`specaccept.verify_logits`: the transform, row by row, then
+    the chain rule, the residual and the bonus exactly as :func:`verify`."""
+    like_converter(like)
+    ids = _ints(draft_token_ids, "draft_token_ids")
+    logits = _floats(target_logits, "target_logits")
+    draft = None if draft_logits is None else _floats(draft_logits, "draft_logits")
+    _ndim(ids, "draft_token_ids", 2)
+    batch, num_draft = ids.shape
+    per_row = [
+        np.broadcast_to(np.asarray(as_numpy(v, n)), (batch,))
+        for v, n in ((temperature, "temperature"), (top_k, "top_k"), (top_p, "top_p"))
+    ]
+    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
+    u = None if uniforms is None else _floats(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    if (u is None or ru is None) and any(float(t) != 0 for t in per_row[0]):
+        u, ru = _draw_uniforms(rng, batch, num_draft, counts, u, ru)
+    vocab = logits.shape[2]
+    output_token_ids = np.full((batch, num_draft + 1), -1, dtype=np.int64)
+    num_accepted = np.zeros(batch, dtype=np.int64)
+    for b in range(batch):
+        t_b, k_b, p_b = float(per_row[0][b]), int(per_row[1][b]), float(per_row[2][b])
+        if not (t_b >= 0 and math.isfinite(t_b)):
+            raise ValueError(f"temperature[{b}] = {t_b!r}: a temperature must be finite and >= 0")
+        if k_b < 0:
+            raise ValueError(f"top_k[{b}] = {k_b}: top_k must be >= 0")
+        if not 0 < p_b <= 1:
+            raise ValueError(f"top_p[{b}] = {p_b!r}: top_p must lie in (0, 1]")
+        k = _draft_len(counts, b, num_draft)
+        drafts = [int(x) for x in ids[b, :k]]
+        for t, x in enumerate(drafts):
+            if not 0 <= x < vocab:
+                raise ValueError(
+                    f"draft_token_ids[{b}, {t}] = {x} is outside [0, V) with V = {vocab}"
+                )
+
+        def target(t: int, b: int = b, t_b: float = t_b, k_b: int = k_b, p_b: float = p_b):
+            return transform_logits(logits[b, t], t_b, k_b, p_b, f"target_logits[{b}, {t}")
+
+        if t_b == 0:
+            n, next_token = k, None
+            for t, x in enumerate(drafts):
+                best = _argmax_list(logits[b, t], f"target_logits[{b}, {t}")
+                if best != x:
+                    n, next_token = t, best
+                    break
+            if next_token is None:
+                next_token = _argmax_list(logits[b, k], f"target_logits[{b}, {k}")
+        else:
+            row_u = [_uniform(u[b, t], "uniforms", (b, t)) for t in range(k)]
+            recovery = _uniform(ru[b], "recovery_uniforms", (b,))
+            n, next_token = k, None
+            for t, x in enumerate(drafts):
+                p = target(t)
+                q = (
+                    None
+                    if draft is None
+                    else transform_logits(draft[b, t], t_b, k_b, p_b, f"draft_logits[{b}, {t}")
+                )
+                q_x = 1.0 if q is None else q[x]
+                if _is_accepted(p[x], q_x, row_u[t]):
+                    continue
+                if q is None:
+                    residual = [0.0 if i == x else p_i for i, p_i in enumerate(p)]
+                else:
+                    residual = [max(0.0, p_i - q_i) for p_i, q_i in zip(p, q, strict=True)]
+                token = sample_index(residual, recovery)
+                n, next_token = t, (token if token is not None else sample_index(p, recovery))
+                break
+            if next_token is None:
+                next_token = sample_index(target(k), recovery)
+        output_token_ids[b, :n] = drafts[:n]
+        output_token_ids[b, n] = next_token
+        num_accepted[b] = n
+    return _result(None, output_token_ids, num_accepted, like)
+
+
+def _argmax_list(row, where: str) -> int:
+    best = None
+    for i, v in enumerate(float(x) for x in row):
+        if math.isnan(v) or v == math.inf:
+            raise ValueError(f"{where}, {i}] = {v!r}: logits must be finite or -inf")
+        if v > -math.inf and (best is None or v > best[1]):
+            best = (i, v)
+    if best is None:
+        raise ValueError(f"{where}] has no finite logit: there is no token to choose")
+    return best[0]
 
 
 # --------------------------------------------------------------------------

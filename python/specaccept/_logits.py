@@ -1,0 +1,102 @@
+"""Verification from logits: temperature, top-k and top-p applied only where read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _native
+from ._api import RngLike, _draw_missing, _finish, _floats, _ints
+from ._arrays import as_numpy, like_converter
+from ._result import Verification
+
+__all__ = ["verify_logits"]
+
+
+def _per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
+    array = np.asarray(as_numpy(value, name))
+    kind = "iu" if dtype is np.int64 else "iuf"
+    if array.dtype.kind not in kind or array.ndim > 1:
+        raise TypeError(f"{name} must be a number or a [B] array of numbers, got {array.dtype}")
+    if array.ndim == 0:
+        return np.full(batch, array, dtype=dtype)
+    return array.astype(dtype, copy=False)
+
+
+def verify_logits(
+    draft_token_ids: npt.ArrayLike,
+    target_logits: npt.ArrayLike,
+    draft_logits: npt.ArrayLike | None = None,
+    *,
+    temperature: float | npt.ArrayLike = 1.0,
+    top_k: int | npt.ArrayLike = 0,
+    top_p: float | npt.ArrayLike = 1.0,
+    num_draft_tokens: npt.ArrayLike | None = None,
+    uniforms: npt.ArrayLike | None = None,
+    recovery_uniforms: npt.ArrayLike | None = None,
+    rng: RngLike = None,
+    like: Any = None,
+) -> Verification:
+    """Verify drafted tokens from logits, with the engine's sampling transform.
+
+    The result is :func:`verify` on ``transform(target_logits)`` and
+    ``transform(draft_logits)``, where ``transform`` is, in order: divide by the
+    temperature; softmax; top-k keeps every entry at least the k-th largest (ties
+    kept) and renormalises; top-p keeps, in decreasing order (ties by lower index),
+    the shortest prefix whose mass reaches ``top_p`` plus every entry tied with the
+    last one kept, and renormalises. Only the rows a row reads are transformed
+    (positions up to its first rejection, and the bonus row), with selection rather
+    than a sort, and a vectorised ``exp``.
+
+    The same transform is applied to the draft logits: the drafts must have been
+    sampled from exactly that transformed draft distribution. Sampling the draft
+    with other settings (say, without top-k) while verifying with these makes
+    ``q`` wrong, and the output no longer follows the target.
+
+    Parameters
+    ----------
+    draft_token_ids : int array ``[B, K]``
+    target_logits : float16/32/64 array ``[B, K+1, V]``
+        ``-inf`` masks a token; NaN and ``+inf`` are errors.
+    draft_logits : float array ``[B, K, V]``, optional
+        ``None``: deterministic drafts (``q`` one-hot at the draft).
+    temperature : float or ``[B]``
+        ``> 0``, or ``0`` for a greedy row (accept iff the draft is the argmax).
+    top_k : int or ``[B]``
+        ``0`` switches it off.
+    top_p : float or ``[B]``
+        In ``(0, 1]``; ``1.0`` switches it off.
+    num_draft_tokens, uniforms, recovery_uniforms, rng, like
+        As for :func:`verify`.
+
+    Returns
+    -------
+    Verification
+
+    Examples
+    --------
+    >>> import numpy as np, specaccept
+    >>> logits = np.log(np.array([[[0.6, 0.3, 0.1], [0.2, 0.2, 0.6]]]))    # [1, K+1=2, V=3]
+    >>> r = specaccept.verify_logits(np.array([[2]]), logits, top_k=2, rng=0)
+    >>> r.tokens(0).tolist()   # token 2 is outside the top 2 at position 0: never kept
+    [0]
+    """
+    convert = like_converter(like)
+    ids = _ints(draft_token_ids, "draft_token_ids")
+    target = _floats(target_logits, "target_logits")
+    draft = None if draft_logits is None else _floats(draft_logits, "draft_logits")
+    if ids.ndim != 2:
+        raise ValueError(f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}")
+    batch = ids.shape[0]
+    temperatures = _per_row(temperature, "temperature", batch, np.float64)
+    top_ks = _per_row(top_k, "top_k", batch, np.int64)
+    top_ps = _per_row(top_p, "top_p", batch, np.float64)
+    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
+    u = None if uniforms is None else _floats(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    if (u is None or ru is None) and (temperatures != 0).any():
+        u, ru = _draw_missing(rng, ids, counts, u, ru)
+    result = _native.verify_logits(ids, target, draft, temperatures, top_ks, top_ps, counts, u, ru)
+    return _finish(result, convert)

@@ -1,0 +1,532 @@
+//! Verification from logits: the sampling transform (temperature, softmax,
+//! top-k, top-p) applied only to the rows a batch row reads, with early exit.
+//!
+//! The transform of a logits row `l` with temperature `T > 0`:
+//! `z = l / T`; `e_i = exp(z_i - max z)`; top-k keeps the entries with `e_i` at
+//! least the k-th largest (ties kept); top-p keeps, in decreasing order, the
+//! shortest prefix whose mass reaches `top_p` of what top-k kept, plus every
+//! entry tied with the last one kept. Both filters are thresholds on `e`, so the
+//! result is `w_i = e_i` for `e_i >= theta`, else 0, normalised by `sum(w)`. The
+//! thresholds come from selection (`select_nth_unstable`) on the candidates,
+//! never a sort of the vocabulary; top-p sorts only a growing head of them.
+//! `T = 0` makes the row greedy (the argmax of the logits, which every filter keeps).
+
+use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, Ix1, Ix2};
+
+use crate::chain::{ChainOutputs, Pos};
+use crate::error::{show, CoreError};
+use crate::rule::{check_uniform, is_accepted};
+use crate::sample::{self, BufferWeights, RowAt};
+use crate::simd::{PairOp, Residual};
+use crate::view::{FloatView, IntView, Prob};
+
+/// The inputs of `verify_logits` (per-row parameters already broadcast to `[B]`).
+pub struct LogitsInputs<'a, P, Q> {
+    /// `[B, K]` drafted tokens.
+    pub draft_token_ids: IntView<'a, Ix2>,
+    /// `[B, K+1, V]` target logits.
+    pub target_logits: ArrayView3<'a, P>,
+    /// `[B, K, V]` draft logits, or `None` for deterministic drafts.
+    pub draft_logits: Option<ArrayView3<'a, Q>>,
+    /// `[B]` temperatures, `>= 0` (0: greedy).
+    pub temperature: FloatView<'a, Ix1>,
+    /// `[B]` top-k, `>= 0` (0: off).
+    pub top_k: IntView<'a, Ix1>,
+    /// `[B]` top-p in `(0, 1]` (1: off).
+    pub top_p: FloatView<'a, Ix1>,
+    pub num_draft_tokens: Option<IntView<'a, Ix1>>,
+    pub uniforms: Option<FloatView<'a, Ix2>>,
+    pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
+}
+
+#[derive(Clone, Copy)]
+struct Params {
+    temperature: f64,
+    top_k: usize,
+    top_p: f64,
+}
+
+/// `exp(x)` for `x <= 0` (`-inf` included), within an ulp of libm, written
+/// without branches or calls so a row's loop runs in SIMD registers:
+/// `x = k ln2 + r`, `|r| <= ln2 / 2`, a degree-13 Taylor polynomial for
+/// `exp(r)`, and `2^k` built from the bits of the rounding constant.
+#[inline(always)]
+pub(crate) fn exp_nonpositive(x: f64) -> f64 {
+    const LOG2E: f64 = std::f64::consts::LOG2_E;
+    // ln 2 split in two (fdlibm's): k * LN2_HI is exact for |k| < 2^11.
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+    const ROUND: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52: adding it rounds to an integer
+    let underflow = x < -708.0;
+    let x = if underflow { -708.0 } else { x };
+    let shifted = x * LOG2E + ROUND;
+    let k = shifted - ROUND;
+    let r = (x - k * LN2_HI) - k * LN2_LO;
+    let mut p = 1.0 / 6_227_020_800.0;
+    for d in [
+        479_001_600.0,
+        39_916_800.0,
+        3_628_800.0,
+        362_880.0,
+        40_320.0,
+        5_040.0,
+        720.0,
+        120.0,
+        24.0,
+        6.0,
+        2.0,
+        1.0,
+        1.0,
+    ] {
+        p = p * r + 1.0 / d;
+    }
+    // The low bits of `shifted` hold k; (k + 1023) << 52 is 2^k (k >= -1022 here).
+    let scale = f64::from_bits((shifted.to_bits().wrapping_add(1023)) << 52);
+    if underflow {
+        0.0
+    } else {
+        p * scale
+    }
+}
+
+fn exp_row_portable(z: &mut [f64]) {
+    for v in z.iter_mut() {
+        *v = exp_nonpositive(*v);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+fn exp_row_avx2(z: &mut [f64]) {
+    for v in z.iter_mut() {
+        *v = exp_nonpositive(*v);
+    }
+}
+
+/// `z_i := exp(z_i)` for a row of non-positive values.
+fn exp_row(z: &mut [f64]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { exp_row_avx2(z) };
+        return;
+    }
+    exp_row_portable(z);
+}
+
+/// Scratch space of one thread: the transformed row and the selection buffer.
+#[derive(Default)]
+struct Scratch {
+    block_sums: Vec<f64>,
+    selection: Vec<f64>,
+}
+
+/// Transforms logits row `row` into weights `w` (`e_i` kept, else 0) and
+/// returns `sum(w)`. Errors name `arg[b, t, i]`.
+fn transform<L: Prob>(
+    row: ArrayView1<'_, L>,
+    params: Params,
+    arg: &'static str,
+    b: usize,
+    t: usize,
+    w: &mut Vec<f64>,
+    scratch: &mut Scratch,
+) -> Result<f64, CoreError> {
+    w.clear();
+    let mut max = f64::NEG_INFINITY;
+    for (i, l) in row.iter().enumerate() {
+        let v = l.to_f64();
+        if v.is_nan() || v == f64::INFINITY {
+            return Err(CoreError::value(
+                arg,
+                &[b, t, i],
+                format!("= {}: logits must be finite or -inf", show(v)),
+            ));
+        }
+        let z = v / params.temperature;
+        max = max.max(z);
+        w.push(z);
+    }
+    if max == f64::NEG_INFINITY {
+        return Err(CoreError::value(
+            arg,
+            &[b, t],
+            "has no finite logit: there is no token to choose",
+        ));
+    }
+    for z in w.iter_mut() {
+        *z -= max;
+    }
+    exp_row(w);
+    // Top-k: the k-th largest weight is the first threshold.
+    let mut threshold = 0.0f64;
+    let candidates = || w.iter().copied().filter(|&e| e > 0.0);
+    if params.top_k > 0 {
+        scratch.selection.clear();
+        scratch.selection.extend(candidates());
+        if params.top_k < scratch.selection.len() {
+            let (_, kth, _) = scratch
+                .selection
+                .select_nth_unstable_by(params.top_k - 1, |a, b| b.total_cmp(a));
+            threshold = *kth;
+        }
+    }
+    // Top-p over what top-k kept: a growing sorted head until the mass is reached.
+    if params.top_p < 1.0 {
+        scratch.selection.clear();
+        scratch
+            .selection
+            .extend(w.iter().copied().filter(|&e| e > 0.0 && e >= threshold));
+        let kept_total: f64 = sample::canonical_sum(
+            &BufferWeights {
+                w: &scratch.selection,
+            },
+            &mut scratch.block_sums,
+        )?;
+        let target = params.top_p * kept_total;
+        let count = scratch.selection.len();
+        let mut head = count.min(64);
+        loop {
+            if head < count {
+                scratch
+                    .selection
+                    .select_nth_unstable_by(head - 1, |a, b| b.total_cmp(a));
+            }
+            scratch.selection[..head].sort_unstable_by(|a, b| b.total_cmp(a));
+            let mut cumulative = 0.0;
+            let reached = scratch.selection[..head].iter().position(|&e| {
+                cumulative += e;
+                cumulative >= target
+            });
+            match reached {
+                Some(j) => {
+                    threshold = threshold.max(scratch.selection[j]);
+                    break;
+                }
+                None if head == count => break, // rounding: keep everything top-k kept
+                None => head = (head * 4).min(count),
+            }
+        }
+    }
+    if threshold > 0.0 {
+        for e in w.iter_mut() {
+            if *e < threshold {
+                *e = 0.0;
+            }
+        }
+    }
+    sample::canonical_sum(&BufferWeights { w }, &mut scratch.block_sums)
+}
+
+fn params(
+    inputs_t: &FloatView<'_, Ix1>,
+    k: &IntView<'_, Ix1>,
+    p: &FloatView<'_, Ix1>,
+    b: usize,
+) -> Result<Params, CoreError> {
+    let temperature = inputs_t.get(b);
+    if !(temperature >= 0.0 && temperature.is_finite()) {
+        return Err(CoreError::value(
+            "temperature",
+            &[b],
+            format!(
+                "= {}: a temperature must be finite and >= 0",
+                show(temperature)
+            ),
+        ));
+    }
+    let top_k = k.get(b);
+    if top_k < 0 {
+        return Err(CoreError::value(
+            "top_k",
+            &[b],
+            format!("= {top_k}: top_k must be >= 0"),
+        ));
+    }
+    let top_p = p.get(b);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(CoreError::value(
+            "top_p",
+            &[b],
+            format!("= {}: top_p must lie in (0, 1]", show(top_p)),
+        ));
+    }
+    Ok(Params {
+        temperature,
+        top_k: usize::try_from(top_k).unwrap_or(usize::MAX),
+        top_p,
+    })
+}
+
+fn argmax_logits<L: Prob>(
+    row: ArrayView1<'_, L>,
+    arg: &'static str,
+    b: usize,
+    t: usize,
+) -> Result<usize, CoreError> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, l) in row.iter().enumerate() {
+        let v = l.to_f64();
+        if v.is_nan() || v == f64::INFINITY {
+            return Err(CoreError::value(
+                arg,
+                &[b, t, i],
+                format!("= {}: logits must be finite or -inf", show(v)),
+            ));
+        }
+        if v > f64::NEG_INFINITY && best.is_none_or(|(_, m)| v > m) {
+            best = Some((i, v));
+        }
+    }
+    best.map(|(i, _)| i).ok_or_else(|| {
+        CoreError::value(
+            arg,
+            &[b, t],
+            "has no finite logit: there is no token to choose",
+        )
+    })
+}
+
+/// Verification from logits (see the module docs); the same rule and outputs as
+/// [`crate::chain::verify`] on the transformed probabilities.
+pub fn verify_logits<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    out: &mut ChainOutputs<'_>,
+) -> Result<(), CoreError> {
+    let &[batch, k_max] = inputs.draft_token_ids.shape() else {
+        unreachable!("IntView<Ix2> has two axes")
+    };
+    let vocab = inputs.target_logits.shape()[2];
+    let expect = |arg: &'static str, got: &[usize], want: &[usize], what: &str| {
+        if got == want {
+            Ok(())
+        } else {
+            Err(CoreError::shape(
+                arg,
+                format!("has shape {got:?}, expected {want:?} ({what})"),
+            ))
+        }
+    };
+    expect(
+        "target_logits",
+        inputs.target_logits.shape(),
+        &[batch, k_max + 1, vocab],
+        "[B, K+1, V]",
+    )?;
+    if let Some(q) = &inputs.draft_logits {
+        expect(
+            "draft_logits",
+            q.shape(),
+            &[batch, k_max, vocab],
+            "[B, K, V]",
+        )?;
+    }
+    for (arg, shape) in [
+        ("temperature", inputs.temperature.shape()),
+        ("top_k", inputs.top_k.shape()),
+        ("top_p", inputs.top_p.shape()),
+    ] {
+        expect(arg, shape, &[batch], "a scalar or [B]")?;
+    }
+    if let Some(c) = &inputs.num_draft_tokens {
+        expect("num_draft_tokens", c.shape(), &[batch], "[B]")?;
+    }
+    if let Some(u) = &inputs.uniforms {
+        expect("uniforms", u.shape(), &[batch, k_max], "[B, K]")?;
+    }
+    if let Some(u) = &inputs.recovery_uniforms {
+        expect("recovery_uniforms", u.shape(), &[batch], "[B]")?;
+    }
+    if out.output_token_ids.shape() != [batch, k_max + 1] {
+        return Err(CoreError::shape(
+            "out",
+            "output shapes do not match [B, K+1]",
+        ));
+    }
+    let mut scratch = Scratch::default();
+    let (mut wp, mut wq, mut residual) = (Vec::new(), Vec::new(), Vec::new());
+    for b in 0..batch {
+        let params = params(&inputs.temperature, &inputs.top_k, &inputs.top_p, b)?;
+        let k = match &inputs.num_draft_tokens {
+            None => k_max,
+            Some(c) => {
+                let v = c.get(b);
+                if v < 0 || v as u64 > k_max as u64 {
+                    return Err(CoreError::value(
+                        "num_draft_tokens",
+                        &[b],
+                        format!("= {v} is outside [0, K] with K = {k_max}"),
+                    ));
+                }
+                v as usize
+            }
+        };
+        let ids: Vec<usize> = (0..k)
+            .map(|t| {
+                let x = inputs.draft_token_ids.get(b, t);
+                if x < 0 || x as u64 >= vocab as u64 {
+                    Err(CoreError::value(
+                        "draft_token_ids",
+                        &[b, t],
+                        format!("= {x} is outside [0, V) with V = {vocab}"),
+                    ))
+                } else {
+                    Ok(x as usize)
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        let target_row = |t: usize| inputs.target_logits.slice(s![b, t, ..]);
+        let (n, next) = if params.temperature == 0.0 {
+            let mut n = k;
+            let mut next = None;
+            for (t, &x) in ids.iter().enumerate() {
+                let best = argmax_logits(target_row(t), "target_logits", b, t)?;
+                if best != x {
+                    n = t;
+                    next = Some(best);
+                    break;
+                }
+            }
+            let next = match next {
+                Some(best) => best,
+                None => argmax_logits(target_row(k), "target_logits", b, k)?,
+            };
+            (n, next)
+        } else {
+            let (Some(uniforms), Some(recovery)) = (&inputs.uniforms, &inputs.recovery_uniforms)
+            else {
+                return Err(CoreError::shape(
+                    "uniforms",
+                    "uniforms and recovery_uniforms are required for rows verified by sampling",
+                ));
+            };
+            for t in 0..k {
+                check_uniform(uniforms.get(b, t), "uniforms", &[b, t])?;
+            }
+            let recovery_u = check_uniform(recovery.get(b), "recovery_uniforms", &[b])?;
+            let mut outcome = None;
+            for (t, &x) in ids.iter().enumerate() {
+                let total_p = transform(
+                    target_row(t),
+                    params,
+                    "target_logits",
+                    b,
+                    t,
+                    &mut wp,
+                    &mut scratch,
+                )?;
+                let p = wp[x] / total_p;
+                let (q, total_q) = match &inputs.draft_logits {
+                    Some(dl) => {
+                        let total = transform(
+                            dl.slice(s![b, t, ..]),
+                            params,
+                            "draft_logits",
+                            b,
+                            t,
+                            &mut wq,
+                            &mut scratch,
+                        )?;
+                        (wq[x] / total, Some(total))
+                    }
+                    None => (1.0, None),
+                };
+                if is_accepted(p, q, uniforms.get(b, t)) {
+                    continue;
+                }
+                // The residual max(0, p - q) of the transformed rows.
+                residual.clear();
+                match total_q {
+                    Some(total_q) => residual.extend(
+                        wp.iter()
+                            .zip(&wq)
+                            .map(|(&a, &c)| Residual::apply(a / total_p, c / total_q)),
+                    ),
+                    None => residual.extend(wp.iter().enumerate().map(|(i, &a)| {
+                        if i == x {
+                            0.0
+                        } else {
+                            a / total_p
+                        }
+                    })),
+                }
+                let token = match sample::sample(
+                    &BufferWeights { w: &residual },
+                    recovery_u,
+                    &mut scratch.block_sums,
+                )? {
+                    Some(token) => token,
+                    // Only rounding gets here: sample from p itself.
+                    None => sample_weights(&wp, recovery_u, &mut scratch, b, t)?,
+                };
+                outcome = Some((t, token));
+                break;
+            }
+            match outcome {
+                Some(found) => found,
+                None => {
+                    transform(
+                        target_row(k),
+                        params,
+                        "target_logits",
+                        b,
+                        k,
+                        &mut wp,
+                        &mut scratch,
+                    )?;
+                    (k, sample_weights(&wp, recovery_u, &mut scratch, b, k)?)
+                }
+            }
+        };
+        let mut row: ArrayViewMut1<'_, i64> = out.output_token_ids.row_mut(b);
+        row.fill(-1);
+        for (t, &x) in ids.iter().take(n).enumerate() {
+            row[t] = x as i64;
+        }
+        row[n] = next as i64;
+        out.num_accepted[b] = n as i64;
+        out.num_emitted[b] = n as i64 + 1;
+    }
+    Ok(())
+}
+
+fn sample_weights(
+    w: &[f64],
+    u: f64,
+    scratch: &mut Scratch,
+    b: usize,
+    t: usize,
+) -> Result<usize, CoreError> {
+    sample::sample(&BufferWeights { w }, u, &mut scratch.block_sums)?.ok_or_else(|| {
+        let at = RowAt {
+            arg: "target_logits",
+            pos: Pos::Padded { b, t },
+        };
+        CoreError::Value {
+            arg: at.arg,
+            index: at.pos.index(),
+            message: "leaves no token after the filters".to_string(),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_is_within_an_ulp_of_libm() {
+        let mut worst = 0.0f64;
+        let mut x = 0.0f64;
+        while x > -760.0 {
+            let (ours, theirs) = (exp_nonpositive(x), x.exp());
+            if theirs > 1e-300 {
+                worst = worst.max(((ours - theirs) / theirs).abs());
+            }
+            x -= 0.000_731;
+        }
+        assert!(worst < 2.3e-16, "relative error {worst}");
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!(exp_nonpositive(f64::NEG_INFINITY), 0.0);
+    }
+}
