@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import specaccept
-from specaccept import _api, _result, _stats, _threads, _tree, reference
+from specaccept import _api, _logits, _result, _stats, _threads, _tree, reference
 from specaccept.compat import flashinfer, vllm
 
 PUBLIC_FUNCTIONS = [
@@ -21,10 +21,13 @@ PUBLIC_FUNCTIONS = [
     "accepted_prefix_length",
     "acceptance_rate",
     "verify_tree",
+    "verify_logits",
 ]
 
 
-@pytest.mark.parametrize("module", [_api, _result, _stats, _threads, _tree, vllm, flashinfer])
+@pytest.mark.parametrize(
+    "module", [_api, _logits, _result, _stats, _threads, _tree, vllm, flashinfer]
+)
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0

@@ -69,3 +69,14 @@ def verify_tree(
 ) -> tuple[
     npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
 ]: ...
+def verify_logits(
+    draft_token_ids: npt.NDArray[np.int32 | np.int64],
+    target_logits: npt.NDArray[np.floating],
+    draft_logits: npt.NDArray[np.floating] | None,
+    temperature: npt.NDArray[np.float64],
+    top_k: npt.NDArray[np.int64],
+    top_p: npt.NDArray[np.float64],
+    num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None,
+    uniforms: npt.NDArray[np.floating] | None,
+    recovery_uniforms: npt.NDArray[np.floating] | None,
+) -> _Chain: ...

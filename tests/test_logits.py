@@ -1,0 +1,171 @@
+"""``verify_logits``: the transform of the reference, ``verify`` on transformed rows,
+lossless with top-k and top-p on, and masked tokens never emitted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import specaccept
+from conftest import FLOAT_DTYPES
+from scipy import stats
+from specaccept import reference
+
+ALPHA = 1e-6
+
+
+def logits_case(seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    batch, k, vocab = (
+        int(rng.integers(1, 6)),
+        int(rng.integers(0, 5)),
+        int(rng.choice([2, 7, 50, 300])),
+    )
+    dtype = FLOAT_DTYPES[rng.integers(3)]
+    target = (rng.normal(size=(batch, k + 1, vocab)) * 2).astype(dtype)
+    target[rng.random(target.shape) < 0.05] = -np.inf
+    target[..., 0] = np.where(np.isinf(target[..., 0]), 0.0, target[..., 0])  # one finite logit
+    draft = None
+    if rng.random() < 0.7:
+        draft = (target[:, :k].astype(np.float64) + rng.normal(size=(batch, k, vocab))).astype(
+            FLOAT_DTYPES[rng.integers(3)]
+        )
+    ids = rng.integers(0, vocab, size=(batch, k))
+    ids = np.where(rng.random((batch, k)) < 0.5, np.argmax(target[:, :k], axis=-1), ids)
+    return dict(
+        draft_token_ids=ids,
+        target_logits=target,
+        draft_logits=draft,
+        temperature=rng.choice([0.0, 0.5, 1.0, 2.0], size=batch),
+        top_k=rng.choice([0, 1, 3, 40], size=batch),
+        top_p=rng.choice([1.0, 0.95, 0.6, 0.1], size=batch),
+        num_draft_tokens=rng.integers(0, k + 1, size=batch),
+        uniforms=rng.random((batch, k)),
+        recovery_uniforms=rng.random(batch),
+    )
+
+
+def outcome(fn, **kwargs):
+    try:
+        r = fn(**kwargs)
+    except (TypeError, ValueError) as e:
+        return (type(e), str(e))
+    return (r.output_token_ids.tolist(), r.num_accepted.tolist())
+
+
+@pytest.mark.parametrize("block", range(4))
+def test_matches_the_reference(block):
+    # Random logits put no decision within 1e-9 of a boundary except with
+    # probability ~1e-9 each; the seeds are fixed.
+    for seed in range(block * 100, (block + 1) * 100):
+        case = logits_case(seed)
+        assert outcome(specaccept.verify_logits, **case) == outcome(
+            reference.verify_logits, **case
+        ), f"seed {seed}"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_equals_verify_on_the_transformed_rows(seed):
+    case = logits_case(1000 + seed)
+    case["temperature"] = np.where(case["temperature"] == 0, 1.0, case["temperature"])
+    batch, k1, vocab = case["target_logits"].shape
+    t, tk, tp = case["temperature"], case["top_k"], case["top_p"]
+    p = np.array(
+        [
+            [
+                reference.transform_logits(case["target_logits"][b, i], t[b], tk[b], tp[b])
+                for i in range(k1)
+            ]
+            for b in range(batch)
+        ]
+    ).reshape(batch, k1, vocab)
+    q = None
+    if case["draft_logits"] is not None:
+        q = np.array(
+            [
+                [
+                    reference.transform_logits(case["draft_logits"][b, i], t[b], tk[b], tp[b])
+                    for i in range(k1 - 1)
+                ]
+                for b in range(batch)
+            ]
+        ).reshape(batch, k1 - 1, vocab)
+    expected = specaccept.verify(
+        case["draft_token_ids"],
+        p,
+        q,
+        num_draft_tokens=case["num_draft_tokens"],
+        uniforms=case["uniforms"],
+        recovery_uniforms=case["recovery_uniforms"],
+    )
+    got = specaccept.verify_logits(**case)
+    np.testing.assert_array_equal(got.output_token_ids, expected.output_token_ids)
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (5, 1.0), (0, 0.8), (6, 0.7)])
+def test_lossless_and_masked_tokens_never_emitted(top_k, top_p):
+    rng = np.random.default_rng(top_k + int(top_p * 10))
+    rows, vocab, temperature = 100_000, 12, 0.8
+    target = rng.normal(size=vocab) * 1.5
+    target[3] = -np.inf  # a masked token
+    draft = target + rng.normal(size=vocab) * 0.7
+    p = np.array(reference.transform_logits(target, temperature, top_k, top_p))
+    q = np.array(reference.transform_logits(draft, temperature, top_k, top_p))
+    drafts = rng.choice(vocab, p=q, size=(rows, 1))
+    result = specaccept.verify_logits(
+        drafts,
+        np.broadcast_to(target, (rows, 2, vocab)),
+        np.broadcast_to(draft, (rows, 1, vocab)),
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        rng=rng,
+    )
+    first = result.output_token_ids[:, 0]
+    counts = np.bincount(first, minlength=vocab)
+    assert counts[p == 0].sum() == 0, "a filtered or masked token was emitted"
+    kept = p > 0
+    assert stats.chisquare(counts[kept], p[kept] * rows).pvalue > ALPHA
+    if top_k:
+        assert kept.sum() <= top_k
+    assert 0 < result.num_accepted.mean() < 1
+
+
+def test_greedy_rows_take_the_argmax_of_the_logits():
+    logits = np.array([[[0.0, 3.0, -np.inf, 3.0], [5.0, 1.0, 0.0, 0.0]]])
+    r = specaccept.verify_logits(np.array([[1]]), logits, temperature=0.0)
+    assert r.to_lists() == [[1, 0]], "first maximal index; then the bonus argmax"
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "fragment"),
+    [
+        (
+            lambda c: c["target_logits"].__setitem__((0, 0, 1), np.nan),
+            ValueError,
+            r"target_logits\[0, 0, 1\] = nan",
+        ),
+        (
+            lambda c: c["target_logits"].__setitem__((0, 0, 2), np.inf),
+            ValueError,
+            r"target_logits\[0, 0, 2\] = inf",
+        ),
+        (lambda c: c["target_logits"].__setitem__((0, 0), -np.inf), ValueError, "no finite logit"),
+        (lambda c: c.update(temperature=-1.0), ValueError, r"temperature\[0\]"),
+        (lambda c: c.update(top_k=-2), ValueError, r"top_k\[0\]"),
+        (lambda c: c.update(top_p=0.0), ValueError, r"top_p\[0\]"),
+        (lambda c: c.update(top_p=1.5), ValueError, r"top_p\[0\]"),
+        (lambda c: c.update(top_k=2.5), TypeError, "top_k"),
+        (lambda c: c.update(target_logits=c["target_logits"][:, :1]), ValueError, "target_logits"),
+    ],
+)
+def test_bad_input_names_the_argument(change, error, fragment):
+    case = dict(
+        draft_token_ids=np.array([[1]]),
+        target_logits=np.zeros((1, 2, 4)),
+        draft_logits=np.zeros((1, 1, 4)),
+        uniforms=np.array([[0.5]]),
+        recovery_uniforms=np.array([0.5]),
+    )
+    change(case)
+    with pytest.raises(error, match=fragment):
+        specaccept.verify_logits(**case)
