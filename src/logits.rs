@@ -89,29 +89,61 @@ pub(crate) fn exp_nonpositive(x: f64) -> f64 {
     }
 }
 
-fn exp_row_portable(z: &mut [f64]) {
-    for v in z.iter_mut() {
-        *v = exp_nonpositive(*v);
+/// `w_i := l_i / T` (as a product with `1 / T`: within an ulp of the quotient,
+/// and a division per element would cost as much as the `exp`); returns
+/// whether every logit is finite or `-inf`, and the max.
+#[inline(always)]
+fn scale_row<L: Prob>(values: &[L], w: &mut [f64], temperature: f64) -> (bool, f64) {
+    let (mut ok, mut max) = (true, f64::NEG_INFINITY);
+    let inverse = 1.0 / temperature;
+    for (out, l) in w.iter_mut().zip(values) {
+        let v = l.to_f64();
+        ok &= v < f64::INFINITY; // false for NaN and +inf
+        let z = v * inverse;
+        max = if z > max { z } else { max };
+        *out = z;
+    }
+    (ok, max)
+}
+
+/// `w_i := exp(w_i - max)`.
+#[inline(always)]
+fn exp_shifted(w: &mut [f64], max: f64) {
+    for v in w.iter_mut() {
+        *v = exp_nonpositive(*v - max);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-fn exp_row_avx2(z: &mut [f64]) {
-    for v in z.iter_mut() {
-        *v = exp_nonpositive(*v);
-    }
+fn scale_row_avx2<L: Prob>(values: &[L], w: &mut [f64], temperature: f64) -> (bool, f64) {
+    scale_row(values, w, temperature)
 }
 
-/// `z_i := exp(z_i)` for a row of non-positive values.
-fn exp_row(z: &mut [f64]) {
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+fn exp_shifted_avx2(w: &mut [f64], max: f64) {
+    exp_shifted(w, max)
+}
+
+/// The two vectorised passes of the transform, AVX2 when the CPU has it.
+fn scale(values: &[impl Prob], w: &mut [f64], temperature: f64) -> (bool, f64) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        unsafe { exp_row_avx2(z) };
+        // SAFETY: the CPU supports AVX2 and F16C, checked just above.
+        return unsafe { scale_row_avx2(values, w, temperature) };
+    }
+    scale_row(values, w, temperature)
+}
+
+fn exponentiate(w: &mut [f64], max: f64) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2() {
+        // SAFETY: as above.
+        unsafe { exp_shifted_avx2(w, max) };
         return;
     }
-    exp_row_portable(z);
+    exp_shifted(w, max)
 }
 
 /// Scratch space of one thread: the transformed row and the selection buffer.
@@ -133,19 +165,26 @@ fn transform<L: Prob>(
     scratch: &mut Scratch,
 ) -> Result<f64, CoreError> {
     w.clear();
-    let mut max = f64::NEG_INFINITY;
-    for (i, l) in row.iter().enumerate() {
-        let v = l.to_f64();
-        if v.is_nan() || v == f64::INFINITY {
-            return Err(CoreError::value(
-                arg,
-                &[b, t, i],
-                format!("= {}: logits must be finite or -inf", show(v)),
-            ));
+    w.resize(row.len(), 0.0);
+    let (ok, max) = match row.as_slice() {
+        Some(values) => scale(values, w, params.temperature),
+        None => {
+            let values: Vec<L> = row.iter().copied().collect();
+            scale(&values, w, params.temperature)
         }
-        let z = v / params.temperature;
-        max = max.max(z);
-        w.push(z);
+    };
+    if !ok {
+        let (i, v) = row
+            .iter()
+            .map(|l| l.to_f64())
+            .enumerate()
+            .find(|(_, v)| v.is_nan() || *v == f64::INFINITY)
+            .unwrap_or((0, f64::NAN));
+        return Err(CoreError::value(
+            arg,
+            &[b, t, i],
+            format!("= {}: logits must be finite or -inf", show(v)),
+        ));
     }
     if max == f64::NEG_INFINITY {
         return Err(CoreError::value(
@@ -154,10 +193,7 @@ fn transform<L: Prob>(
             "has no finite logit: there is no token to choose",
         ));
     }
-    for z in w.iter_mut() {
-        *z -= max;
-    }
-    exp_row(w);
+    exponentiate(w, max);
     // Top-k: the k-th largest weight is the first threshold.
     let mut threshold = 0.0f64;
     let candidates = || w.iter().copied().filter(|&e| e > 0.0);
