@@ -159,71 +159,6 @@ fn max_row_avx2<L: Prob>(values: &[L], inverse: f64) -> (bool, f64) {
     max_row(values, inverse)
 }
 
-/// [`exp_row_sum`] without keeping the row: each block lives in L1 only, so a
-/// row whose weights are not needed afterwards costs no vocabulary-sized write.
-#[inline(always)]
-fn exp_sum_only<K: Kernel, L: Prob, const FMA: bool>(values: &[L], inverse: f64, max: f64) -> f64 {
-    let mut block = [0.0f64; SUM_BLOCK];
-    let mut total = 0.0;
-    for src in values.chunks(SUM_BLOCK) {
-        let dst = &mut block[..src.len()];
-        for (d, l) in dst.iter_mut().zip(src) {
-            *d = exp_nonpositive::<FMA>(l.to_f64() * inverse - max);
-        }
-        total += K::dense(dst).0;
-    }
-    total
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c,fma")]
-fn exp_sum_only_fma<L: Prob>(values: &[L], inverse: f64, max: f64) -> f64 {
-    exp_sum_only::<crate::simd::Avx2, L, true>(values, inverse, max)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
-fn exp_sum_only_avx2<L: Prob>(values: &[L], inverse: f64, max: f64) -> f64 {
-    exp_sum_only::<crate::simd::Avx2, L, false>(values, inverse, max)
-}
-
-/// Whether the FMA kernels run (the single weights must be computed alike).
-fn use_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        crate::simd::has_avx2() && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// `sum(exp(l_i / T - max))` without storing the row.
-fn row_sum_only(values: &[impl Prob], inverse: f64, max: f64) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2() {
-        if use_fma() {
-            // SAFETY: the CPU supports AVX2, F16C and FMA, checked here.
-            return unsafe { exp_sum_only_fma(values, inverse, max) };
-        }
-        // SAFETY: the CPU supports AVX2 and F16C.
-        return unsafe { exp_sum_only_avx2(values, inverse, max) };
-    }
-    exp_sum_only::<crate::simd::Portable, _, false>(values, inverse, max)
-}
-
-/// One weight, computed as the row kernels compute it (fused or not alike: the
-/// scalar `mul_add` is correctly rounded, as the instruction is).
-fn weight_at(value: impl Prob, inverse: f64, max: f64) -> f64 {
-    let z = value.to_f64() * inverse - max;
-    if use_fma() {
-        exp_nonpositive::<true>(z)
-    } else {
-        exp_nonpositive::<false>(z)
-    }
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
 fn exp_row_sum_avx2<L: Prob>(values: &[L], inverse: f64, max: f64, w: &mut [f64]) -> f64 {
@@ -250,7 +185,7 @@ fn row_max(values: &[impl Prob], inverse: f64) -> (bool, f64) {
 fn row_exp_sum(values: &[impl Prob], inverse: f64, max: f64, w: &mut [f64]) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {
-        if use_fma() {
+        if std::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports AVX2, F16C and FMA, checked here.
             return unsafe { exp_row_sum_fma(values, inverse, max, w) };
         }
@@ -278,24 +213,8 @@ fn transform<L: Prob>(
     w: &mut Vec<f64>,
     scratch: &mut Scratch,
 ) -> Result<f64, CoreError> {
-    transform_for(row, params, arg, b, t, w, scratch, None).map(|(total, _, _)| total)
-}
-
-/// [`transform`]; with `token: Some(x)` the row is not stored when no filter
-/// needs it (`w` is left empty). Returns `(sum(w), w_x, max)`: with `max`,
-/// [`store_unfiltered`] writes the row later in one pass.
-#[allow(clippy::too_many_arguments)]
-fn transform_for<L: Prob>(
-    row: ArrayView1<'_, L>,
-    params: Params,
-    arg: &'static str,
-    b: usize,
-    t: usize,
-    w: &mut Vec<f64>,
-    scratch: &mut Scratch,
-    token: Option<usize>,
-) -> Result<(f64, f64, f64), CoreError> {
     w.clear();
+    w.resize(row.len(), 0.0);
     let inverse = 1.0 / params.temperature;
     let strided: Vec<L>;
     let values: &[L] = match row.as_slice() {
@@ -326,15 +245,9 @@ fn transform_for<L: Prob>(
             "has no finite logit: there is no token to choose",
         ));
     }
-    let unfiltered = params.top_k == 0 && params.top_p >= 1.0;
-    if let (Some(x), true) = (token, unfiltered) {
-        let total = row_sum_only(values, inverse, max);
-        return Ok((total, weight_at(values[x], inverse, max), max));
-    }
-    w.resize(row.len(), 0.0);
     let total = row_exp_sum(values, inverse, max, w);
-    if unfiltered {
-        return Ok((total, token.map_or(0.0, |x| w[x]), max));
+    if params.top_k == 0 && params.top_p >= 1.0 {
+        return Ok(total);
     }
     // Top-k: the k-th largest weight is the first threshold.
     let mut threshold = 0.0f64;
@@ -393,25 +306,7 @@ fn transform_for<L: Prob>(
             }
         }
     }
-    let total = sample::canonical_sum(&BufferWeights { w }, &mut scratch.block_sums)?;
-    Ok((total, token.map_or(0.0, |x| w[x]), max))
-}
-
-/// The weights of an unfiltered row whose max is known (validated already),
-/// written in one pass; the same bits as [`transform`].
-fn store_unfiltered<L: Prob>(row: ArrayView1<'_, L>, temperature: f64, max: f64, w: &mut Vec<f64>) {
-    let inverse = 1.0 / temperature;
-    w.clear();
-    w.resize(row.len(), 0.0);
-    match row.as_slice() {
-        Some(values) => {
-            row_exp_sum(values, inverse, max, w);
-        }
-        None => {
-            let values: Vec<L> = row.iter().copied().collect();
-            row_exp_sum(&values, inverse, max, w);
-        }
-    }
+    sample::canonical_sum(&BufferWeights { w }, &mut scratch.block_sums)
 }
 
 fn params(
@@ -602,7 +497,7 @@ pub fn verify_logits<P: Prob, Q: Prob>(
             let recovery_u = check_uniform(recovery.get(b), "recovery_uniforms", &[b])?;
             let mut outcome = None;
             for (t, &x) in ids.iter().enumerate() {
-                let (total_p, weight_p, max_p) = transform_for(
+                let total_p = transform(
                     target_row(t),
                     params,
                     "target_logits",
@@ -610,12 +505,11 @@ pub fn verify_logits<P: Prob, Q: Prob>(
                     t,
                     &mut wp,
                     &mut scratch,
-                    Some(x),
                 )?;
-                let p = weight_p / total_p;
-                let (q, max_q) = match &inputs.draft_logits {
+                let p = wp[x] / total_p;
+                let (q, total_q) = match &inputs.draft_logits {
                     Some(dl) => {
-                        let (total, weight, max) = transform_for(
+                        let total = transform(
                             dl.slice(s![b, t, ..]),
                             params,
                             "draft_logits",
@@ -623,31 +517,14 @@ pub fn verify_logits<P: Prob, Q: Prob>(
                             t,
                             &mut wq,
                             &mut scratch,
-                            Some(x),
                         )?;
-                        (weight / total, max)
+                        (wq[x] / total, Some(total))
                     }
-                    None => (1.0, 0.0),
+                    None => (1.0, None),
                 };
                 if is_accepted(p, q, uniforms.get(b, t)) {
                     continue;
                 }
-                // Rejected: now the whole rows are needed (the same bits again).
-                let unfiltered = params.top_k == 0 && params.top_p >= 1.0;
-                if unfiltered {
-                    store_unfiltered(target_row(t), params.temperature, max_p, &mut wp);
-                }
-                let total_q = match &inputs.draft_logits {
-                    Some(dl) => {
-                        let row = dl.slice(s![b, t, ..]);
-                        if unfiltered {
-                            store_unfiltered(row, params.temperature, max_q, &mut wq);
-                        }
-                        Some(total_of(&wq, &mut scratch)?)
-                    }
-                    None => None,
-                };
-                let total_p = total_of(&wp, &mut scratch)?;
                 // The residual max(0, p - q) of the transformed rows.
                 residual.clear();
                 match total_q {
@@ -702,12 +579,6 @@ pub fn verify_logits<P: Prob, Q: Prob>(
         out.num_emitted[b] = n as i64 + 1;
     }
     Ok(())
-}
-
-/// `sum(w)` of a stored row (the total the acceptance test used, recomputed
-/// from the same weights in the same order: the same bits).
-fn total_of(w: &[f64], scratch: &mut Scratch) -> Result<f64, CoreError> {
-    sample::canonical_sum(&BufferWeights { w }, &mut scratch.block_sums)
 }
 
 fn sample_weights(
