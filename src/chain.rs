@@ -91,7 +91,7 @@ pub struct ChainDims {
     pub vocab: usize,
 }
 
-fn expect_shape(
+pub(crate) fn expect_shape(
     arg: &'static str,
     shape: &[usize],
     expected: &[usize],
@@ -108,7 +108,7 @@ fn expect_shape(
 }
 
 /// `k_b`, checked against `[0, K]`.
-fn draft_len(
+pub(crate) fn draft_len(
     num_draft_tokens: Option<&IntView<'_, Ix1>>,
     b: usize,
     k_max: usize,
@@ -481,7 +481,8 @@ fn verify_rows<P: Prob, Q: Prob, C: Chain<P, Q>>(
     Ok(())
 }
 
-fn check_token(
+/// A token id, checked against `[0, V)`.
+pub(crate) fn check_token(
     arg: &'static str,
     index: &[usize],
     x: i64,
@@ -629,14 +630,14 @@ fn missing_uniforms() -> CoreError {
     )
 }
 
-fn argmax_of<P: Prob>(row: ArrayView1<'_, P>, at: RowAt) -> Result<usize, CoreError> {
+pub(crate) fn argmax_of<P: Prob>(row: ArrayView1<'_, P>, at: RowAt) -> Result<usize, CoreError> {
     match row.as_slice() {
         Some(contiguous) => sample::argmax(contiguous, at),
         None => sample::argmax(row, at),
     }
 }
 
-fn zero_row(at: RowAt) -> CoreError {
+pub(crate) fn zero_row(at: RowAt) -> CoreError {
     CoreError::Value {
         arg: at.arg,
         index: at.pos.index(),
@@ -645,7 +646,7 @@ fn zero_row(at: RowAt) -> CoreError {
 }
 
 /// A draw from `p` (with `excluded` zeroed: the one-hot residual); `None` if it sums to 0.
-fn sample_target<P: Prob>(
+pub(crate) fn sample_target<P: Prob>(
     row: ArrayView1<'_, P>,
     excluded: Option<usize>,
     at: RowAt,

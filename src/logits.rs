@@ -13,7 +13,7 @@
 
 use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, Ix1, Ix2};
 
-use crate::chain::{ChainOutputs, Pos};
+use crate::chain::{check_token, draft_len, expect_shape, ChainOutputs, Pos};
 use crate::error::{show, CoreError};
 use crate::rule::{check_uniform, is_accepted};
 use crate::sample::SUM_BLOCK;
@@ -388,24 +388,14 @@ pub fn verify_logits<P: Prob, Q: Prob>(
         unreachable!("IntView<Ix2> has two axes")
     };
     let vocab = inputs.target_logits.shape()[2];
-    let expect = |arg: &'static str, got: &[usize], want: &[usize], what: &str| {
-        if got == want {
-            Ok(())
-        } else {
-            Err(CoreError::shape(
-                arg,
-                format!("has shape {got:?}, expected {want:?} ({what})"),
-            ))
-        }
-    };
-    expect(
+    expect_shape(
         "target_logits",
         inputs.target_logits.shape(),
         &[batch, k_max + 1, vocab],
         "[B, K+1, V]",
     )?;
     if let Some(q) = &inputs.draft_logits {
-        expect(
+        expect_shape(
             "draft_logits",
             q.shape(),
             &[batch, k_max, vocab],
@@ -417,16 +407,16 @@ pub fn verify_logits<P: Prob, Q: Prob>(
         ("top_k", inputs.top_k.shape()),
         ("top_p", inputs.top_p.shape()),
     ] {
-        expect(arg, shape, &[batch], "a scalar or [B]")?;
+        expect_shape(arg, shape, &[batch], "a scalar or [B]")?;
     }
     if let Some(c) = &inputs.num_draft_tokens {
-        expect("num_draft_tokens", c.shape(), &[batch], "[B]")?;
+        expect_shape("num_draft_tokens", c.shape(), &[batch], "[B]")?;
     }
     if let Some(u) = &inputs.uniforms {
-        expect("uniforms", u.shape(), &[batch, k_max], "[B, K]")?;
+        expect_shape("uniforms", u.shape(), &[batch, k_max], "[B, K]")?;
     }
     if let Some(u) = &inputs.recovery_uniforms {
-        expect("recovery_uniforms", u.shape(), &[batch], "[B]")?;
+        expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
     }
     if out.output_token_ids.shape() != [batch, k_max + 1] {
         return Err(CoreError::shape(
@@ -438,32 +428,15 @@ pub fn verify_logits<P: Prob, Q: Prob>(
     let (mut wp, mut wq, mut residual) = (Vec::new(), Vec::new(), Vec::new());
     for b in 0..batch {
         let params = params(&inputs.temperature, &inputs.top_k, &inputs.top_p, b)?;
-        let k = match &inputs.num_draft_tokens {
-            None => k_max,
-            Some(c) => {
-                let v = c.get(b);
-                if v < 0 || v as u64 > k_max as u64 {
-                    return Err(CoreError::value(
-                        "num_draft_tokens",
-                        &[b],
-                        format!("= {v} is outside [0, K] with K = {k_max}"),
-                    ));
-                }
-                v as usize
-            }
-        };
+        let k = draft_len(inputs.num_draft_tokens.as_ref(), b, k_max)?;
         let ids: Vec<usize> = (0..k)
             .map(|t| {
-                let x = inputs.draft_token_ids.get(b, t);
-                if x < 0 || x as u64 >= vocab as u64 {
-                    Err(CoreError::value(
-                        "draft_token_ids",
-                        &[b, t],
-                        format!("= {x} is outside [0, V) with V = {vocab}"),
-                    ))
-                } else {
-                    Ok(x as usize)
-                }
+                check_token(
+                    "draft_token_ids",
+                    &[b, t],
+                    inputs.draft_token_ids.get(b, t),
+                    vocab,
+                )
             })
             .collect::<Result<_, _>>()?;
         let target_row = |t: usize| inputs.target_logits.slice(s![b, t, ..]);

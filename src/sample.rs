@@ -37,7 +37,8 @@ pub(crate) struct RowAt {
 }
 
 impl RowAt {
-    fn bad_value(self, i: usize, v: f64) -> CoreError {
+    /// The error for value `v` at element `i` of this row.
+    pub(crate) fn bad_value(self, i: usize, v: f64) -> CoreError {
         CoreError::Value {
             arg: self.arg,
             index: self.pos.element(i),

@@ -12,14 +12,12 @@
 //! leaf, the bonus token is sampled from the leaf's target row. A single-path
 //! tree is therefore exactly the chain of [`crate::chain::verify`].
 
-use std::marker::PhantomData;
-
 use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, ArrayViewMut2, Axis, Ix1, Ix2};
 
-use crate::chain::{Greedy, Pos};
+use crate::chain::{argmax_of, check_token, expect_shape, sample_target, zero_row, Greedy, Pos};
 use crate::error::CoreError;
 use crate::rule::{check_gathered, check_uniform, is_accepted};
-use crate::sample::{self, BufferWeights, RowAt, TargetWeights};
+use crate::sample::{self, BufferWeights, RowAt};
 use crate::simd::{PairOp, Residual};
 use crate::threads;
 use crate::view::{FloatView, IntView, Prob};
@@ -121,30 +119,20 @@ impl<P: Prob, Q: Prob> TreeInputs<'_, P, Q> {
             unreachable!("IntView<Ix2> has two axes")
         };
         let vocab = self.target_probs.shape()[2];
-        let shape = |arg: &'static str, got: &[usize], want: &[usize], what: &str| {
-            if got == want {
-                Ok(())
-            } else {
-                Err(CoreError::shape(
-                    arg,
-                    format!("has shape {got:?}, expected {want:?} ({what})"),
-                ))
-            }
-        };
-        shape(
+        expect_shape(
             "parent_ids",
             self.parent_ids.shape(),
             &[batch, nodes],
             "[B, N] or [N]",
         )?;
-        shape(
+        expect_shape(
             "target_probs",
             self.target_probs.shape(),
             &[batch, nodes, vocab],
             "[B, N, V]",
         )?;
         if let Some(q) = &self.draft_probs {
-            shape(
+            expect_shape(
                 "draft_probs",
                 q.shape(),
                 &[batch, nodes, vocab],
@@ -152,13 +140,13 @@ impl<P: Prob, Q: Prob> TreeInputs<'_, P, Q> {
             )?;
         }
         if let Some(u) = &self.uniforms {
-            shape("uniforms", u.shape(), &[batch, nodes], "[B, N]")?;
+            expect_shape("uniforms", u.shape(), &[batch, nodes], "[B, N]")?;
         }
         if let Some(u) = &self.recovery_uniforms {
-            shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
+            expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
         }
         if let Greedy::PerRow(g) = &self.greedy {
-            shape("greedy", g.shape(), &[batch], "[B] or a scalar")?;
+            expect_shape("greedy", g.shape(), &[batch], "[B] or a scalar")?;
         }
         if nodes == 0 {
             return Err(CoreError::shape(
@@ -271,7 +259,7 @@ fn verify_rows<P: Prob, Q: Prob>(
             if child == usize::MAX {
                 // A leaf: the bonus token from its target row.
                 break if greedy {
-                    argmax(inputs.target_row(b, node), inputs.at(b, node))?
+                    argmax_of(inputs.target_row(b, node), inputs.at(b, node))?
                 } else {
                     sample_row(
                         inputs.target_row(b, node),
@@ -282,10 +270,16 @@ fn verify_rows<P: Prob, Q: Prob>(
                 };
             }
             if greedy {
-                let best = argmax(inputs.target_row(b, node), inputs.at(b, node))?;
+                let best = argmax_of(inputs.target_row(b, node), inputs.at(b, node))?;
                 let mut found = None;
                 while child != usize::MAX {
-                    if token(inputs, b, child, vocab)? == best {
+                    if check_token(
+                        "node_token_ids",
+                        &[b, child],
+                        inputs.node_token_ids.get(b, child),
+                        vocab,
+                    )? == best
+                    {
                         found = Some(child);
                         break;
                     }
@@ -304,7 +298,12 @@ fn verify_rows<P: Prob, Q: Prob>(
             let mut scale: Option<f64> = None; // None: P is the node's target row, S = 1
             let mut taken = None;
             while child != usize::MAX {
-                let x = token(inputs, b, child, vocab)?;
+                let x = check_token(
+                    "node_token_ids",
+                    &[b, child],
+                    inputs.node_token_ids.get(b, child),
+                    vocab,
+                )?;
                 let u = match &inputs.uniforms {
                     Some(u) => check_uniform(u.get(b, child), "uniforms", &[b, child])?,
                     None => unreachable!("checked above"),
@@ -486,38 +485,11 @@ fn entry(v: f64, arg: &'static str, b: usize, n: usize, i: usize) -> Result<f64,
     if (0.0..=f64::MAX).contains(&v) {
         Ok(v)
     } else {
-        Err(CoreError::value(
+        let at = RowAt {
             arg,
-            &[b, n, i],
-            format!(
-                "= {}: probabilities must be finite and non-negative",
-                crate::error::show(v)
-            ),
-        ))
-    }
-}
-
-fn token<P: Prob, Q: Prob>(
-    inputs: &TreeInputs<'_, P, Q>,
-    b: usize,
-    c: usize,
-    vocab: usize,
-) -> Result<usize, CoreError> {
-    let x = inputs.node_token_ids.get(b, c);
-    if x < 0 || x as u64 >= vocab as u64 {
-        return Err(CoreError::value(
-            "node_token_ids",
-            &[b, c],
-            format!("= {x} is outside [0, V) with V = {vocab}"),
-        ));
-    }
-    Ok(x as usize)
-}
-
-fn argmax<P: Prob>(row: ArrayView1<'_, P>, at: RowAt) -> Result<usize, CoreError> {
-    match row.as_slice() {
-        Some(contiguous) => sample::argmax(contiguous, at),
-        None => sample::argmax(row, at),
+            pos: Pos::Padded { b, t: n },
+        };
+        Err(at.bad_value(i, v))
     }
 }
 
@@ -528,31 +500,5 @@ fn sample_row<P: Prob>(
     u: f64,
     scratch: &mut Vec<f64>,
 ) -> Result<usize, CoreError> {
-    let drawn = match row.as_slice() {
-        Some(p) => sample::sample(
-            &TargetWeights {
-                p,
-                excluded: None,
-                at,
-                _elem: PhantomData,
-            },
-            u,
-            scratch,
-        )?,
-        None => sample::sample(
-            &TargetWeights {
-                p: row,
-                excluded: None,
-                at,
-                _elem: PhantomData,
-            },
-            u,
-            scratch,
-        )?,
-    };
-    drawn.ok_or_else(|| CoreError::Value {
-        arg: at.arg,
-        index: at.pos.index(),
-        message: "sums to 0, but a token must be sampled from it".to_string(),
-    })
+    sample_target(row, None, at, u, scratch)?.ok_or_else(|| zero_row(at))
 }
