@@ -301,6 +301,22 @@ def _out_buffers(out: Any, inputs: dict[str, Any]) -> list[np.ndarray | None] | 
     return arrays
 
 
+def _out_shapes(out: list[np.ndarray | None] | None, batch: int, num_draft: int) -> None:
+    if out is not None:
+        _shape(out[0], "out.output_token_ids", (batch, num_draft + 1))
+        _shape(out[1], "out.num_accepted", (batch,))
+        _shape(out[2], "out.num_emitted", (batch,))
+
+
+def _row_drafts(ids: np.ndarray, counts, b: int, num_draft: int, vocab: int) -> list[int]:
+    """Row ``b``'s first ``k_b`` drafts, each checked against ``[0, V)``."""
+    drafts = [int(x) for x in ids[b, : _draft_len(counts, b, num_draft)]]
+    for t, x in enumerate(drafts):
+        if not 0 <= x < vocab:
+            raise ValueError(f"draft_token_ids[{b}, {t}] = {x} is outside [0, V) with V = {vocab}")
+    return drafts
+
+
 def _result(
     out: list[np.ndarray | None] | None,
     output_token_ids: np.ndarray,
@@ -406,21 +422,12 @@ def verify(
     _shape(u, "uniforms", (batch, num_draft))
     _shape(ru, "recovery_uniforms", (batch,))
     greedy_rows = _greedy_rows(greedy, batch)
-    if buffers is not None:
-        _shape(buffers[0], "out.output_token_ids", (batch, num_draft + 1))
-        _shape(buffers[1], "out.num_accepted", (batch,))
-        _shape(buffers[2], "out.num_emitted", (batch,))
+    _out_shapes(buffers, batch, num_draft)
 
     output_token_ids = np.full((batch, num_draft + 1), -1, dtype=np.int64)
     num_accepted = np.zeros(batch, dtype=np.int64)
     for b in range(batch):
-        k = _draft_len(counts, b, num_draft)
-        drafts = [int(x) for x in ids[b, :k]]
-        for t, x in enumerate(drafts):
-            if not 0 <= x < vocab:
-                raise ValueError(
-                    f"draft_token_ids[{b}, {t}] = {x} is outside [0, V) with V = {vocab}"
-                )
+        drafts = _row_drafts(ids, counts, b, num_draft, vocab)
         if greedy_rows[b]:
             n, next_token = _verify_row_greedy(p, b, drafts)
         else:
@@ -483,10 +490,7 @@ def verify_greedy(
     batch, num_draft = ids.shape
     _shape(targets, "target_token_ids", (batch, num_draft + 1))
     _shape(counts, "num_draft_tokens", (batch,))
-    if buffers is not None:
-        _shape(buffers[0], "out.output_token_ids", (batch, num_draft + 1))
-        _shape(buffers[1], "out.num_accepted", (batch,))
-        _shape(buffers[2], "out.num_emitted", (batch,))
+    _out_shapes(buffers, batch, num_draft)
     output_token_ids = np.full((batch, num_draft + 1), -1, dtype=np.int64)
     num_accepted = np.zeros(batch, dtype=np.int64)
     for b in range(batch):
@@ -761,13 +765,8 @@ def verify_logits(
             raise ValueError(f"top_k[{b}] = {k_b}: top_k must be >= 0")
         if not 0 < p_b <= 1:
             raise ValueError(f"top_p[{b}] = {p_b!r}: top_p must lie in (0, 1]")
-        k = _draft_len(counts, b, num_draft)
-        drafts = [int(x) for x in ids[b, :k]]
-        for t, x in enumerate(drafts):
-            if not 0 <= x < vocab:
-                raise ValueError(
-                    f"draft_token_ids[{b}, {t}] = {x} is outside [0, V) with V = {vocab}"
-                )
+        drafts = _row_drafts(ids, counts, b, num_draft, vocab)
+        k = len(drafts)
 
         def target(t: int, b: int = b, t_b: float = t_b, k_b: int = k_b, p_b: float = p_b):
             return transform_logits(logits[b, t], t_b, k_b, p_b, f"target_logits[{b}, {t}")
