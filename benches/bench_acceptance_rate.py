@@ -12,25 +12,18 @@ one run, on 1 thread and on all threads.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
 import specaccept
+from specaccept._bench import median_of_runs
 
 SHAPES = [(1, 5, 128256), (64, 5, 128256)]
 QUICK_SHAPES = [(1, 5, 32000), (8, 5, 32000)]
 
 
 def median_us(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e6
+    return median_of_runs(fn, repeats) * 1e6
 
 
 def measure(batch: int, num_draft: int, vocab: int, repeats: int, threads: int) -> str:

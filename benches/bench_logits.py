@@ -18,12 +18,11 @@ exponentiated per second, counting every element of every transformed row).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from collections.abc import Callable
 
 import numpy as np
 import specaccept
+from specaccept._bench import median_of_runs
 
 SHAPES = [(64, 5, 128256), (1, 5, 151936)]
 QUICK_SHAPES = [(8, 5, 32000), (1, 5, 32000)]
@@ -65,13 +64,7 @@ def torch_transform(torch, logits, top_k: int, top_p: float):
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e3
+    return median_of_runs(fn, repeats) * 1e3
 
 
 def inputs(batch: int, k: int, vocab: int, regime: str):

@@ -20,12 +20,11 @@ Run after ``pip install .``::
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+from collections.abc import Callable
 
 import numpy as np
 import specaccept
-from specaccept._bench import read_bandwidth
+from specaccept._bench import median_of_runs, read_bandwidth
 
 CHAIN_K = 6
 # Root 0 -> 1, 2; 1 -> 3 -> 5; 2 -> 4 -> 6: six drafted nodes, depth 3.
@@ -61,14 +60,8 @@ def acceptance(a_target: float, rows: int, seed: int) -> tuple[float, float, flo
     return a, float(chain.num_accepted.mean()), float(tree.num_accepted.mean())
 
 
-def median_ms(fn, repeats: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e3
+def median_ms(fn: Callable[[], object], repeats: int) -> float:
+    return median_of_runs(fn, repeats) * 1e3
 
 
 def timing(batch: int, vocab: int, repeats: int) -> None:

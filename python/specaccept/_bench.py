@@ -251,6 +251,18 @@ def make_inputs(batch: int, num_draft: int, vocab: int, seed: int = 0) -> Inputs
 # --------------------------------------------------------------------------
 
 
+def median_of_runs(fn: Callable[[], Any], repeats: int) -> float:
+    """Median seconds of ``repeats`` single calls of ``fn`` after one warm-up call
+    (for calls too long to batch; :func:`measure` batches short ones)."""
+    fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
 def measure(
     fn: Callable[[], Any], budget: float, min_samples: int = 3, max_samples: int = 200
 ) -> tuple[float, Any]:
