@@ -305,6 +305,27 @@ fn with_outputs<'py>(
     Ok((ids, accepted, emitted))
 }
 
+/// Monomorphizes `$run!(p, q)` for every pair of target and draft dtypes: `p`
+/// the target view, `q` an `Option` of the draft view (`$none`: the view type
+/// named when there is no draft).
+macro_rules! each_dtype_pair {
+    ($target:expr, $draft:expr, $none:ty, $run:ident) => {
+        match $target {
+            FloatArg::F16(p) => each_dtype_pair!(@draft p.as_array(), $draft, $none, $run),
+            FloatArg::F32(p) => each_dtype_pair!(@draft p.as_array(), $draft, $none, $run),
+            FloatArg::F64(p) => each_dtype_pair!(@draft p.as_array(), $draft, $none, $run),
+        }
+    };
+    (@draft $p:expr, $draft:expr, $none:ty, $run:ident) => {
+        match $draft {
+            None => $run!($p, None::<$none>),
+            Some(FloatArg::F16(q)) => $run!($p, Some(q.as_array())),
+            Some(FloatArg::F32(q)) => $run!($p, Some(q.as_array())),
+            Some(FloatArg::F64(q)) => $run!($p, Some(q.as_array())),
+        }
+    };
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_chain<'py, 'a, P: Prob, Q: Prob>(
     py: Python<'py>,
@@ -395,51 +416,12 @@ fn verify<'py>(
         ),
     };
 
-    macro_rules! with_draft {
-        ($p:expr) => {
-            match &draft {
-                None => run_chain::<_, f64>(py, ids, $p, None, counts, u, ru, greedy_view, buffers),
-                Some(FloatArg::F16(q)) => run_chain(
-                    py,
-                    ids,
-                    $p,
-                    Some(q.as_array()),
-                    counts,
-                    u,
-                    ru,
-                    greedy_view,
-                    buffers,
-                ),
-                Some(FloatArg::F32(q)) => run_chain(
-                    py,
-                    ids,
-                    $p,
-                    Some(q.as_array()),
-                    counts,
-                    u,
-                    ru,
-                    greedy_view,
-                    buffers,
-                ),
-                Some(FloatArg::F64(q)) => run_chain(
-                    py,
-                    ids,
-                    $p,
-                    Some(q.as_array()),
-                    counts,
-                    u,
-                    ru,
-                    greedy_view,
-                    buffers,
-                ),
-            }
+    macro_rules! run {
+        ($p:expr, $q:expr) => {
+            run_chain(py, ids, $p, $q, counts, u, ru, greedy_view, buffers)
         };
     }
-    match &target {
-        FloatArg::F16(p) => with_draft!(p.as_array()),
-        FloatArg::F32(p) => with_draft!(p.as_array()),
-        FloatArg::F64(p) => with_draft!(p.as_array()),
-    }
+    each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, run)
 }
 
 /// `draws [B*K + B]` as `uniforms [B, K]` and `recovery_uniforms [B]`.
@@ -551,21 +533,7 @@ fn verify_flat<'py>(
             with_outputs(py, buffers, |out| chain::verify_flat(&inputs, out))
         }};
     }
-    macro_rules! with_draft {
-        ($p:expr) => {
-            match &draft {
-                None => run!($p, None::<ArrayView2<'_, f64>>),
-                Some(FloatArg::F16(q)) => run!($p, Some(q.as_array())),
-                Some(FloatArg::F32(q)) => run!($p, Some(q.as_array())),
-                Some(FloatArg::F64(q)) => run!($p, Some(q.as_array())),
-            }
-        };
-    }
-    match &target {
-        FloatArg::F16(p) => with_draft!(p.as_array()),
-        FloatArg::F32(p) => with_draft!(p.as_array()),
-        FloatArg::F64(p) => with_draft!(p.as_array()),
-    }
+    each_dtype_pair!(&target, &draft, ArrayView2<'_, f64>, run)
 }
 
 /// Verification from logits (see `specaccept.verify_logits`); `temperature`,
@@ -620,21 +588,7 @@ fn verify_logits<'py>(
             with_outputs(py, buffers, |out| logits::verify_logits(&inputs, out))
         }};
     }
-    macro_rules! with_draft {
-        ($p:expr) => {
-            match &draft {
-                None => run!($p, None::<ndarray::ArrayView3<'_, f64>>),
-                Some(FloatArg::F16(q)) => run!($p, Some(q.as_array())),
-                Some(FloatArg::F32(q)) => run!($p, Some(q.as_array())),
-                Some(FloatArg::F64(q)) => run!($p, Some(q.as_array())),
-            }
-        };
-    }
-    match &target {
-        FloatArg::F16(p) => with_draft!(p.as_array()),
-        FloatArg::F32(p) => with_draft!(p.as_array()),
-        FloatArg::F64(p) => with_draft!(p.as_array()),
-    }
+    each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, run)
 }
 
 type TreeResult<'py> = (
@@ -701,21 +655,7 @@ fn verify_tree<'py>(
                 py.detach(|| tree::verify_tree(&inputs, &mut out))
             }};
         }
-        macro_rules! with_draft {
-            ($p:expr) => {
-                match &draft {
-                    None => run!($p, None::<ndarray::ArrayView3<'_, f64>>),
-                    Some(FloatArg::F16(q)) => run!($p, Some(q.as_array())),
-                    Some(FloatArg::F32(q)) => run!($p, Some(q.as_array())),
-                    Some(FloatArg::F64(q)) => run!($p, Some(q.as_array())),
-                }
-            };
-        }
-        match &target {
-            FloatArg::F16(p) => with_draft!(p.as_array()),
-            FloatArg::F32(p) => with_draft!(p.as_array()),
-            FloatArg::F64(p) => with_draft!(p.as_array()),
-        }?;
+        each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, run)?;
     }
     Ok(outputs)
 }
