@@ -83,6 +83,29 @@ pub struct ChainOutputs<'a> {
     pub num_emitted: ArrayViewMut1<'a, i64>,
 }
 
+impl threads::Rows for ChainOutputs<'_> {
+    fn len(&self) -> usize {
+        self.num_accepted.len()
+    }
+    fn split_at(self, at: usize) -> (Self, Self) {
+        let (ids, ids_rest) = self.output_token_ids.split_at(Axis(0), at);
+        let (accepted, accepted_rest) = self.num_accepted.split_at(Axis(0), at);
+        let (emitted, emitted_rest) = self.num_emitted.split_at(Axis(0), at);
+        (
+            ChainOutputs {
+                output_token_ids: ids,
+                num_accepted: accepted,
+                num_emitted: emitted,
+            },
+            ChainOutputs {
+                output_token_ids: ids_rest,
+                num_accepted: accepted_rest,
+                num_emitted: emitted_rest,
+            },
+        )
+    }
+}
+
 /// `B`, `K` and `V` of a chain batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChainDims {
@@ -436,33 +459,16 @@ fn run<P: Prob, Q: Prob, C: Chain<P, Q>>(
             }
         })
         .sum();
-    let Some(pool) = threads::pool_for(dims.batch, rows_read.saturating_mul(dims.vocab)) else {
-        return verify_rows(chain, dims, 0, out);
+    let out = ChainOutputs {
+        output_token_ids: out.output_token_ids.view_mut(),
+        num_accepted: out.num_accepted.view_mut(),
+        num_emitted: out.num_emitted.view_mut(),
     };
-    // A few runs per worker, so rows that read more (greedy, all-accepted)
-    // do not leave the other workers idle.
-    let run = dims.batch.div_ceil(4 * pool.current_num_threads()).max(1);
-    let parts = out
-        .output_token_ids
-        .axis_chunks_iter_mut(Axis(0), run)
-        .zip(out.num_accepted.axis_chunks_iter_mut(Axis(0), run))
-        .zip(out.num_emitted.axis_chunks_iter_mut(Axis(0), run));
-    let mut results: Vec<Result<(), CoreError>> = Vec::new();
-    results.resize_with(dims.batch.div_ceil(run), || Ok(()));
-    pool.scope(|scope| {
-        for (i, (((ids, accepted), emitted), result)) in parts.zip(&mut results).enumerate() {
-            scope.spawn(move |_| {
-                let mut part = ChainOutputs {
-                    output_token_ids: ids,
-                    num_accepted: accepted,
-                    num_emitted: emitted,
-                };
-                *result = verify_rows(chain, dims, i * run, &mut part);
-            });
-        }
-    });
-    // Runs are in row order: the first error is the first bad row's.
-    results.into_iter().collect()
+    threads::in_runs(
+        rows_read.saturating_mul(dims.vocab),
+        out,
+        |first_row, mut part| verify_rows(chain, dims, first_row, &mut part),
+    )
 }
 
 /// Verifies rows `first_row..` into `out` (which holds exactly those rows).

@@ -2,7 +2,8 @@
 //! top-k, top-p) applied only to the rows a batch row reads, with early exit.
 //!
 //! The transform of a logits row `l` with temperature `T > 0`:
-//! `z = l / T`; `e_i = exp(z_i - max z)`; top-k keeps the entries with `e_i` at
+//! `e_i = exp((l_i - max l) / T)` (softmax's `exp(z_i - max z)` of `z = l / T`,
+//! without overflow for small `T`); top-k keeps the entries with `e_i` at
 //! least the k-th largest (ties kept); top-p keeps, in decreasing order, the
 //! shortest prefix whose mass reaches `top_p` of what top-k kept, plus every
 //! entry tied with the last one kept. Both filters are thresholds on `e`, so the
@@ -10,6 +11,8 @@
 //! thresholds come from selection (`select_nth_unstable`) on the candidates,
 //! never a sort of the vocabulary; top-p sorts only a growing head of them.
 //! `T = 0` makes the row greedy (the argmax of the logits, which every filter keeps).
+
+use std::sync::LazyLock;
 
 use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, Ix1, Ix2};
 
@@ -19,6 +22,7 @@ use crate::rule::{check_uniform, is_accepted};
 use crate::sample::SUM_BLOCK;
 use crate::sample::{self, BufferWeights, RowAt};
 use crate::simd::{Kernel, PairOp, Residual};
+use crate::threads;
 use crate::view::{FloatView, IntView, Prob};
 
 /// The inputs of `verify_logits` (per-row parameters already broadcast to `[B]`).
@@ -58,84 +62,81 @@ fn mul_add<const FMA: bool>(a: f64, b: f64, c: f64) -> f64 {
     }
 }
 
+/// `2^(j / 256)` for `j` in `0..256`, the table of [`exp_nonpositive`].
+static EXP2_TABLE: LazyLock<[f64; 256]> =
+    LazyLock::new(|| std::array::from_fn(|j| (j as f64 / 256.0).exp2()));
+
 /// `exp(x)` for `x <= 0` (`-inf` included), within an ulp of libm, written
-/// without branches or calls so a row's loop runs in SIMD registers:
-/// `x = k ln2 + r`, `|r| <= ln2 / 2`, a degree-13 Taylor polynomial for
-/// `exp(r)` (Estrin's scheme), and `2^k` built from the bits of the rounding
-/// constant. `FMA`: fused multiply-adds (the same error bound).
+/// without branches or calls so a row's loop runs in SIMD registers (Tang's
+/// method): `x = (256 k + j) ln2 / 256 + r` with `|r| <= ln2 / 512`, so
+/// `exp(x) = 2^k * 2^(j/256) * exp(r)`, `2^(j/256)` from [`EXP2_TABLE`], `2^k`
+/// built from the bits of the rounding constant, and `exp(r) - 1` a degree-4
+/// polynomial (its truncation error is below 4e-17). `FMA`: fused
+/// multiply-adds (the same error bound).
 #[inline(always)]
-fn exp_nonpositive<const FMA: bool>(x: f64) -> f64 {
-    const LOG2E: f64 = std::f64::consts::LOG2_E;
-    // ln 2 split in two (fdlibm's): k * LN2_HI is exact for |k| < 2^11.
-    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
-    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+fn exp_nonpositive<const FMA: bool>(x: f64, table: &[f64; 256]) -> f64 {
+    const N_LOG2E: f64 = 256.0 * std::f64::consts::LOG2_E;
+    // ln 2 / 256 split in two (fdlibm's split of ln 2, divided exactly by
+    // 256): n * LN2_HI is exact for |n| < 2^21, and n >= -708 * 370 here.
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000) / 256.0;
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76) / 256.0;
     const ROUND: f64 = 6_755_399_441_055_744.0; // 1.5 * 2^52: adding it rounds to an integer
     let underflow = x < -708.0;
     let x = if underflow { -708.0 } else { x };
-    let shifted = x * LOG2E + ROUND;
-    let k = shifted - ROUND;
-    let r = mul_add::<FMA>(-k, LN2_LO, mul_add::<FMA>(-k, LN2_HI, x));
-    // exp(r) = sum_{i<=13} r^i / i!, by Estrin's scheme: pairs, then powers of
-    // r^2, r^4, r^8 combine them, a dependency chain of depth 4 instead of
-    // Horner's 13, so the vector units stay busy.
-    const C: [f64; 14] = [
-        1.0,
-        1.0,
-        1.0 / 2.0,
-        1.0 / 6.0,
-        1.0 / 24.0,
-        1.0 / 120.0,
-        1.0 / 720.0,
-        1.0 / 5_040.0,
-        1.0 / 40_320.0,
-        1.0 / 362_880.0,
-        1.0 / 3_628_800.0,
-        1.0 / 39_916_800.0,
-        1.0 / 479_001_600.0,
-        1.0 / 6_227_020_800.0,
-    ];
+    let shifted = mul_add::<FMA>(x, N_LOG2E, ROUND);
+    let n = shifted - ROUND;
+    let r = mul_add::<FMA>(-n, LN2_LO, mul_add::<FMA>(-n, LN2_HI, x));
+    // exp(r) - 1 = r + r^2 (1/2 + r/6 + r^2/24), in two independent halves.
     let r2 = r * r;
-    let r4 = r2 * r2;
-    let r8 = r4 * r4;
-    let p01 = mul_add::<FMA>(C[1], r, C[0]);
-    let p23 = mul_add::<FMA>(C[3], r, C[2]);
-    let p45 = mul_add::<FMA>(C[5], r, C[4]);
-    let p67 = mul_add::<FMA>(C[7], r, C[6]);
-    let p89 = mul_add::<FMA>(C[9], r, C[8]);
-    let p1011 = mul_add::<FMA>(C[11], r, C[10]);
-    let p1213 = mul_add::<FMA>(C[13], r, C[12]);
-    let p0_3 = mul_add::<FMA>(p23, r2, p01);
-    let p4_7 = mul_add::<FMA>(p67, r2, p45);
-    let p8_11 = mul_add::<FMA>(p1011, r2, p89);
-    let p0_7 = mul_add::<FMA>(p4_7, r4, p0_3);
-    let p8_13 = mul_add::<FMA>(p1213, r4, p8_11);
-    let p = mul_add::<FMA>(p8_13, r8, p0_7);
-    // The low bits of `shifted` hold k; (k + 1023) << 52 is 2^k (k >= -1022 here).
-    let scale = f64::from_bits((shifted.to_bits().wrapping_add(1023)) << 52);
+    let low = mul_add::<FMA>(r, 1.0 / 6.0, 0.5);
+    let high = mul_add::<FMA>(r2, 1.0 / 24.0, low);
+    let expm1 = mul_add::<FMA>(r2, high, r);
+    // The bits of `shifted` end in n = 256 k + j (two's complement): the low
+    // 8 bits are j; shifted right by 8 they end in k, and (k + 1023) << 52 is
+    // 2^k (k >= -1022 here; the higher bits are shifted out).
+    let bits = shifted.to_bits();
+    let t = table[(bits & 255) as usize];
+    let scale = f64::from_bits(((bits >> 8).wrapping_add(1023)) << 52);
+    let e = mul_add::<FMA>(t, expm1, t) * scale;
     if underflow {
         0.0
     } else {
-        p * scale
+        e
     }
 }
 
-/// Pass 1 over a row: whether every logit is finite or `-inf`, and the max of
-/// `z_i = l_i / T` (as a product with `1 / T`: within an ulp of the quotient,
-/// where a division per element would cost as much as the `exp`).
+/// Lanes of the row loops: four `f64x4` registers of independent work, so
+/// the long dependency chain of one `exp` overlaps three others.
+const LANES: usize = 16;
+
+/// Pass 1 over a row: whether every logit is finite or `-inf`, and the
+/// largest logit.
 #[inline(always)]
-fn max_row<L: Prob>(values: &[L], inverse: f64) -> (bool, f64) {
-    let (mut ok, mut max) = (true, f64::NEG_INFINITY);
-    for l in values {
-        let v = l.to_f64();
-        ok &= v < f64::INFINITY; // false for NaN and +inf
-        let z = v * inverse;
-        max = if z > max { z } else { max };
+fn max_row<L: Prob>(values: &[L]) -> (bool, f64) {
+    let mut max = [f64::NEG_INFINITY; LANES];
+    let mut ok = [1u64; LANES];
+    let (chunks, tail) = values.as_chunks::<LANES>();
+    for chunk in chunks {
+        for j in 0..LANES {
+            let v = chunk[j].to_f64();
+            ok[j] &= u64::from(v < f64::INFINITY); // 0 for NaN and +inf
+            max[j] = if v > max[j] { v } else { max[j] };
+        }
     }
-    (ok, max)
+    for (j, l) in tail.iter().enumerate() {
+        let v = l.to_f64();
+        ok[j] &= u64::from(v < f64::INFINITY);
+        max[j] = if v > max[j] { v } else { max[j] };
+    }
+    let top = max.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+    (ok.iter().all(|&o| o == 1), top)
 }
 
-/// Pass 2: `w_i = exp(z_i - max)`, summed in the canonical order block by
-/// block while the block is still in L1 (the same bits as summing `w` after).
+/// Pass 2: `w_i = exp((l_i - max) * (1 / T))` (`z_i - max z` of the module
+/// docs, without overflow for small `T`; the product with `1 / T` is within an
+/// ulp of the quotient, where a division per element would cost as much as the
+/// `exp`), summed in the canonical order block by block while the block is
+/// still in L1 (the same bits as summing `w` after).
 #[inline(always)]
 fn exp_row_sum<K: Kernel, L: Prob, const FMA: bool>(
     values: &[L],
@@ -143,10 +144,19 @@ fn exp_row_sum<K: Kernel, L: Prob, const FMA: bool>(
     max: f64,
     w: &mut [f64],
 ) -> f64 {
+    let table: &[f64; 256] = &EXP2_TABLE;
+    let exp = |l: L| exp_nonpositive::<FMA>((l.to_f64() - max) * inverse, table);
     let mut total = 0.0;
     for (src, dst) in values.chunks(SUM_BLOCK).zip(w.chunks_mut(SUM_BLOCK)) {
-        for (d, l) in dst.iter_mut().zip(src) {
-            *d = exp_nonpositive::<FMA>(l.to_f64() * inverse - max);
+        let (src_lanes, src_tail) = src.as_chunks::<LANES>();
+        let (dst_lanes, dst_tail) = dst.as_chunks_mut::<LANES>();
+        for (s, d) in src_lanes.iter().zip(dst_lanes) {
+            for j in 0..LANES {
+                d[j] = exp(s[j]);
+            }
+        }
+        for (d, &l) in dst_tail.iter_mut().zip(src_tail) {
+            *d = exp(l);
         }
         total += K::dense(dst).0;
     }
@@ -155,8 +165,8 @@ fn exp_row_sum<K: Kernel, L: Prob, const FMA: bool>(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-fn max_row_avx2<L: Prob>(values: &[L], inverse: f64) -> (bool, f64) {
-    max_row(values, inverse)
+fn max_row_avx2<L: Prob>(values: &[L]) -> (bool, f64) {
+    max_row(values)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -172,16 +182,16 @@ fn exp_row_sum_fma<L: Prob>(values: &[L], inverse: f64, max: f64, w: &mut [f64])
 }
 
 /// The two passes of the softmax, AVX2 when the CPU has it: `(valid, max)`.
-fn row_max(values: &[impl Prob], inverse: f64) -> (bool, f64) {
+fn row_max(values: &[impl Prob]) -> (bool, f64) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {
         // SAFETY: the CPU supports AVX2 and F16C, checked just above.
-        return unsafe { max_row_avx2(values, inverse) };
+        return unsafe { max_row_avx2(values) };
     }
-    max_row(values, inverse)
+    max_row(values)
 }
 
-/// `w_i = exp(l_i / T - max)`; returns `sum(w)`.
+/// `w_i = exp((l_i - max) / T)`; returns `sum(w)`.
 fn row_exp_sum(values: &[impl Prob], inverse: f64, max: f64, w: &mut [f64]) -> f64 {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {
@@ -213,7 +223,7 @@ fn transform<L: Prob>(
     w: &mut Vec<f64>,
     scratch: &mut Scratch,
 ) -> Result<f64, CoreError> {
-    w.clear();
+    // Every entry is written below (pass 2), so only the length matters.
     w.resize(row.len(), 0.0);
     let inverse = 1.0 / params.temperature;
     let strided: Vec<L>;
@@ -224,7 +234,7 @@ fn transform<L: Prob>(
             &strided
         }
     };
-    let (ok, max) = row_max(values, inverse);
+    let (ok, max) = row_max(values);
     if !ok {
         let (i, v) = values
             .iter()
@@ -316,13 +326,15 @@ fn params(
     b: usize,
 ) -> Result<Params, CoreError> {
     let temperature = inputs_t.get(b);
-    if !(temperature >= 0.0 && temperature.is_finite()) {
+    // A subnormal temperature is refused: its inverse overflows.
+    if !(temperature == 0.0 || (temperature.is_normal() && temperature > 0.0)) {
         return Err(CoreError::value(
             "temperature",
             &[b],
             format!(
-                "= {}: a temperature must be finite and >= 0",
-                show(temperature)
+                "= {}: a temperature must be 0 or at least {:e} (the smallest normal float64)",
+                show(temperature),
+                f64::MIN_POSITIVE
             ),
         ));
     }
@@ -424,9 +436,32 @@ pub fn verify_logits<P: Prob, Q: Prob>(
             "output shapes do not match [B, K+1]",
         ));
     }
+    // Each row transforms at least one target row (and a draft row) of V.
+    let rows_read = if inputs.draft_logits.is_some() { 2 } else { 1 };
+    let out = ChainOutputs {
+        output_token_ids: out.output_token_ids.view_mut(),
+        num_accepted: out.num_accepted.view_mut(),
+        num_emitted: out.num_emitted.view_mut(),
+    };
+    threads::in_runs(
+        batch.saturating_mul(rows_read * vocab),
+        out,
+        |first_row, mut part| verify_rows(inputs, first_row, &mut part),
+    )
+}
+
+/// Verifies rows `first_row..` into `out` (which holds exactly those rows).
+fn verify_rows<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    first_row: usize,
+    out: &mut ChainOutputs<'_>,
+) -> Result<(), CoreError> {
+    let k_max = inputs.draft_token_ids.shape()[1];
+    let vocab = inputs.target_logits.shape()[2];
     let mut scratch = Scratch::default();
     let (mut wp, mut wq, mut residual) = (Vec::new(), Vec::new(), Vec::new());
-    for b in 0..batch {
+    for i in 0..out.num_accepted.len() {
+        let b = first_row + i;
         let params = params(&inputs.temperature, &inputs.top_k, &inputs.top_p, b)?;
         let k = draft_len(inputs.num_draft_tokens.as_ref(), b, k_max)?;
         let ids: Vec<usize> = (0..k)
@@ -542,14 +577,14 @@ pub fn verify_logits<P: Prob, Q: Prob>(
                 }
             }
         };
-        let mut row: ArrayViewMut1<'_, i64> = out.output_token_ids.row_mut(b);
+        let mut row: ArrayViewMut1<'_, i64> = out.output_token_ids.row_mut(i);
         row.fill(-1);
         for (t, &x) in ids.iter().take(n).enumerate() {
             row[t] = x as i64;
         }
         row[n] = next as i64;
-        out.num_accepted[b] = n as i64;
-        out.num_emitted[b] = n as i64 + 1;
+        out.num_accepted[i] = n as i64;
+        out.num_emitted[i] = n as i64 + 1;
     }
     Ok(())
 }
@@ -586,7 +621,7 @@ mod tests {
         let mut worst = 0.0f64;
         let mut x = 0.0f64;
         while x > -700.0 {
-            let ours = exp_nonpositive::<true>(x);
+            let ours = exp_nonpositive::<true>(x, &EXP2_TABLE);
             worst = worst.max(((ours - x.exp()) / x.exp()).abs());
             x -= 0.000_913;
         }
@@ -598,14 +633,17 @@ mod tests {
         let mut worst = 0.0f64;
         let mut x = 0.0f64;
         while x > -760.0 {
-            let (ours, theirs) = (exp_nonpositive::<false>(x), x.exp());
+            let (ours, theirs) = (exp_nonpositive::<false>(x, &EXP2_TABLE), x.exp());
             if theirs > 1e-300 {
                 worst = worst.max(((ours - theirs) / theirs).abs());
             }
             x -= 0.000_731;
         }
         assert!(worst < 4.5e-16, "relative error {worst}");
-        assert_eq!(exp_nonpositive::<false>(0.0), 1.0);
-        assert_eq!(exp_nonpositive::<false>(f64::NEG_INFINITY), 0.0);
+        assert_eq!(exp_nonpositive::<false>(0.0, &EXP2_TABLE), 1.0);
+        assert_eq!(
+            exp_nonpositive::<false>(f64::NEG_INFINITY, &EXP2_TABLE),
+            0.0
+        );
     }
 }

@@ -106,7 +106,7 @@ fn row_rate<P: Prob, Q: Prob>(
 pub fn acceptance_rate<P: Prob, Q: Prob>(
     target_probs: ArrayViewD<'_, P>,
     draft_probs: ArrayViewD<'_, Q>,
-    mut out: ArrayViewMut1<'_, f64>,
+    out: ArrayViewMut1<'_, f64>,
 ) -> Result<(), CoreError> {
     if target_probs.ndim() == 0 {
         return Err(CoreError::shape(
@@ -135,31 +135,17 @@ pub fn acceptance_rate<P: Prob, Q: Prob>(
         return Err(CoreError::shape("out", "must have one entry per row"));
     }
     let vocab = target_probs.shape()[last.index()];
-    let run_rows = |first: usize,
-                    pairs: &[(ArrayView1<'_, P>, ArrayView1<'_, Q>)],
-                    mut out: ArrayViewMut1<'_, f64>|
-     -> Result<(), CoreError> {
-        let mut scratch = Vec::new();
-        for (i, (p, q)) in pairs.iter().enumerate() {
-            out[i] = row_rate(p.view(), q.view(), first + i, leading, &mut scratch)?;
-        }
-        Ok(())
-    };
-    let Some(pool) = threads::pool_for(rows.len(), rows.len().saturating_mul(vocab)) else {
-        return run_rows(0, &rows, out);
-    };
-    let run = rows.len().div_ceil(4 * pool.current_num_threads()).max(1);
-    let mut results: Vec<Result<(), CoreError>> = Vec::new();
-    results.resize_with(rows.len().div_ceil(run), || Ok(()));
-    pool.scope(|scope| {
-        let parts = rows.chunks(run).zip(out.axis_chunks_iter_mut(Axis(0), run));
-        for (i, ((pairs, part), result)) in parts.zip(&mut results).enumerate() {
-            let run_rows = &run_rows;
-            scope.spawn(move |_| *result = run_rows(i * run, pairs, part));
-        }
-    });
-    // Runs are in row order: the first error is the first bad row's.
-    results.into_iter().collect()
+    threads::in_runs(
+        rows.len().saturating_mul(vocab),
+        out,
+        |first, mut out: ArrayViewMut1<'_, f64>| {
+            let mut scratch = Vec::new();
+            for (i, (p, q)) in rows[first..first + out.len()].iter().enumerate() {
+                out[i] = row_rate(p.view(), q.view(), first + i, leading, &mut scratch)?;
+            }
+            Ok(())
+        },
+    )
 }
 
 #[cfg(test)]

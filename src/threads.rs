@@ -9,6 +9,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use ndarray::{ArrayViewMut1, Axis};
 use rayon::{ThreadPool, ThreadPoolBuilder};
 
 use crate::error::CoreError;
@@ -94,4 +95,56 @@ pub(crate) fn pool_for(rows: usize, elements: usize) -> Option<Arc<ThreadPool>> 
     let pool = Arc::new(pool);
     state.pool = Some((Arc::clone(&pool), threads, pid));
     Some(pool)
+}
+
+/// Outputs with one entry (or row) per batch row, split along that axis.
+pub(crate) trait Rows: Send + Sized {
+    /// Rows in `self`.
+    fn len(&self) -> usize;
+    /// Rows `..at` and `at..`.
+    fn split_at(self, at: usize) -> (Self, Self);
+}
+
+impl Rows for ArrayViewMut1<'_, f64> {
+    fn len(&self) -> usize {
+        ArrayViewMut1::len(self)
+    }
+    fn split_at(self, at: usize) -> (Self, Self) {
+        ArrayViewMut1::split_at(self, Axis(0), at)
+    }
+}
+
+/// Runs `verify_rows(first_row, part)` over all rows of `out`: on the
+/// calling thread for small work (see [`PARALLEL_MIN_ELEMENTS`]), else split
+/// into a few runs of rows per worker, so rows that read more (greedy,
+/// all-accepted) do not leave the other workers idle. The result is the same
+/// either way, and an error is the first bad row's (runs are in row order).
+/// On error `out` holds partial results.
+pub(crate) fn in_runs<O: Rows>(
+    elements: usize,
+    out: O,
+    verify_rows: impl Fn(usize, O) -> Result<(), CoreError> + Sync,
+) -> Result<(), CoreError> {
+    let rows = out.len();
+    let Some(pool) = pool_for(rows, elements) else {
+        return verify_rows(0, out);
+    };
+    let run = rows.div_ceil(4 * pool.current_num_threads()).max(1);
+    let mut parts = Vec::with_capacity(rows.div_ceil(run));
+    let (mut first, mut rest) = (0, out);
+    while rest.len() > run {
+        let (part, tail) = rest.split_at(run);
+        parts.push((first, part));
+        (first, rest) = (first + run, tail);
+    }
+    parts.push((first, rest));
+    let mut results: Vec<Result<(), CoreError>> = Vec::new();
+    results.resize_with(parts.len(), || Ok(()));
+    let verify_rows = &verify_rows;
+    pool.scope(|scope| {
+        for ((first, part), result) in parts.into_iter().zip(&mut results) {
+            scope.spawn(move |_| *result = verify_rows(first, part));
+        }
+    });
+    results.into_iter().collect()
 }

@@ -53,6 +53,32 @@ pub struct TreeOutputs<'a> {
     pub accepted_node_ids: ArrayViewMut2<'a, i64>,
 }
 
+impl threads::Rows for TreeOutputs<'_> {
+    fn len(&self) -> usize {
+        self.num_accepted.len()
+    }
+    fn split_at(self, at: usize) -> (Self, Self) {
+        let (ids, ids_rest) = self.output_token_ids.split_at(Axis(0), at);
+        let (accepted, accepted_rest) = self.num_accepted.split_at(Axis(0), at);
+        let (emitted, emitted_rest) = self.num_emitted.split_at(Axis(0), at);
+        let (path, path_rest) = self.accepted_node_ids.split_at(Axis(0), at);
+        (
+            TreeOutputs {
+                output_token_ids: ids,
+                num_accepted: accepted,
+                num_emitted: emitted,
+                accepted_node_ids: path,
+            },
+            TreeOutputs {
+                output_token_ids: ids_rest,
+                num_accepted: accepted_rest,
+                num_emitted: emitted_rest,
+                accepted_node_ids: path_rest,
+            },
+        )
+    }
+}
+
 /// Each node's depth (root 0, padding `None`), with the parent links checked.
 fn depths(
     parents: &IntView<'_, Ix2>,
@@ -188,34 +214,15 @@ pub fn verify_tree<P: Prob, Q: Prob>(
     }
     // Rows run in parallel when large, as in the chain (see `threads`): each
     // row reads at least one row of V per level it visits.
-    let Some(pool) = threads::pool_for(batch, batch.saturating_mul(vocab)) else {
-        return verify_rows(inputs, nodes, vocab, 0, out);
+    let out = TreeOutputs {
+        output_token_ids: out.output_token_ids.view_mut(),
+        num_accepted: out.num_accepted.view_mut(),
+        num_emitted: out.num_emitted.view_mut(),
+        accepted_node_ids: out.accepted_node_ids.view_mut(),
     };
-    let run = batch.div_ceil(4 * pool.current_num_threads()).max(1);
-    let parts = out
-        .output_token_ids
-        .axis_chunks_iter_mut(Axis(0), run)
-        .zip(out.num_accepted.axis_chunks_iter_mut(Axis(0), run))
-        .zip(out.num_emitted.axis_chunks_iter_mut(Axis(0), run))
-        .zip(out.accepted_node_ids.axis_chunks_iter_mut(Axis(0), run));
-    let mut results: Vec<Result<(), CoreError>> = Vec::new();
-    results.resize_with(batch.div_ceil(run), || Ok(()));
-    pool.scope(|scope| {
-        for (i, ((((ids, accepted), emitted), path), result)) in parts.zip(&mut results).enumerate()
-        {
-            scope.spawn(move |_| {
-                let mut part = TreeOutputs {
-                    output_token_ids: ids,
-                    num_accepted: accepted,
-                    num_emitted: emitted,
-                    accepted_node_ids: path,
-                };
-                *result = verify_rows(inputs, nodes, vocab, i * run, &mut part);
-            });
-        }
-    });
-    // Runs are in row order: the first error is the first bad row's.
-    results.into_iter().collect()
+    threads::in_runs(batch.saturating_mul(vocab), out, |first_row, mut part| {
+        verify_rows(inputs, nodes, vocab, first_row, &mut part)
+    })
 }
 
 /// Verifies rows `first_row..` into `out` (which holds exactly those rows).

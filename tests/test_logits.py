@@ -169,3 +169,89 @@ def test_bad_input_names_the_argument(change, error, fragment):
     change(case)
     with pytest.raises(error, match=fragment):
         specaccept.verify_logits(**case)
+
+
+@pytest.fixture
+def restore_threads():
+    before = specaccept.get_num_threads()
+    yield
+    specaccept.set_num_threads(before)
+
+
+def large_logits_case(seed: int, batch: int = 24, vocab: int = 20000) -> dict:
+    """Above the parallel threshold: rows split into runs on the worker pool."""
+    assert batch * 2 * vocab >= specaccept.PARALLEL_MIN_ELEMENTS
+    case = logits_case(seed)
+    rng = np.random.default_rng(seed)
+    target = (rng.normal(size=(batch, 4, vocab)) * 3).astype(np.float32)
+    draft = (target[:, :3] + rng.normal(size=(batch, 3, vocab))).astype(np.float32)
+    ids = np.where(
+        rng.random((batch, 3)) < 0.7,
+        np.argmax(target[:, :3], axis=-1),
+        rng.integers(0, vocab, size=(batch, 3)),
+    )
+    case.update(
+        draft_token_ids=ids,
+        target_logits=target,
+        draft_logits=draft,
+        temperature=rng.choice([0.0, 0.7, 1.0], size=batch),
+        top_k=rng.choice([0, 50], size=batch),
+        top_p=rng.choice([1.0, 0.9], size=batch),
+        num_draft_tokens=rng.integers(0, 4, size=batch),
+        uniforms=rng.random((batch, 3)),
+        recovery_uniforms=rng.random(batch),
+    )
+    return case
+
+
+def test_every_thread_count_gives_the_reference_result(restore_threads):
+    case = large_logits_case(7)
+    expected = outcome(reference.verify_logits, **case)
+    accepted = sum(expected[1])
+    assert 0 < accepted < case["num_draft_tokens"].sum(), "a mixed batch"
+    for n in (1, 2, 3, 8):
+        specaccept.set_num_threads(n)
+        assert outcome(specaccept.verify_logits, **case) == expected, f"{n} threads"
+
+
+def test_errors_name_the_first_bad_row_on_any_thread_count(restore_threads):
+    case = large_logits_case(8)
+    case["num_draft_tokens"][:] = 3
+    case["temperature"][:] = 1.0
+    case["target_logits"][20, 0, 7] = np.nan  # a late row: read on another worker
+    case["target_logits"][5, 0, 3] = np.inf  # the first bad row
+    for n in (1, 2, 4):
+        specaccept.set_num_threads(n)
+        with pytest.raises(ValueError, match=r"^target_logits\[5, 0, 3\] = inf"):
+            specaccept.verify_logits(**case)
+
+
+@pytest.mark.parametrize("temperature", [1e-300, np.finfo(np.float64).smallest_normal])
+def test_a_tiny_temperature_samples_among_the_largest_logits(temperature):
+    # l / T overflows; the softmax is exp((l - max l) / T): the tied maxima share it.
+    target = np.array([[[1.0, 2.0, 2.0, -np.inf], [0.0, 0.0, 5.0, 5.0]]] * 4)
+    u = np.array([[0.99], [0.0], [0.99], [0.0]])
+    recovery = np.array([0.25, 0.25, 0.75, 0.75])
+    kwargs = dict(temperature=temperature, uniforms=u, recovery_uniforms=recovery)
+    ids = np.array([[0], [1], [0], [2]])
+    got = specaccept.verify_logits(ids, target, **kwargs)
+    # Token 0 has p = 0: replaced by 1 or 2 (p = 1/2 each); tokens 1 and 2 are accepted
+    # (q = 1 > p = 1/2, u = 0), then the bonus is 2 or 3.
+    assert got.to_lists() == [[1], [1, 2], [2], [2, 3]]
+    assert outcome(
+        specaccept.verify_logits, draft_token_ids=ids, target_logits=target, **kwargs
+    ) == (outcome(reference.verify_logits, draft_token_ids=ids, target_logits=target, **kwargs))
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-310, np.inf, np.nan])
+def test_temperatures_whose_inverse_overflows_are_refused(temperature):
+    case = dict(
+        draft_token_ids=np.array([[1]]),
+        target_logits=np.zeros((1, 2, 4)),
+        uniforms=np.array([[0.5]]),
+        recovery_uniforms=np.array([0.5]),
+        temperature=temperature,
+    )
+    for fn in (specaccept.verify_logits, reference.verify_logits):
+        with pytest.raises(ValueError, match=r"temperature\[0\] = .*smallest normal"):
+            fn(**case)

@@ -63,7 +63,10 @@ def verify_logits(
     draft_logits : float array ``[B, K, V]``, optional
         ``None``: deterministic drafts (``q`` one-hot at the draft).
     temperature : float or ``[B]``
-        ``> 0``, or ``0`` for a greedy row (accept iff the draft is the argmax).
+        ``0`` for a greedy row (accept iff the draft is the argmax), else at least
+        the smallest normal float64 (``2.2e-308``; below it ``1 / T`` overflows).
+        A tiny temperature approaches greedy without overflow: the softmax is
+        computed as ``exp((l - max l) / T)``.
     top_k : int or ``[B]``
         ``0`` switches it off.
     top_p : float or ``[B]``

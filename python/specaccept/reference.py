@@ -15,6 +15,7 @@ accumulators each) so that both sides round identically.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -697,9 +698,10 @@ def transform_logits(logits, temperature: float, top_k: int, top_p: float, where
             raise ValueError(f"{where}, {i}] = {v!r}: logits must be finite or -inf")
     if all(v == -math.inf for v in values):
         raise ValueError(f"{where}] has no finite logit: there is no token to choose")
-    z = [v / temperature for v in values]
-    top = max(z)
-    e = [math.exp(v - top) if v != -math.inf else 0.0 for v in z]
+    # exp(z_i - max z) for z = l / T, written as exp((l_i - max l) / T): the
+    # same numbers, without overflow when T is small.
+    top = max(values)
+    e = [math.exp((v - top) / temperature) if v != -math.inf else 0.0 for v in values]
     total = _canonical_total(e)
     probs = [v / total for v in e]
     positive = sorted((p for p in probs if p > 0), reverse=True)
@@ -759,8 +761,11 @@ def verify_logits(
     num_accepted = np.zeros(batch, dtype=np.int64)
     for b in range(batch):
         t_b, k_b, p_b = float(per_row[0][b]), int(per_row[1][b]), float(per_row[2][b])
-        if not (t_b >= 0 and math.isfinite(t_b)):
-            raise ValueError(f"temperature[{b}] = {t_b!r}: a temperature must be finite and >= 0")
+        if not (t_b == 0 or (sys.float_info.min <= t_b and math.isfinite(t_b))):
+            raise ValueError(
+                f"temperature[{b}] = {t_b!r}: a temperature must be 0 or at least "
+                f"{sys.float_info.min!r} (the smallest normal float64)"
+            )
         if k_b < 0:
             raise ValueError(f"top_k[{b}] = {k_b}: top_k must be >= 0")
         if not 0 < p_b <= 1:
