@@ -11,8 +11,10 @@ without filters and with top-k = 50 / top-p = 0.9, temperature 0.8, in two regim
 ``accept`` (every draft accepted: ``2K + 1`` rows transformed). The NumPy and PyTorch
 paths transform every ``[B, K+1, V]`` row the way users write it (softmax, top-k by
 partition, top-p by sorting), then call ``specaccept.verify``. Medians of whole calls,
-in one run. The last column is the ``exp`` throughput of ``verify_logits`` (values
-exponentiated per second, counting every element of every transformed row).
+in one run. ``verify_logits`` runs on one thread (``1t``, against NumPy's one) and on
+all (``Nt``, its default; PyTorch uses all cores too). The last column is its ``exp``
+throughput on one thread (values exponentiated per second, counting every element of
+every transformed row).
 """
 
 from __future__ import annotations
@@ -86,11 +88,21 @@ def inputs(batch: int, k: int, vocab: int, regime: str):
 
 
 def measure(case: tuple, top_k: int, top_p: float, torch, repeats: int) -> tuple[float, ...]:
-    """Milliseconds per call: specaccept, the NumPy path, the PyTorch path (NaN without it)."""
+    """Milliseconds per call: specaccept on 1 and all threads, the NumPy path, the
+    PyTorch path (NaN without it)."""
     ids, target, draft, u, ru = case
     kw = dict(uniforms=u, recovery_uniforms=ru)
     filters = dict(temperature=TEMPERATURE, top_k=top_k, top_p=top_p)
-    ours = median_ms(lambda: specaccept.verify_logits(ids, target, draft, **filters, **kw), repeats)
+    threads = specaccept.get_num_threads()
+    ours = []
+    for n in (1, threads):
+        specaccept.set_num_threads(n)
+        ours.append(
+            median_ms(
+                lambda: specaccept.verify_logits(ids, target, draft, **filters, **kw), repeats
+            )
+        )
+    specaccept.set_num_threads(threads)
     numpy = median_ms(
         lambda: specaccept.verify(
             ids, numpy_transform(target, top_k, top_p), numpy_transform(draft, top_k, top_p), **kw
@@ -109,7 +121,7 @@ def measure(case: tuple, top_k: int, top_p: float, torch, repeats: int) -> tuple
             ),
             max(1, repeats // 3),
         )
-    return ours, numpy, with_torch
+    return ours[0], ours[1], numpy, with_torch
 
 
 def main() -> None:
@@ -122,9 +134,11 @@ def main() -> None:
     except ImportError:
         torch = None
         print("torch not importable: skipped")
+    n = specaccept.get_num_threads()
     print(
-        f"{'B':>3} {'K':>2} {'V':>7} {'filters':<20} {'regime':<7} {'ours ms':>9} "
-        f"{'numpy ms':>9} {'torch ms':>9} {'numpy/ours':>10} {'exp/s':>9}"
+        f"{'B':>3} {'K':>2} {'V':>7} {'filters':<20} {'regime':<7} {'1t ms':>8} "
+        f"{f'{n}t ms':>8} {'numpy ms':>9} {'torch ms':>9} {'np/1t':>6} {f'np/{n}t':>6} "
+        f"{'exp/s 1t':>9}"
     )
     for batch, k, vocab in shapes:
         for regime in ("reject", "accept"):
@@ -142,13 +156,13 @@ def main() -> None:
                     recovery_uniforms=ru,
                 )
                 assert (check.num_accepted == (0 if regime == "reject" else k)).all()
-                ours, numpy, with_torch = measure(case, top_k, top_p, torch, repeats)
+                one, ours, numpy, with_torch = measure(case, top_k, top_p, torch, repeats)
                 rows = batch * (2 if regime == "reject" else 2 * k + 1)
                 label = "none" if not top_k else f"top-k {top_k}, top-p {top_p}"
                 print(
-                    f"{batch:>3} {k:>2} {vocab:>7} {label:<20} {regime:<7} {ours:>9.2f} "
-                    f"{numpy:>9.2f} {with_torch:>9.2f} {numpy / ours:>10.1f} "
-                    f"{rows * vocab / (ours / 1e3):>9.2e}"
+                    f"{batch:>3} {k:>2} {vocab:>7} {label:<20} {regime:<7} {one:>8.2f} "
+                    f"{ours:>8.2f} {numpy:>9.2f} {with_torch:>9.2f} {numpy / one:>6.1f} "
+                    f"{numpy / ours:>6.1f} {rows * vocab / (one / 1e3):>9.2e}"
                 )
 
 

@@ -18,6 +18,10 @@ pub trait Prob: Copy + Send + Sync + 'static + crate::simd::Load8 {
     const LARGEST_FINITE: Self::Bits;
     fn bits(self) -> Self::Bits;
     fn to_f64(self) -> f64;
+    /// Whether every value is an `f32` ([`Prob::to_f32`] exact: f16, f32).
+    const EXACT_IN_F32: bool;
+    /// The value as `f32`: exact where [`Prob::EXACT_IN_F32`], else rounded.
+    fn to_f32(self) -> f32;
 }
 
 impl Prob for f64 {
@@ -30,6 +34,11 @@ impl Prob for f64 {
     #[inline(always)]
     fn to_f64(self) -> f64 {
         self
+    }
+    const EXACT_IN_F32: bool = false;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self as f32
     }
 }
 
@@ -44,6 +53,11 @@ impl Prob for f32 {
     fn to_f64(self) -> f64 {
         self as f64
     }
+    const EXACT_IN_F32: bool = true;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
 }
 
 impl Prob for half::f16 {
@@ -56,6 +70,11 @@ impl Prob for half::f16 {
     #[inline(always)]
     fn to_f64(self) -> f64 {
         f16_bits_to_f32(self.to_bits()) as f64
+    }
+    const EXACT_IN_F32: bool = true;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16_bits_to_f32(self.to_bits())
     }
 }
 

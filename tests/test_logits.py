@@ -255,3 +255,48 @@ def test_temperatures_whose_inverse_overflows_are_refused(temperature):
     for fn in (specaccept.verify_logits, reference.verify_logits):
         with pytest.raises(ValueError, match=r"temperature\[0\] = .*smallest normal"):
             fn(**case)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("with_draft", [True, False])
+def test_the_screen_decides_as_the_exact_pass_next_to_the_boundary(dtype, with_draft):
+    # Unfiltered f16/f32 rows first go through the screen, which accepts a draft
+    # only where its certified bounds on p/q prove it. Put u at relative distances
+    # 1e-2 .. 1e-12 from p/q (either side) and at it: the tokens must equal those of
+    # the exact pass, forced by top_k = V (it keeps every token, and filtered rows
+    # skip the screen). Distances below ~2e-4 are inside the screen's band.
+    rng = np.random.default_rng(11)
+    batch, k, vocab = 64, 3, 3000
+    target = (rng.normal(size=(batch, k + 1, vocab)) * 2).astype(dtype)
+    noise = rng.normal(size=(batch, k, vocab)) * 0.5
+    draft = (target[:, :k].astype(np.float64) + noise).astype(dtype) if with_draft else None
+    ids = np.argmax(target[:, :k].astype(np.float64) + noise, axis=-1)
+    temperature = rng.choice([0.7, 1.3], size=batch)
+    ratio = np.ones((batch, k))
+    for b in range(batch):
+        for t in range(k):
+            p = reference.transform_logits(target[b, t], temperature[b], 0, 1.0)[ids[b, t]]
+            q = 1.0
+            if with_draft:
+                q = reference.transform_logits(draft[b, t], temperature[b], 0, 1.0)[ids[b, t]]
+            ratio[b, t] = p / q
+    assert (ratio < 0.99).mean() > 0.5, "most decisions depend on u"
+    distances = np.array([1e-2, 1e-4, 1e-5, 1e-6, 1e-8, 1e-10, 1e-12, 0.0])
+    signs = np.where(np.arange(batch) % 2 == 0, 1.0, -1.0)[:, None]
+    u = np.minimum(ratio * (1 + signs * distances[np.arange(batch) % 8][:, None]), 0.999)
+    kwargs = dict(
+        draft_token_ids=ids,
+        target_logits=target,
+        draft_logits=draft,
+        temperature=temperature,
+        uniforms=u,
+        recovery_uniforms=rng.random(batch),
+    )
+    screened = specaccept.verify_logits(**kwargs)
+    exact = specaccept.verify_logits(**kwargs, top_k=vocab)
+    np.testing.assert_array_equal(screened.output_token_ids, exact.output_token_ids)
+    assert 0 < screened.num_accepted.sum() < batch * k, "both outcomes occur"
+    # Away from the boundary the reference agrees too (within 1e-9 it may not).
+    far = np.abs(distances[np.arange(batch) % 8]) >= 1e-8
+    expected = reference.verify_logits(**kwargs)
+    np.testing.assert_array_equal(screened.output_token_ids[far], expected.output_token_ids[far])
