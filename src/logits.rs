@@ -11,6 +11,16 @@
 //! thresholds come from selection (`select_nth_unstable`) on the candidates,
 //! never a sort of the vocabulary; top-p sorts only a growing head of them.
 //! `T = 0` makes the row greedy (the argmax of the logits, which every filter keeps).
+//!
+//! Where the work goes, per position up to the first rejection:
+//! - unfiltered f16/f32 rows: first the *screen* (one read of each row, `f32`
+//!   `exp`, a certified bound on `sum(w)`; see [`SCREEN_EXP_ERROR`]), which
+//!   proves most accepted positions accepted without the exact pass;
+//! - otherwise the exact pass: a max pass ([`row_max`]), then the float64
+//!   `exp` and canonical sum ([`row_exp_sum`], [`exp_nonpositive`]), then the
+//!   filters ([`transform`]);
+//! - a rejection: the residual of the two exact rows, sampled; all accepted:
+//!   the bonus row, exact, sampled.
 
 use std::cell::RefCell;
 use std::sync::LazyLock;

@@ -188,6 +188,78 @@ CASES: dict[str, tuple[Callable[[dict], None], str, str]] = {
 }
 
 
+def valid_logits() -> dict:
+    """The valid batch as float32 logits (log-probabilities: at temperature 1 the
+    softmax renormalises them, keeping the decisions: row b rejects at position 1)."""
+    call = valid()
+    with np.errstate(divide="ignore"):
+        target, draft = np.log(call.pop("target_probs")), np.log(call.pop("draft_probs"))
+    return dict(call, target_logits=target.astype(np.float32), draft_logits=draft)
+
+
+# The same for verify_logits (its own arguments: logits and the sampling parameters).
+LOGITS_CASES: dict[str, tuple[Callable[[dict], None], str, str]] = {
+    "valid": (lambda c: None, "ok", ""),
+    "unaligned float32 target": (put("target_logits", unaligned), "ok", ""),
+    "byte-swapped >f4 target": (put("target_logits", lambda a: a.astype(">f4")), "ok", ""),
+    "read-only target": (put("target_logits", read_only), "ok", ""),
+    "memory-mapped draft": (put("draft_logits", memory_mapped), "ok", ""),
+    "reversed target rows (strided)": (
+        put("target_logits", lambda a: np.ascontiguousarray(a[..., ::-1])[..., ::-1]),
+        "ok",
+        "",
+    ),
+    "NaN never read (after the rejection)": (at("target_logits", (0, 3, 0), np.nan), "ok", ""),
+    "+inf in an unread bonus row": (at("target_logits", (1, 4, 2), np.inf), "ok", ""),
+    "object target": (
+        put("target_logits", lambda a: a.astype(object)),
+        "TypeError",
+        "target_logits",
+    ),
+    "complex draft": (
+        put("draft_logits", lambda a: a.astype(complex)),
+        "TypeError",
+        "draft_logits",
+    ),
+    "str temperature": (put("temperature", "hot"), "TypeError", "temperature"),
+    "0-d target": (put("target_logits", np.float32(0.5)), "ValueError", "target_logits"),
+    "target missing the bonus row": (
+        put("target_logits", lambda a: a[:, :K]),
+        "ValueError",
+        "target_logits",
+    ),
+    "draft of another V": (
+        put("draft_logits", lambda a: a[..., :-1]),
+        "ValueError",
+        "draft_logits",
+    ),
+    "temperature [B + 1]": (put("temperature", np.ones(B + 1)), "ValueError", "temperature"),
+    "temperature NaN": (put("temperature", np.nan), "ValueError", "temperature[0] = nan"),
+    "temperature -1": (put("temperature", -1.0), "ValueError", "temperature[0] = -1.0"),
+    "temperature subnormal": (put("temperature", 1e-310), "ValueError", "smallest normal"),
+    "top_k = -1": (put("top_k", -1), "ValueError", "top_k[0] = -1"),
+    "top_p = 0": (put("top_p", 0.0), "ValueError", "top_p[0]"),
+    "top_p NaN": (put("top_p", np.nan), "ValueError", "top_p[0]"),
+    "id = V": (at("draft_token_ids", (0, 0), V), "ValueError", "draft_token_ids[0, 0] = 16"),
+    "u = 1": (at("uniforms", (0, 1), 1.0), "ValueError", "uniforms[0, 1] = 1.0"),
+    "target NaN where read": (
+        at("target_logits", (1, 0, 5), np.nan),
+        "ValueError",
+        "target_logits[1, 0, 5] = nan",
+    ),
+    "target +inf where read": (
+        at("target_logits", (2, 1, 0), np.inf),
+        "ValueError",
+        "target_logits[2, 1, 0] = inf",
+    ),
+    "draft row all -inf where read": (
+        at("draft_logits", (2, 0), -np.inf),
+        "ValueError",
+        "draft_logits[2, 0] has no finite logit",
+    ),
+}
+
+
 def edge_calls() -> dict[str, dict]:
     """Edge shapes that are valid: B = 0, K = 0, V = 1."""
     rng = np.random.default_rng(1)
@@ -212,10 +284,10 @@ def edge_calls() -> dict[str, dict]:
     }
 
 
-def outcome(call: dict) -> dict:
+def outcome(call: dict, verify: Callable = specaccept.verify) -> dict:
     before = copy.deepcopy({k: v for k, v in call.items() if isinstance(v, np.ndarray)})
     try:
-        result = specaccept.verify(**call)
+        result = verify(**call)
         report = {"type": "ok", "tokens": result.to_lists()}
     except Exception as error:  # noqa: BLE001: every exception is reported, panics included
         report = {"type": type(error).__name__, "message": str(error)}
@@ -232,6 +304,11 @@ def main() -> int:
         print(json.dumps({"case": name, **outcome(call)}), flush=True)
     for name, call in edge_calls().items():
         print(json.dumps({"case": name, **outcome(call)}), flush=True)
+    for name, (change, _, _) in LOGITS_CASES.items():
+        call = valid_logits()
+        change(call)
+        report = outcome(call, specaccept.verify_logits)
+        print(json.dumps({"case": f"logits: {name}", **report}), flush=True)
     return 0
 
 

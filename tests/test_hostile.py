@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hostile import CASES, edge_calls
+from hostile import CASES, LOGITS_CASES, edge_calls
 
 HERE = Path(__file__).parent
 
@@ -38,6 +38,27 @@ def test_hostile_case(reports, case):
     else:
         assert report["type"] == expected, report
         assert fragment in report["message"], report["message"]
+
+
+@pytest.mark.parametrize("case", list(LOGITS_CASES))
+def test_hostile_logits_case(reports, case):
+    _, expected, fragment = LOGITS_CASES[case]
+    report = reports[f"logits: {case}"]
+    assert report["type"] != "PanicException"
+    assert report["inputs_unchanged"], "an input was modified"
+    if expected == "ok":
+        assert report["type"] == "ok", report
+        assert report["tokens"] == reports["logits: valid"]["tokens"], "the valid call's tokens"
+    else:
+        assert report["type"] == expected, report
+        assert fragment in report["message"], report["message"]
+
+
+def test_logits_decide_as_the_probabilities(reports):
+    # The logits batch is the probability batch in log space (renormalised by the
+    # softmax): the same accept/reject decisions, so rows of the same lengths.
+    lengths = [len(t) for t in reports["logits: valid"]["tokens"]]
+    assert lengths == [len(t) for t in reports["valid"]["tokens"]] == [2, 2, 2]
 
 
 @pytest.mark.parametrize("case", list(edge_calls()))

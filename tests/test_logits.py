@@ -101,13 +101,16 @@ def test_equals_verify_on_the_transformed_rows(seed):
     np.testing.assert_array_equal(got.output_token_ids, expected.output_token_ids)
 
 
+# float32 unfiltered rows go through the screen (see src/logits.rs); float64 never do.
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (5, 1.0), (0, 0.8), (6, 0.7)])
-def test_lossless_and_masked_tokens_never_emitted(top_k, top_p):
+def test_lossless_and_masked_tokens_never_emitted(top_k, top_p, dtype):
     rng = np.random.default_rng(top_k + int(top_p * 10))
     rows, vocab, temperature = 100_000, 12, 0.8
     target = rng.normal(size=vocab) * 1.5
     target[3] = -np.inf  # a masked token
-    draft = target + rng.normal(size=vocab) * 0.7
+    draft = (target + rng.normal(size=vocab) * 0.7).astype(dtype)
+    target = target.astype(dtype)
     p = np.array(reference.transform_logits(target, temperature, top_k, top_p))
     q = np.array(reference.transform_logits(draft, temperature, top_k, top_p))
     drafts = rng.choice(vocab, p=q, size=(rows, 1))

@@ -48,7 +48,11 @@ def verify_logits(
     the shortest prefix whose mass reaches ``top_p`` plus every entry tied with the
     last one kept, and renormalises. Only the rows a row reads are transformed
     (positions up to its first rejection, and the bonus row), with selection rather
-    than a sort, and a vectorised ``exp``.
+    than a sort, and a vectorised ``exp``. Without filters, a float16/float32
+    position is usually proven accepted by a cheaper float32 pass with certified
+    error bounds, and the float64 transform runs only where those bounds cannot
+    decide (``u`` within about ``5e-4`` of ``p/q``, or a rejection): the tokens
+    are the same either way.
 
     The same transform is applied to the draft logits: the drafts must have been
     sampled from exactly that transformed draft distribution. Sampling the draft
