@@ -501,7 +501,12 @@ fn screened_accept<P: Prob, Q: Prob>(
 #[derive(Default)]
 struct Scratch {
     block_sums: Vec<f64>,
+    /// Top-k's candidates in index order (the weights at least its floor).
+    candidates: Vec<f64>,
+    /// Values being selected or sorted.
     selection: Vec<f64>,
+    /// Mass per bucket of weights (see [`top_p_floor`]).
+    histogram: Vec<f64>,
 }
 
 /// The row buffers of one thread: the transformed target and draft rows, the
@@ -520,6 +525,62 @@ thread_local! {
     /// and faulting them in cost more than a small batch's `exp`s. About
     /// `4 V` float64 values stay allocated per thread.
     static BUFFERS: RefCell<Buffers> = RefCell::default();
+}
+
+/// The `k`-th largest of the maxima of `w`'s blocks of [`SUM_BLOCK`], or 0
+/// where there are fewer than `k` blocks. `buffer` is scratch space.
+fn kth_largest_block_max(w: &[f64], k: usize, buffer: &mut Vec<f64>) -> f64 {
+    let blocks = w.len().div_ceil(SUM_BLOCK);
+    if k > blocks {
+        return 0.0;
+    }
+    buffer.clear();
+    buffer.extend(w.chunks(SUM_BLOCK).map(block_max));
+    let (_, kth, _) = buffer.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
+    *kth
+}
+
+/// The max of non-negative weights (0 for none), in lanes so it vectorises.
+fn block_max(block: &[f64]) -> f64 {
+    let mut max = [0.0f64; LANES];
+    let (groups, tail) = block.as_chunks::<LANES>();
+    for group in groups {
+        for (m, &e) in max.iter_mut().zip(group) {
+            *m = if e > *m { e } else { *m };
+        }
+    }
+    for (m, &e) in max.iter_mut().zip(tail) {
+        *m = if e > *m { e } else { *m };
+    }
+    max.iter().fold(0.0, |a, &b| a.max(b))
+}
+
+/// Weights in `(0, 1]` by the top bits of their pattern (exponent and three
+/// mantissa bits): buckets of values within a factor `2^(1/8)`, in order.
+const HISTOGRAM_SHIFT: u32 = 49;
+
+/// A lower bound of top-p's threshold for `target` mass, from one pass: the
+/// lower edge of the bucket where the mass of the buckets above, in
+/// decreasing order, first exceeds `target` (with a `1e-6` margin over
+/// rounding). The top-p prefix reaches `target` before any weight below that
+/// edge, so its last weight is at least the edge. 0 where no bucket does.
+fn top_p_floor(w: &[f64], target: f64, histogram: &mut Vec<f64>) -> f64 {
+    let top = (1.0f64.to_bits() >> HISTOGRAM_SHIFT) as usize;
+    histogram.clear();
+    histogram.resize(top + 1, 0.0);
+    for &e in w {
+        // Weights are at most 1 (the max is exp(0)); 0 lands in bucket 0.
+        let bucket = ((e.to_bits() >> HISTOGRAM_SHIFT) as usize).min(top);
+        histogram[bucket] += e;
+    }
+    let mut mass = 0.0;
+    for bucket in (1..=top).rev() {
+        mass += histogram[bucket];
+        if mass > target * (1.0 + 1e-6) {
+            return f64::from_bits((bucket as u64) << HISTOGRAM_SHIFT);
+        }
+    }
+    0.0
 }
 
 /// One logits row `arg[b, t, :]` and, where the screen has read it, its
@@ -588,11 +649,21 @@ fn transform<L: Prob>(
     }
     // Top-k: the k-th largest weight is the first threshold.
     let mut threshold = 0.0f64;
-    let candidates = || w.iter().copied().filter(|&e| e > 0.0);
     if params.top_k > 0 {
-        scratch.selection.clear();
-        scratch.selection.extend(candidates());
-        if params.top_k < scratch.selection.len() {
+        // The k-th largest of the block maxima is a lower bound of the k-th
+        // largest weight (k blocks each hold a weight at least that large), so
+        // selecting among the weights above it finds the same value from a
+        // few candidates instead of V.
+        let floor = kth_largest_block_max(w, params.top_k, &mut scratch.selection);
+        scratch.candidates.clear();
+        scratch
+            .candidates
+            .extend(w.iter().copied().filter(|&e| e > 0.0 && e >= floor));
+        // A positive floor leaves at least k candidates; without one, fewer
+        // than k positive weights keep them all.
+        if floor > 0.0 || params.top_k < scratch.candidates.len() {
+            scratch.selection.clear();
+            scratch.selection.extend_from_slice(&scratch.candidates);
             let (_, kth, _) = scratch
                 .selection
                 .select_nth_unstable_by(params.top_k - 1, |a, b| b.total_cmp(a));
@@ -601,16 +672,27 @@ fn transform<L: Prob>(
     }
     // Top-p over what top-k kept: a growing sorted head until the mass is reached.
     if params.top_p < 1.0 {
+        // What top-k kept, in index order, and its mass: from top-k's
+        // candidates (every weight at least the threshold is one), or without
+        // top-k every positive weight, of mass `total`; of those, only the
+        // weights above a floor from a histogram can be in the top-p set.
         scratch.selection.clear();
-        scratch
-            .selection
-            .extend(w.iter().copied().filter(|&e| e > 0.0 && e >= threshold));
-        let kept_total: f64 = sample::canonical_sum(
-            &BufferWeights {
-                w: &scratch.selection,
-            },
-            &mut scratch.block_sums,
-        )?;
+        let kept_total = if params.top_k > 0 {
+            let kept = |&e: &f64| e >= threshold;
+            let candidates = scratch.candidates.iter().copied();
+            scratch.selection.extend(candidates.filter(kept));
+            sample::canonical_sum(
+                &BufferWeights {
+                    w: &scratch.selection,
+                },
+                &mut scratch.block_sums,
+            )?
+        } else {
+            let floor = top_p_floor(w, params.top_p * total, &mut scratch.histogram);
+            let kept = |&e: &f64| e > 0.0 && e >= floor;
+            scratch.selection.extend(w.iter().copied().filter(kept));
+            total
+        };
         let target = params.top_p * kept_total;
         let count = scratch.selection.len();
         let mut head = count.min(64);
@@ -638,9 +720,7 @@ fn transform<L: Prob>(
     }
     if threshold > 0.0 {
         for e in w.iter_mut() {
-            if *e < threshold {
-                *e = 0.0;
-            }
+            *e = if *e < threshold { 0.0 } else { *e }; // branchless: it vectorises
         }
     }
     sample::canonical_sum(&BufferWeights { w }, &mut scratch.block_sums)

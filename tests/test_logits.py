@@ -3,6 +3,8 @@ lossless with top-k and top-p on, and masked tokens never emitted."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 import specaccept
@@ -303,3 +305,29 @@ def test_the_screen_decides_as_the_exact_pass_next_to_the_boundary(dtype, with_d
     far = np.abs(distances[np.arange(batch) % 8]) >= 1e-8
     expected = reference.verify_logits(**kwargs)
     np.testing.assert_array_equal(screened.output_token_ids[far], expected.output_token_ids[far])
+
+
+@pytest.mark.parametrize("top_k", [0, 700])
+@pytest.mark.parametrize("top_p", [0.3, 0.9, 0.999])
+@pytest.mark.parametrize("shape", ["peaked", "flat", "ties"])
+def test_top_k_and_top_p_thresholds_on_a_large_vocabulary(top_k, top_p, shape):
+    # Large rows take the fast threshold searches (top-k among the weights above
+    # the k-th largest block max; top-p among those above a histogram floor).
+    rng = np.random.default_rng(zlib.crc32(f"{top_k} {top_p} {shape}".encode()))
+    batch, k, vocab = 4, 2, 5000
+    scale = {"peaked": 4.0, "flat": 0.05, "ties": 1.0}[shape]
+    target = (rng.normal(size=(batch, k + 1, vocab)) * scale).astype(np.float32)
+    draft = (target[:, :k] + rng.normal(size=(batch, k, vocab)) * 0.3).astype(np.float32)
+    if shape == "ties":  # few distinct values: every threshold sits in a tie
+        target, draft = np.round(target), np.round(draft)
+    kwargs = dict(
+        draft_token_ids=np.argmax(draft, axis=-1),
+        target_logits=target,
+        draft_logits=draft,
+        temperature=0.9,
+        top_k=top_k,
+        top_p=top_p,
+        uniforms=rng.random((batch, k)),
+        recovery_uniforms=rng.random(batch),
+    )
+    assert outcome(specaccept.verify_logits, **kwargs) == outcome(reference.verify_logits, **kwargs)
