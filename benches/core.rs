@@ -6,10 +6,16 @@
 //! the bonus row is read) and `greedy` (argmax of every row, all accepted), on
 //! one thread and on the default number of threads. Criterion reports the
 //! throughput in bytes of probabilities that must be read.
+//!
+//! `exp`: the two passes of `verify_logits` over one float32 logits row of
+//! 128256 (one thread, in cache after the first call): the exact pass (max,
+//! float64 `exp`, canonical sum) and the screen (max and `f32` `exp` with its
+//! error bound). Criterion reports logits per second: the `exp` throughput.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ndarray::{s, Array1, Array2, Array3, Axis};
 use specaccept::chain::{self, ChainInputs, ChainOutputs, Greedy};
+use specaccept::logits;
 use specaccept::threads;
 use specaccept::view::{FloatView, IntView};
 
@@ -87,6 +93,7 @@ fn verify(c: &mut Criterion) {
                 Array1::zeros(b),
                 Array1::zeros(b),
             );
+            run(&data, regime == "greedy", &mut out); // checked below, filtered or not
             for threads_used in [1, default_threads] {
                 if b == 1 && threads_used > 1 {
                     continue; // one row never leaves the calling thread
@@ -113,5 +120,23 @@ fn verify(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, verify);
+fn exp(c: &mut Criterion) {
+    let v = 128_256;
+    let logits: Vec<f32> = (0..v)
+        .map(|j: usize| ((j.wrapping_mul(2654435761) >> 7) % 2000) as f32 / 100.0 - 10.0)
+        .collect();
+    let mut w = vec![0.0f64; v];
+    let mut group = c.benchmark_group("exp");
+    group.sample_size(50);
+    group.throughput(Throughput::Elements(v as u64));
+    group.bench_function(BenchmarkId::new("exact_f64", v), |bench| {
+        bench.iter(|| logits::exact_pass(&logits, 0.8, &mut w).expect("a valid row"))
+    });
+    group.bench_function(BenchmarkId::new("screen_f32", v), |bench| {
+        bench.iter(|| logits::screen_pass(&logits, 0.8).expect("an f32 row"))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, verify, exp);
 criterion_main!(benches);

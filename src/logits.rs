@@ -497,6 +497,27 @@ fn screened_accept<P: Prob, Q: Prob>(
     found
 }
 
+/// The exact pass alone over a row of logits (max, then float64 `exp` and
+/// canonical sum into `w`): `sum(w)`, or `None` for a row with NaN, `+inf` or
+/// no finite logit. For benchmarks of the `exp` throughput
+/// (`cargo bench --bench core`) and tests.
+pub fn exact_pass<L: Prob>(values: &[L], temperature: f64, w: &mut [f64]) -> Option<f64> {
+    let (ok, max) = row_max(values);
+    (ok && max > f64::NEG_INFINITY && w.len() == values.len())
+        .then(|| row_exp_sum(values, 1.0 / temperature, max, w))
+}
+
+/// The screen alone over a row of f16/f32 logits: `(sum, bound)` with the
+/// exact pass's `sum(w)` in `sum +- bound`, or `None` where the screen does
+/// not apply. For benchmarks and tests, as [`exact_pass`].
+pub fn screen_pass<L: Prob>(values: &[L], temperature: f64) -> Option<(f64, f64)> {
+    let inverse = 1.0 / temperature;
+    if !(1e-30..=1e30).contains(&inverse) {
+        return None;
+    }
+    screen_values(values, inverse).map(|s| (s.sum, s.bound))
+}
+
 /// Scratch space of one thread: block sums and the selection buffer.
 #[derive(Default)]
 struct Scratch {
