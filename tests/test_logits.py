@@ -103,7 +103,7 @@ def test_equals_verify_on_the_transformed_rows(seed):
     np.testing.assert_array_equal(got.output_token_ids, expected.output_token_ids)
 
 
-# float32 unfiltered rows go through the screen (see src/logits.rs); float64 never do.
+# float32 unfiltered rows go through the screen (src/logits/screen.rs); float64 never do.
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (5, 1.0), (0, 0.8), (6, 0.7)])
 def test_lossless_and_masked_tokens_never_emitted(top_k, top_p, dtype):

@@ -1,0 +1,570 @@
+//! Verification from logits: the sampling transform (temperature, softmax,
+//! top-k, top-p) applied only to the rows a batch row reads, with early exit.
+//!
+//! The transform of a logits row `l` with temperature `T > 0`:
+//! `e_i = exp((l_i - max l) / T)` (softmax's `exp(z_i - max z)` of `z = l / T`,
+//! without overflow for small `T`); top-k keeps the entries with `e_i` at
+//! least the k-th largest (ties kept); top-p keeps, in decreasing order, the
+//! shortest prefix whose mass reaches `top_p` of what top-k kept, plus every
+//! entry tied with the last one kept. Both filters are thresholds on `e`, so the
+//! result is `w_i = e_i` for `e_i >= theta`, else 0, normalised by `sum(w)`.
+//! `T = 0` makes the row greedy (the argmax of the logits, which every filter keeps).
+//!
+//! Where each number is computed, per position up to the first rejection:
+//! - `screen.rs` (unfiltered f16/f32 rows): one read of each row, an `f32`
+//!   `exp` and a certified bound on `sum(w)`, which proves most accepted
+//!   positions accepted without the exact pass;
+//! - `exact.rs`: otherwise, the max, the float64 `exp` and the canonical sum
+//!   (`w` and `sum(w)`), then in this module the filters of `transform`,
+//!   whose thresholds come from `filters.rs` (selection among a few
+//!   candidates, never a sort of the vocabulary);
+//! - here: the rule, and on a rejection the residual of the two exact rows,
+//!   sampled; when all are accepted, the bonus row, exact, sampled.
+
+mod exact;
+mod filters;
+mod screen;
+
+use std::cell::RefCell;
+
+use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, Ix1, Ix2};
+
+pub use exact::exact_pass;
+use exact::{row_exp_sum, row_max};
+use filters::{kth_largest_block_max, top_p_floor};
+pub use screen::screen_pass;
+use screen::{screened_accept, Screening};
+
+use crate::chain::{check_token, draft_len, expect_shape, ChainOutputs, Pos};
+use crate::error::{show, CoreError};
+use crate::rule::{check_uniform, is_accepted};
+use crate::sample::{self, BufferWeights, RowAt};
+use crate::simd::{PairOp, Residual};
+use crate::threads;
+use crate::view::{FloatView, IntView, Prob};
+
+/// The inputs of `verify_logits` (per-row parameters already broadcast to `[B]`).
+pub struct LogitsInputs<'a, P, Q> {
+    /// `[B, K]` drafted tokens.
+    pub draft_token_ids: IntView<'a, Ix2>,
+    /// `[B, K+1, V]` target logits.
+    pub target_logits: ArrayView3<'a, P>,
+    /// `[B, K, V]` draft logits, or `None` for deterministic drafts.
+    pub draft_logits: Option<ArrayView3<'a, Q>>,
+    /// `[B]` temperatures, `>= 0` (0: greedy).
+    pub temperature: FloatView<'a, Ix1>,
+    /// `[B]` top-k, `>= 0` (0: off).
+    pub top_k: IntView<'a, Ix1>,
+    /// `[B]` top-p in `(0, 1]` (1: off).
+    pub top_p: FloatView<'a, Ix1>,
+    pub num_draft_tokens: Option<IntView<'a, Ix1>>,
+    pub uniforms: Option<FloatView<'a, Ix2>>,
+    pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
+}
+
+#[derive(Clone, Copy)]
+struct Params {
+    temperature: f64,
+    top_k: usize,
+    top_p: f64,
+}
+
+/// Scratch space of one thread: block sums and the selection buffer.
+#[derive(Default)]
+struct Scratch {
+    block_sums: Vec<f64>,
+    /// Top-k's candidates in index order (the weights at least its floor).
+    candidates: Vec<f64>,
+    /// Values being selected or sorted.
+    selection: Vec<f64>,
+    /// Mass per bucket of weights (see [`top_p_floor`]).
+    histogram: Vec<f64>,
+}
+
+/// The row buffers of one thread: the transformed target and draft rows, the
+/// residual and the scratch space, `O(V)` each.
+#[derive(Default)]
+struct Buffers {
+    wp: Vec<f64>,
+    wq: Vec<f64>,
+    residual: Vec<f64>,
+    scratch: Scratch,
+}
+
+thread_local! {
+    /// Kept between calls (on the caller's thread and each worker): buffers of
+    /// a megabyte or more are fresh pages from the OS when allocated per call,
+    /// and faulting them in cost more than a small batch's `exp`s. About
+    /// `4 V` float64 values stay allocated per thread.
+    static BUFFERS: RefCell<Buffers> = RefCell::default();
+}
+
+/// One logits row `arg[b, t, :]` and, where the screen has read it, its
+/// max (the screen also found it valid).
+struct LogitsRow<'a, L> {
+    logits: ArrayView1<'a, L>,
+    arg: &'static str,
+    b: usize,
+    t: usize,
+    max: Option<f64>,
+}
+
+/// Transforms logits row `row` into weights `w` (`e_i` kept, else 0) and
+/// returns `sum(w)`. Errors name `arg[b, t, i]`.
+fn transform<L: Prob>(
+    row: LogitsRow<'_, L>,
+    params: Params,
+    w: &mut Vec<f64>,
+    scratch: &mut Scratch,
+) -> Result<f64, CoreError> {
+    let LogitsRow {
+        logits: row,
+        arg,
+        b,
+        t,
+        max,
+    } = row;
+    // Every entry is written below (pass 2), so only the length matters.
+    w.resize(row.len(), 0.0);
+    let inverse = 1.0 / params.temperature;
+    let strided: Vec<L>;
+    let values: &[L] = match row.as_slice() {
+        Some(values) => values,
+        None => {
+            strided = row.iter().copied().collect();
+            &strided
+        }
+    };
+    let (ok, max) = match max {
+        Some(max) => (true, max), // the screen's: the row is valid
+        None => row_max(values),
+    };
+    if !ok {
+        let (i, v) = values
+            .iter()
+            .map(|l| l.to_f64())
+            .enumerate()
+            .find(|(_, v)| v.is_nan() || *v == f64::INFINITY)
+            .unwrap_or((0, f64::NAN));
+        return Err(CoreError::value(
+            arg,
+            &[b, t, i],
+            format!("= {}: logits must be finite or -inf", show(v)),
+        ));
+    }
+    if max == f64::NEG_INFINITY {
+        return Err(CoreError::value(
+            arg,
+            &[b, t],
+            "has no finite logit: there is no token to choose",
+        ));
+    }
+    let total = row_exp_sum(values, inverse, max, w);
+    if params.top_k == 0 && params.top_p >= 1.0 {
+        return Ok(total);
+    }
+    // Top-k: the k-th largest weight is the first threshold.
+    let mut threshold = 0.0f64;
+    if params.top_k > 0 {
+        // The k-th largest of the block maxima is a lower bound of the k-th
+        // largest weight (k blocks each hold a weight at least that large), so
+        // selecting among the weights above it finds the same value from a
+        // few candidates instead of V.
+        let floor = kth_largest_block_max(w, params.top_k, &mut scratch.selection);
+        scratch.candidates.clear();
+        scratch
+            .candidates
+            .extend(w.iter().copied().filter(|&e| e > 0.0 && e >= floor));
+        // A positive floor leaves at least k candidates; without one, fewer
+        // than k positive weights keep them all.
+        if floor > 0.0 || params.top_k < scratch.candidates.len() {
+            scratch.selection.clear();
+            scratch.selection.extend_from_slice(&scratch.candidates);
+            let (_, kth, _) = scratch
+                .selection
+                .select_nth_unstable_by(params.top_k - 1, |a, b| b.total_cmp(a));
+            threshold = *kth;
+        }
+    }
+    // Top-p over what top-k kept: a growing sorted head until the mass is reached.
+    if params.top_p < 1.0 {
+        // What top-k kept, in index order, and its mass: from top-k's
+        // candidates (every weight at least the threshold is one), or without
+        // top-k every positive weight, of mass `total`; of those, only the
+        // weights above a floor from a histogram can be in the top-p set.
+        scratch.selection.clear();
+        let kept_total = if params.top_k > 0 {
+            let kept = |&e: &f64| e >= threshold;
+            let candidates = scratch.candidates.iter().copied();
+            scratch.selection.extend(candidates.filter(kept));
+            sample::canonical_sum(
+                &BufferWeights {
+                    w: &scratch.selection,
+                },
+                &mut scratch.block_sums,
+            )?
+        } else {
+            let floor = top_p_floor(w, params.top_p * total, &mut scratch.histogram);
+            let kept = |&e: &f64| e > 0.0 && e >= floor;
+            scratch.selection.extend(w.iter().copied().filter(kept));
+            total
+        };
+        let target = params.top_p * kept_total;
+        let count = scratch.selection.len();
+        let mut head = count.min(64);
+        loop {
+            if head < count {
+                scratch
+                    .selection
+                    .select_nth_unstable_by(head - 1, |a, b| b.total_cmp(a));
+            }
+            scratch.selection[..head].sort_unstable_by(|a, b| b.total_cmp(a));
+            let mut cumulative = 0.0;
+            let reached = scratch.selection[..head].iter().position(|&e| {
+                cumulative += e;
+                cumulative >= target
+            });
+            match reached {
+                Some(j) => {
+                    threshold = threshold.max(scratch.selection[j]);
+                    break;
+                }
+                None if head == count => break, // rounding: keep everything top-k kept
+                None => head = (head * 4).min(count),
+            }
+        }
+    }
+    if threshold > 0.0 {
+        for e in w.iter_mut() {
+            *e = if *e < threshold { 0.0 } else { *e }; // branchless: it vectorises
+        }
+    }
+    sample::canonical_sum(&BufferWeights { w }, &mut scratch.block_sums)
+}
+
+fn params(
+    inputs_t: &FloatView<'_, Ix1>,
+    k: &IntView<'_, Ix1>,
+    p: &FloatView<'_, Ix1>,
+    b: usize,
+) -> Result<Params, CoreError> {
+    let temperature = inputs_t.get(b);
+    // A subnormal temperature is refused: its inverse overflows.
+    if !(temperature == 0.0 || (temperature.is_normal() && temperature > 0.0)) {
+        return Err(CoreError::value(
+            "temperature",
+            &[b],
+            format!(
+                "= {}: a temperature must be 0 or at least {:e} (the smallest normal float64)",
+                show(temperature),
+                f64::MIN_POSITIVE
+            ),
+        ));
+    }
+    let top_k = k.get(b);
+    if top_k < 0 {
+        return Err(CoreError::value(
+            "top_k",
+            &[b],
+            format!("= {top_k}: top_k must be >= 0"),
+        ));
+    }
+    let top_p = p.get(b);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(CoreError::value(
+            "top_p",
+            &[b],
+            format!("= {}: top_p must lie in (0, 1]", show(top_p)),
+        ));
+    }
+    Ok(Params {
+        temperature,
+        top_k: usize::try_from(top_k).unwrap_or(usize::MAX),
+        top_p,
+    })
+}
+
+fn argmax_logits<L: Prob>(
+    row: ArrayView1<'_, L>,
+    arg: &'static str,
+    b: usize,
+    t: usize,
+) -> Result<usize, CoreError> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, l) in row.iter().enumerate() {
+        let v = l.to_f64();
+        if v.is_nan() || v == f64::INFINITY {
+            return Err(CoreError::value(
+                arg,
+                &[b, t, i],
+                format!("= {}: logits must be finite or -inf", show(v)),
+            ));
+        }
+        if v > f64::NEG_INFINITY && best.is_none_or(|(_, m)| v > m) {
+            best = Some((i, v));
+        }
+    }
+    best.map(|(i, _)| i).ok_or_else(|| {
+        CoreError::value(
+            arg,
+            &[b, t],
+            "has no finite logit: there is no token to choose",
+        )
+    })
+}
+
+/// Verification from logits (see the module docs); the same rule and outputs as
+/// [`crate::chain::verify`] on the transformed probabilities.
+pub fn verify_logits<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    out: &mut ChainOutputs<'_>,
+) -> Result<(), CoreError> {
+    let &[batch, k_max] = inputs.draft_token_ids.shape() else {
+        unreachable!("IntView<Ix2> has two axes")
+    };
+    let vocab = inputs.target_logits.shape()[2];
+    expect_shape(
+        "target_logits",
+        inputs.target_logits.shape(),
+        &[batch, k_max + 1, vocab],
+        "[B, K+1, V]",
+    )?;
+    if let Some(q) = &inputs.draft_logits {
+        expect_shape(
+            "draft_logits",
+            q.shape(),
+            &[batch, k_max, vocab],
+            "[B, K, V]",
+        )?;
+    }
+    for (arg, shape) in [
+        ("temperature", inputs.temperature.shape()),
+        ("top_k", inputs.top_k.shape()),
+        ("top_p", inputs.top_p.shape()),
+    ] {
+        expect_shape(arg, shape, &[batch], "a scalar or [B]")?;
+    }
+    if let Some(c) = &inputs.num_draft_tokens {
+        expect_shape("num_draft_tokens", c.shape(), &[batch], "[B]")?;
+    }
+    if let Some(u) = &inputs.uniforms {
+        expect_shape("uniforms", u.shape(), &[batch, k_max], "[B, K]")?;
+    }
+    if let Some(u) = &inputs.recovery_uniforms {
+        expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
+    }
+    if out.output_token_ids.shape() != [batch, k_max + 1] {
+        return Err(CoreError::shape(
+            "out",
+            "output shapes do not match [B, K+1]",
+        ));
+    }
+    // Each row transforms at least one target row (and a draft row) of V.
+    let rows_read = if inputs.draft_logits.is_some() { 2 } else { 1 };
+    let out = ChainOutputs {
+        output_token_ids: out.output_token_ids.view_mut(),
+        num_accepted: out.num_accepted.view_mut(),
+        num_emitted: out.num_emitted.view_mut(),
+    };
+    threads::in_runs(
+        batch.saturating_mul(rows_read * vocab),
+        out,
+        |first_row, mut part| verify_rows(inputs, first_row, &mut part),
+    )
+}
+
+/// Verifies rows `first_row..` into `out` (which holds exactly those rows).
+fn verify_rows<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    first_row: usize,
+    out: &mut ChainOutputs<'_>,
+) -> Result<(), CoreError> {
+    BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
+        Ok(mut buffers) => verify_rows_with(inputs, first_row, out, &mut buffers),
+        // Not reached (nothing here re-enters), but never a panic.
+        Err(_) => verify_rows_with(inputs, first_row, out, &mut Buffers::default()),
+    })
+}
+
+fn verify_rows_with<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    first_row: usize,
+    out: &mut ChainOutputs<'_>,
+    buffers: &mut Buffers,
+) -> Result<(), CoreError> {
+    let k_max = inputs.draft_token_ids.shape()[1];
+    let vocab = inputs.target_logits.shape()[2];
+    let Buffers {
+        wp,
+        wq,
+        residual,
+        scratch,
+    } = buffers;
+    for i in 0..out.num_accepted.len() {
+        let b = first_row + i;
+        let params = params(&inputs.temperature, &inputs.top_k, &inputs.top_p, b)?;
+        let k = draft_len(inputs.num_draft_tokens.as_ref(), b, k_max)?;
+        let ids: Vec<usize> = (0..k)
+            .map(|t| {
+                check_token(
+                    "draft_token_ids",
+                    &[b, t],
+                    inputs.draft_token_ids.get(b, t),
+                    vocab,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        let target_row = |t: usize| inputs.target_logits.slice(s![b, t, ..]);
+        let (n, next) = if params.temperature == 0.0 {
+            let mut n = k;
+            let mut next = None;
+            for (t, &x) in ids.iter().enumerate() {
+                let best = argmax_logits(target_row(t), "target_logits", b, t)?;
+                if best != x {
+                    n = t;
+                    next = Some(best);
+                    break;
+                }
+            }
+            let next = match next {
+                Some(best) => best,
+                None => argmax_logits(target_row(k), "target_logits", b, k)?,
+            };
+            (n, next)
+        } else {
+            let (Some(uniforms), Some(recovery)) = (&inputs.uniforms, &inputs.recovery_uniforms)
+            else {
+                return Err(CoreError::shape(
+                    "uniforms",
+                    "uniforms and recovery_uniforms are required for rows verified by sampling",
+                ));
+            };
+            for t in 0..k {
+                check_uniform(uniforms.get(b, t), "uniforms", &[b, t])?;
+            }
+            let recovery_u = check_uniform(recovery.get(b), "recovery_uniforms", &[b])?;
+            let mut outcome = None;
+            let screenable = params.top_k == 0 && params.top_p >= 1.0;
+            let inverse = 1.0 / params.temperature;
+            for (t, &x) in ids.iter().enumerate() {
+                let draft_row = inputs.draft_logits.as_ref().map(|d| d.slice(s![b, t, ..]));
+                let screening = if screenable {
+                    screened_accept(target_row(t), draft_row, x, inverse, uniforms.get(b, t))
+                } else {
+                    Screening::default()
+                };
+                if screening.accepted {
+                    continue;
+                }
+                let total_p = transform(
+                    LogitsRow {
+                        logits: target_row(t),
+                        arg: "target_logits",
+                        b,
+                        t,
+                        max: screening.target_max,
+                    },
+                    params,
+                    wp,
+                    scratch,
+                )?;
+                let p = wp[x] / total_p;
+                let (q, total_q) = match draft_row {
+                    Some(draft_row) => {
+                        let total = transform(
+                            LogitsRow {
+                                logits: draft_row,
+                                arg: "draft_logits",
+                                b,
+                                t,
+                                max: screening.draft_max,
+                            },
+                            params,
+                            wq,
+                            scratch,
+                        )?;
+                        (wq[x] / total, Some(total))
+                    }
+                    None => (1.0, None),
+                };
+                if is_accepted(p, q, uniforms.get(b, t)) {
+                    continue;
+                }
+                // The residual max(0, p - q) of the transformed rows.
+                residual.clear();
+                match total_q {
+                    Some(total_q) => residual.extend(
+                        wp.iter()
+                            .zip(wq.iter())
+                            .map(|(&a, &c)| Residual::apply(a / total_p, c / total_q)),
+                    ),
+                    None => residual.extend(wp.iter().enumerate().map(|(i, &a)| {
+                        if i == x {
+                            0.0
+                        } else {
+                            a / total_p
+                        }
+                    })),
+                }
+                let token = match sample::sample(
+                    &BufferWeights { w: residual },
+                    recovery_u,
+                    &mut scratch.block_sums,
+                )? {
+                    Some(token) => token,
+                    // Only rounding gets here: sample from p itself.
+                    None => sample_weights(wp, recovery_u, scratch, b, t)?,
+                };
+                outcome = Some((t, token));
+                break;
+            }
+            match outcome {
+                Some(found) => found,
+                None => {
+                    transform(
+                        LogitsRow {
+                            logits: target_row(k),
+                            arg: "target_logits",
+                            b,
+                            t: k,
+                            max: None,
+                        },
+                        params,
+                        wp,
+                        scratch,
+                    )?;
+                    (k, sample_weights(wp, recovery_u, scratch, b, k)?)
+                }
+            }
+        };
+        let mut row: ArrayViewMut1<'_, i64> = out.output_token_ids.row_mut(i);
+        row.fill(-1);
+        for (t, &x) in ids.iter().take(n).enumerate() {
+            row[t] = x as i64;
+        }
+        row[n] = next as i64;
+        out.num_accepted[i] = n as i64;
+        out.num_emitted[i] = n as i64 + 1;
+    }
+    Ok(())
+}
+
+fn sample_weights(
+    w: &[f64],
+    u: f64,
+    scratch: &mut Scratch,
+    b: usize,
+    t: usize,
+) -> Result<usize, CoreError> {
+    sample::sample(&BufferWeights { w }, u, &mut scratch.block_sums)?.ok_or_else(|| {
+        let at = RowAt {
+            arg: "target_logits",
+            pos: Pos::Padded { b, t },
+        };
+        CoreError::Value {
+            arg: at.arg,
+            index: at.pos.index(),
+            message: "leaves no token after the filters".to_string(),
+        }
+    })
+}

@@ -1,0 +1,424 @@
+//! The screen of `verify_logits`: a float32 pass with a certified error
+//! bound that proves most accepted positions accepted without the exact pass.
+
+use ndarray::ArrayView1;
+
+use super::exact::exact_weight;
+use crate::view::Prob;
+
+/// The screen: a cheap pass that often proves a draft accepted without the
+/// float64 transform of its rows. An accepted position needs only
+/// `p(x) = w_x / sum(w)` and `q(x)`, not `w`; the screen bounds `sum(w)` (the
+/// exact pass's value, bits and all) by an `f32` estimate with a certified
+/// error, and `w_x` is computed exactly. Where the bounds decide the rule, the
+/// decision is the exact pass's; anywhere else (`u` within about `5e-4` of
+/// `p/q`, a rejection, f64 logits, filters on) the exact pass runs. So the
+/// output is unchanged, bit for bit; only the work is.
+///
+/// Error budget of one term `e = exp_screen(x')`, `x' = fl32(fl32(l - max) *
+/// fl32(1 / T))`, against the exact `exp(x)`, `x = (l - max) / T`:
+/// - three roundings to f32 give `|x' - x| <= 3u |x'| (1 + 3u)`, `u = 2^-24`,
+///   so a factor `exp(|x' - x|)`: [`SCREEN_ARG_ERROR`] per unit of `|x'|`;
+/// - [`exp_screen`] itself: [`SCREEN_EXP_ERROR`] (analysis at the function,
+///   measured by a unit test over every f32 in `[-87, 0]`);
+/// - the f32 lane sums, 128 terms per lane per chunk: [`SCREEN_SUM_ERROR`]
+///   (`128u` is `7.6e-6`);
+/// - terms below `exp(-87)` are taken as `exp(-87)`: `1e-37` each at most;
+/// - the exact pass's own error (float64 `exp`, product and sum, and the
+///   rescaling below): under `1e-9` of the sum.
+const SCREEN_EXP_ERROR: f64 = 2e-4;
+const SCREEN_ARG_ERROR: f64 = 4e-7;
+const SCREEN_SUM_ERROR: f64 = 1e-5;
+
+/// `a * b + c` in `f32`: fused where the caller runs with FMA (`FMA = true`).
+#[inline(always)]
+fn mul_add32<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// `exp(x)` in `f32` for `-87 <= x <= 0`, within `1e-4` relative.
+/// `x = n ln2 + r`, `|r| <= ln2 / 2 + 6e-6` (the product `n * LN_2` in f32,
+/// `|n| <= 126`), and a degree-4 Taylor polynomial: truncation
+/// `e^|r| |r|^5 / 120 / e^-|r| <= 8.6e-5`, reduction `6e-6`, roundings
+/// `5u`: `9.2e-5` in all, half of [`SCREEN_EXP_ERROR`]. `FMA` only removes
+/// roundings.
+#[inline(always)]
+fn exp_screen<const FMA: bool>(x: f32) -> f32 {
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let shifted = mul_add32::<FMA>(x, std::f32::consts::LOG2_E, ROUND);
+    let n = shifted - ROUND;
+    let r = mul_add32::<FMA>(-n, std::f32::consts::LN_2, x);
+    // 1 + r + r^2 (1/2 + r/6 + r^2/24), Estrin's scheme.
+    let r2 = r * r;
+    let low = mul_add32::<FMA>(r, 1.0 / 6.0, 0.5);
+    let high = mul_add32::<FMA>(r2, 1.0 / 24.0, low);
+    let p = mul_add32::<FMA>(r2, high, 1.0 + r);
+    // The low bits of `shifted` hold n >= -126; (n + 127) << 23 is 2^n.
+    p * f32::from_bits(shifted.to_bits().wrapping_add(127) << 23)
+}
+
+/// Lanes of the screen's loops: two `f32x8` registers of sums and two of
+/// moments (more spill registers).
+const SCREEN_LANES: usize = 16;
+
+/// Logits per step of the screen's online max: a max pass and an `exp` pass
+/// over a chunk in L1, then its lane sums go to `f64` (128 terms per lane).
+const SCREEN_CHUNK: usize = 2048;
+
+/// Validity and max of a chunk of f16/f32 logits, in `f32` (exact).
+#[inline(always)]
+fn max_chunk_f32<L: Prob>(chunk: &[L]) -> (bool, f32) {
+    let mut max = [f32::NEG_INFINITY; SCREEN_LANES];
+    // 0 while every value is below +inf (NaN and +inf make it 1).
+    let mut bad = [0.0f32; SCREEN_LANES];
+    let (groups, tail) = chunk.as_chunks::<SCREEN_LANES>();
+    for group in groups {
+        for j in 0..SCREEN_LANES {
+            let v = group[j].to_f32();
+            bad[j] = if v < f32::INFINITY { bad[j] } else { 1.0 };
+            max[j] = if v > max[j] { v } else { max[j] };
+        }
+    }
+    for (j, l) in tail.iter().enumerate() {
+        let v = l.to_f32();
+        bad[j] = if v < f32::INFINITY { bad[j] } else { 1.0 };
+        max[j] = if v > max[j] { v } else { max[j] };
+    }
+    let top = max.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    (bad.iter().all(|&b| b == 0.0), top)
+}
+
+/// `(sum e, sum e |x'|)` of one chunk, `e = exp_screen(x')`, `x'` clamped to
+/// `[-87, 0]` (see [`exp_screen`]).
+#[inline(always)]
+fn screen_chunk<L: Prob, const FMA: bool>(chunk: &[L], max: f32, inverse: f32) -> (f64, f64) {
+    let (mut sum, mut moment) = ([0.0f32; SCREEN_LANES], [0.0f32; SCREEN_LANES]);
+    let mut add = |j: usize, l: L| {
+        let x = (l.to_f32() - max) * inverse;
+        let x = if x < -87.0 { -87.0 } else { x };
+        let e = exp_screen::<FMA>(x);
+        sum[j] += e;
+        moment[j] = mul_add32::<FMA>(-e, x, moment[j]);
+    };
+    let (groups, tail) = chunk.as_chunks::<SCREEN_LANES>();
+    for group in groups {
+        for (j, &l) in group.iter().enumerate() {
+            add(j, l);
+        }
+    }
+    for (j, &l) in tail.iter().enumerate() {
+        add(j, l);
+    }
+    let total = |lanes: [f32; SCREEN_LANES]| lanes.iter().map(|&v| f64::from(v)).sum::<f64>();
+    (total(sum), total(moment))
+}
+
+/// A row's normaliser as the screen sees it: the exact pass's `sum(w)` lies
+/// in `sum +- bound`; `max` is the largest logit (the exact pass's too).
+#[derive(Clone, Copy)]
+struct Screened {
+    max: f64,
+    sum: f64,
+    bound: f64,
+}
+
+/// One pass over a row of f16/f32 logits: validity, max and the screened
+/// sum, with the max found chunk by chunk and the sums rescaled when it
+/// grows (online softmax), so the row is read once. `None` for a row the
+/// exact pass must see (an invalid or all `-inf` row: it names the error).
+#[inline(always)]
+fn screen_row<L: Prob, const FMA: bool>(values: &[L], inverse: f64) -> Option<Screened> {
+    let (mut max, mut sum, mut moment) = (f64::NEG_INFINITY, 0.0f64, 0.0f64);
+    for chunk in values.chunks(SCREEN_CHUNK) {
+        let (ok, chunk_max) = max_chunk_f32(chunk);
+        if !ok {
+            return None;
+        }
+        let chunk_max = f64::from(chunk_max);
+        if chunk_max > max {
+            // Earlier terms were relative to the old max: rescale them (their
+            // error bounds scale with them).
+            let factor = ((max - chunk_max) * inverse).exp();
+            (sum, moment) = (sum * factor, moment * factor);
+            max = chunk_max;
+        }
+        if max > f64::NEG_INFINITY {
+            // `max` is a logit, so an exact f32.
+            let (s, m) = screen_chunk::<L, FMA>(chunk, max as f32, inverse as f32);
+            sum += s;
+            moment += m;
+        }
+    }
+    if max == f64::NEG_INFINITY {
+        return None;
+    }
+    let bound = 1.01 * ((SCREEN_EXP_ERROR + SCREEN_SUM_ERROR) * sum + SCREEN_ARG_ERROR * moment)
+        + 1e-9 * sum
+        + 1e-37 * values.len() as f64;
+    Some(Screened { max, sum, bound })
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+fn screen_row_avx2<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
+    screen_row::<L, false>(values, inverse)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c,fma")]
+fn screen_row_fma<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
+    screen_row::<L, true>(values, inverse)
+}
+
+/// The screen of a contiguous f16/f32 row, `None` where it does not apply.
+fn screen(row: ArrayView1<'_, impl Prob>, inverse: f64) -> Option<Screened> {
+    // 1 / T must be a normal f32, far from overflow, for the error budget.
+    if !(1e-30..=1e30).contains(&inverse) {
+        return None;
+    }
+    screen_values(row.as_slice()?, inverse)
+}
+
+fn screen_values<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
+    if !L::EXACT_IN_F32 {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2() {
+        if std::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports AVX2, F16C and FMA, checked here.
+            return unsafe { screen_row_fma(values, inverse) };
+        }
+        // SAFETY: the CPU supports AVX2 and F16C, checked just above.
+        return unsafe { screen_row_avx2(values, inverse) };
+    }
+    screen_row::<L, false>(values, inverse)
+}
+
+/// `p = w_x / sum` as the exact pass computes it lies in `(low, high)`.
+fn probability_bounds(w_x: f64, screened: Screened) -> Option<(f64, f64)> {
+    let low_sum = screened.sum - screened.bound;
+    if low_sum <= 0.0 {
+        return None;
+    }
+    let slack = 1e-15; // the exact pass's division, and ours
+    Some((
+        w_x / (screened.sum + screened.bound) * (1.0 - slack),
+        w_x / low_sum * (1.0 + slack),
+    ))
+}
+
+/// What the screen found at one position: whether it proves the draft
+/// accepted, and the maxima of the rows it read (for the exact pass).
+#[derive(Default)]
+pub(super) struct Screening {
+    pub(super) accepted: bool,
+    pub(super) target_max: Option<f64>,
+    pub(super) draft_max: Option<f64>,
+}
+
+/// Whether the screen proves position `t` accepted: [`crate::rule::is_accepted`] on the
+/// exact pass's `p` and `q` would return true. `accepted == false` means
+/// "run the exact pass", never "rejected".
+pub(super) fn screened_accept<P: Prob, Q: Prob>(
+    target: ArrayView1<'_, P>,
+    draft: Option<ArrayView1<'_, Q>>,
+    x: usize,
+    inverse: f64,
+    u: f64,
+) -> Screening {
+    let mut found = Screening::default();
+    let Some(screened_p) = screen(target, inverse) else {
+        return found;
+    };
+    found.target_max = Some(screened_p.max);
+    let w_p = exact_weight(target[x], screened_p.max, inverse);
+    let Some((p_low, _)) = probability_bounds(w_p, screened_p) else {
+        return found;
+    };
+    // is_accepted rejects p == 0; a p this small may round to 0 in the exact pass.
+    if p_low <= 1e-300 {
+        return found;
+    }
+    let q_high = match draft {
+        None => 1.0,
+        Some(draft) => {
+            let Some(screened_q) = screen(draft, inverse) else {
+                return found;
+            };
+            found.draft_max = Some(screened_q.max);
+            let w_q = exact_weight(draft[x], screened_q.max, inverse);
+            if w_q == 0.0 {
+                0.0 // q = 0 <= p exactly
+            } else {
+                match probability_bounds(w_q, screened_q) {
+                    Some((_, q_high)) => q_high,
+                    None => return found,
+                }
+            }
+        }
+    };
+    // is_accepted: q <= p accepts; else u < p / q.
+    found.accepted = q_high <= p_low || u < p_low / q_high * (1.0 - 1e-15);
+    found
+}
+
+/// The screen alone over a row of f16/f32 logits: `(sum, bound)` with the
+/// exact pass's `sum(w)` in `sum +- bound`, or `None` where the screen does
+/// not apply. For benchmarks and tests, as [`super::exact_pass`].
+pub fn screen_pass<L: Prob>(values: &[L], temperature: f64) -> Option<(f64, f64)> {
+    let inverse = 1.0 / temperature;
+    if !(1e-30..=1e30).contains(&inverse) {
+        return None;
+    }
+    screen_values(values, inverse).map(|s| (s.sum, s.bound))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logits::exact::{row_exp_sum, row_max};
+    use ndarray::s;
+
+    /// The largest relative error of `exp_screen` over f32 inputs in
+    /// `[-87, 0]`, every `stride`-th bit pattern (both variants).
+    fn worst_screen_error(stride: usize) -> f64 {
+        let (low, high) = ((-0.0f32).to_bits(), (-87.0f32).to_bits());
+        let mut worst = 0.0f64;
+        for bits in (low..=high).step_by(stride).chain([high]) {
+            let x = f32::from_bits(bits);
+            let exact = f64::from(x).exp();
+            for e in [exp_screen::<false>(x), exp_screen::<true>(x)] {
+                worst = worst.max((f64::from(e) - exact).abs() / exact);
+            }
+        }
+        worst
+    }
+
+    #[test]
+    fn exp_screen_is_within_its_budget() {
+        // Half of SCREEN_EXP_ERROR, as the analysis at exp_screen says.
+        let worst = worst_screen_error(4099);
+        assert!(worst < SCREEN_EXP_ERROR / 2.0, "relative error {worst}");
+        assert_eq!(exp_screen::<false>(0.0), 1.0);
+    }
+
+    /// Every f32 in [-87, 0]: `cargo test --release -- --ignored`.
+    #[test]
+    #[ignore = "a billion inputs: run in release"]
+    fn exp_screen_is_within_its_budget_everywhere() {
+        let worst = worst_screen_error(1);
+        assert!(worst < SCREEN_EXP_ERROR / 2.0, "relative error {worst}");
+    }
+
+    /// The exact pass's `sum(w)` of a contiguous row.
+    fn exact_sum<L: Prob>(values: &[L], inverse: f64) -> f64 {
+        let (ok, max) = row_max(values);
+        assert!(ok && max > f64::NEG_INFINITY);
+        row_exp_sum(values, inverse, max, &mut vec![0.0; values.len()])
+    }
+
+    fn check_screen<L: Prob>(values: &[L], inverse: f64) -> f64 {
+        let screened = screen_values(values, inverse).expect("a valid f16/f32 row");
+        let exact = exact_sum(values, inverse);
+        assert!(
+            (screened.sum - exact).abs() <= screened.bound,
+            "exact sum {exact} outside {} +- {}",
+            screened.sum,
+            screened.bound
+        );
+        assert_eq!(screened.max, row_max(values).1);
+        screened.bound / screened.sum
+    }
+
+    /// A small xorshift generator: rows without a dependency.
+    fn rows(seed: u64, len: usize, scale: f32, offset: f32) -> Vec<f32> {
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..len)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let unit = (state >> 40) as f32 / (1u64 << 24) as f32;
+                offset + scale * (unit - 0.5)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_screened_sum_bounds_the_exact_sum() {
+        let mut widest = 0.0f64;
+        for seed in 0..6u64 {
+            for (len, scale, offset) in [
+                (1, 1.0, 0.0),
+                (7, 3.0, 1.0),
+                (300, 20.0, -5.0),
+                (5000, 12.0, 100.0),
+                (40_000, 2.0, 0.0),
+                (40_000, 1e4, 3e4),
+                (3000, 1e-6, 0.5),
+            ] {
+                let mut row = rows(seed, len, scale, offset);
+                // -inf entries, and a maximum that grows late (the rescaling).
+                for i in (0..len).step_by(11) {
+                    row[i] = f32::NEG_INFINITY;
+                }
+                row[len - 1] = offset + scale;
+                for inverse in [1e-30, 1e-3, 0.7, 1.25, 40.0, 1e6, 1e30] {
+                    let relative = check_screen(&row, inverse);
+                    let halves: Vec<half::f16> =
+                        row.iter().map(|&v| half::f16::from_f32(v)).collect();
+                    if halves.iter().any(|h| h.to_f32() > f32::NEG_INFINITY) {
+                        check_screen(&halves, inverse);
+                    }
+                    if (1e-3..=40.0).contains(&inverse) && scale <= 20.0 {
+                        widest = widest.max(relative);
+                    }
+                }
+            }
+        }
+        // Tight enough that the exact pass runs for about 1 u in 1000.
+        assert!(widest < 5e-4, "relative bound {widest}");
+    }
+
+    #[test]
+    fn the_bound_holds_where_every_error_has_the_same_sign() {
+        // Random rows average the errors of exp_screen out; a row whose terms
+        // all sit at its worst input adds them up: the bound must still hold.
+        let (low, high) = ((-0.0f32).to_bits(), (-2.0f32).to_bits());
+        let error = |x: f32| {
+            let exact = f64::from(x).exp();
+            (f64::from(exp_screen::<false>(x)) - exact).abs() / exact
+        };
+        let worst = (low..=high)
+            .step_by(101)
+            .map(f32::from_bits)
+            .max_by(|&a, &b| error(a).total_cmp(&error(b)))
+            .unwrap();
+        assert!(error(worst) > SCREEN_EXP_ERROR / 10.0, "a coherent case");
+        for len in [2, 100, 5000] {
+            let mut row = vec![worst; len];
+            row[0] = 0.0;
+            check_screen(&row, 1.0);
+        }
+    }
+
+    #[test]
+    fn the_screen_declines_what_the_exact_pass_must_report() {
+        assert!(screen_values(&[1.0f32, f32::NAN], 1.0).is_none());
+        assert!(screen_values(&[1.0f32, f32::INFINITY], 1.0).is_none());
+        assert!(screen_values(&[f32::NEG_INFINITY; 3], 1.0).is_none());
+        assert!(screen_values(&[1.0f64, 2.0], 1.0).is_none(), "f64 logits");
+        let row = ArrayView1::from(&[1.0f32, 2.0][..]);
+        assert!(screen(row, 1e31).is_none(), "1 / T beyond f32");
+        assert!(screen(row, 1e-31).is_none());
+        assert!(
+            screen(row.slice(s![..;-1]), 1.0).is_none(),
+            "not contiguous"
+        );
+    }
+}
