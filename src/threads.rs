@@ -7,7 +7,9 @@
 //! inherit its threads, so the child builds a fresh pool (the parent's is
 //! leaked in the child, never joined).
 
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::LocalKey;
 
 use ndarray::{ArrayViewMut1, Axis};
 use rayon::{ThreadPool, ThreadPoolBuilder};
@@ -147,4 +149,19 @@ pub(crate) fn in_runs<O: Rows>(
         }
     });
     results.into_iter().collect()
+}
+
+/// Runs `f` on this thread's buffers `T`, kept between calls (on the caller's
+/// thread and on each worker). Buffers of a megabyte or more come back from
+/// the OS as fresh pages when allocated per call, and faulting them in cost
+/// more than a small batch's work. A re-entered borrow (not reached: nothing
+/// here calls back into Python) gets fresh buffers instead of a panic.
+pub(crate) fn with_buffers<T: Default, R>(
+    key: &'static LocalKey<RefCell<T>>,
+    f: impl FnOnce(&mut T) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffers) => f(&mut buffers),
+        Err(_) => f(&mut T::default()),
+    })
 }

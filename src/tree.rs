@@ -12,6 +12,8 @@
 //! leaf, the bonus token is sampled from the leaf's target row. A single-path
 //! tree is therefore exactly the chain of [`crate::chain::verify`].
 
+use std::cell::RefCell;
+
 use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, ArrayViewMut2, Axis, Ix1, Ix2};
 
 use crate::chain::{argmax_of, check_token, expect_shape, sample_target, zero_row, Greedy, Pos};
@@ -233,13 +235,50 @@ fn verify_rows<P: Prob, Q: Prob>(
     first_row: usize,
     out: &mut TreeOutputs<'_>,
 ) -> Result<(), CoreError> {
-    let mut scratch = Vec::new();
-    let mut residual = vec![0.0f64; 0];
-    let mut next_residual = vec![0.0f64; 0];
+    threads::with_buffers(&BUFFERS, |buffers| {
+        verify_rows_with(inputs, nodes, vocab, first_row, out, buffers)
+    })
+}
+
+/// The buffers of one thread: the residual of the current round and the next
+/// (`V` float64 values each), block sums, and the per-row tree links.
+#[derive(Default)]
+struct Buffers {
+    residual: Vec<f64>,
+    next_residual: Vec<f64>,
+    scratch: Vec<f64>,
+    first_child: Vec<usize>,
+    next_sibling: Vec<usize>,
+    accepted: Vec<(usize, i64)>,
+}
+
+thread_local! {
+    /// See [`threads::with_buffers`].
+    static BUFFERS: RefCell<Buffers> = RefCell::default();
+}
+
+fn verify_rows_with<P: Prob, Q: Prob>(
+    inputs: &TreeInputs<'_, P, Q>,
+    nodes: usize,
+    vocab: usize,
+    first_row: usize,
+    out: &mut TreeOutputs<'_>,
+    buffers: &mut Buffers,
+) -> Result<(), CoreError> {
+    let Buffers {
+        residual,
+        next_residual,
+        scratch,
+        first_child,
+        next_sibling,
+        accepted,
+    } = buffers;
     for (i, b) in (first_row..first_row + out.num_accepted.len()).enumerate() {
         // Children in index order, as linked lists: first child, next sibling.
-        let mut first_child = vec![usize::MAX; nodes];
-        let mut next_sibling = vec![usize::MAX; nodes];
+        first_child.clear();
+        first_child.resize(nodes, usize::MAX);
+        next_sibling.clear();
+        next_sibling.resize(nodes, usize::MAX);
         for n in (1..nodes).rev() {
             let parent = inputs.parent_ids.get(b, n);
             if parent >= 0 {
@@ -260,7 +299,7 @@ fn verify_rows<P: Prob, Q: Prob>(
             check_uniform(r.get(b), "recovery_uniforms", &[b])?
         };
         let mut node = 0usize;
-        let mut accepted: Vec<(usize, i64)> = Vec::new();
+        accepted.clear();
         let next = loop {
             let mut child = first_child[node];
             if child == usize::MAX {
@@ -272,7 +311,7 @@ fn verify_rows<P: Prob, Q: Prob>(
                         inputs.target_row(b, node),
                         inputs.at(b, node),
                         recovery,
-                        &mut scratch,
+                        scratch,
                     )?
                 };
             }
@@ -338,41 +377,26 @@ fn verify_rows<P: Prob, Q: Prob>(
                     .draft_probs
                     .as_ref()
                     .map(|dp| dp.slice(s![b, child, ..]));
-                next_residual.clear();
-                match scale {
+                let valid = match scale {
                     None => {
-                        let p_row = inputs.target_row(b, node);
-                        if !all_valid(p_row) || !q_row.is_none_or(all_valid) {
-                            return Err(first_bad_entry(Some(p_row), q_row, b, node, child));
-                        }
-                        residual_from_row(p_row, q_row, x, &mut next_residual);
+                        residual_round(inputs.target_row(b, node), None, q_row, x, next_residual)
                     }
-                    Some(total) => match q_row {
-                        Some(q_row) => {
-                            if !all_valid(q_row) {
-                                return Err(first_bad_entry::<P, Q>(
-                                    None,
-                                    Some(q_row),
-                                    b,
-                                    node,
-                                    child,
-                                ));
-                            }
-                            next_residual.extend(
-                                residual.iter().zip(q_row.iter()).map(|(&w, q)| {
-                                    Residual::apply(normalised(w, total), q.to_f64())
-                                }),
-                            );
-                        }
-                        None => next_residual.extend(residual.iter().enumerate().map(|(i, &w)| {
-                            Residual::apply(normalised(w, total), f64::from(u8::from(i == x)))
-                        })),
-                    },
+                    Some(total) => residual_round(
+                        ArrayView1::from(&residual[..]),
+                        Some(total),
+                        q_row,
+                        x,
+                        next_residual,
+                    ),
+                };
+                if !valid {
+                    let p_row = scale.is_none().then(|| inputs.target_row(b, node));
+                    return Err(first_bad_entry(p_row, q_row, b, node, child));
                 }
-                std::mem::swap(&mut residual, &mut next_residual);
+                std::mem::swap(residual, next_residual);
                 scale = Some(sample::canonical_sum(
-                    &BufferWeights { w: &residual },
-                    &mut scratch,
+                    &BufferWeights { w: residual },
+                    scratch,
                 )?);
                 child = next_sibling[child];
             }
@@ -383,14 +407,14 @@ fn verify_rows<P: Prob, Q: Prob>(
                 }
                 None => {
                     let from_residual =
-                        sample::sample(&BufferWeights { w: &residual }, recovery, &mut scratch)?;
+                        sample::sample(&BufferWeights { w: residual }, recovery, scratch)?;
                     break match from_residual {
                         Some(token) => token,
                         None => sample_row(
                             inputs.target_row(b, node),
                             inputs.at(b, node),
                             recovery,
-                            &mut scratch,
+                            scratch,
                         )?,
                     };
                 }
@@ -412,43 +436,106 @@ fn verify_rows<P: Prob, Q: Prob>(
     Ok(())
 }
 
-/// `max(0, p - q)` from a target row (`S = 1`); `q` one-hot at `x` when `None`.
-fn residual_from_row<P: Prob, Q: Prob>(
-    p: ArrayView1<'_, P>,
+/// One round of the residual, into `next`: `max(0, P_i / S - q_i)`, where
+/// `P` is the node's target row (`S = None`: taken as 1) or the previous
+/// round's residual of sum `S` (0 where `S` is not positive: a residual that
+/// vanished by rounding); `q` is one-hot at `x` when `None`. Returns whether
+/// every `P_i` and `q_i` read is finite and non-negative (the check fused
+/// into the same pass; the caller finds the bad entry for the error).
+fn residual_round<A: Prob, Q: Prob>(
+    p: ArrayView1<'_, A>,
+    scale: Option<f64>,
     q: Option<ArrayView1<'_, Q>>,
     x: usize,
-    out: &mut Vec<f64>,
-) {
-    // Unit-stride rows as slices: the loop then runs in SIMD registers.
+    next: &mut Vec<f64>,
+) -> bool {
+    // Every entry is written below: only the length matters.
+    next.resize(p.len(), 0.0);
+    let divide = |v: f64| match scale {
+        None => v,
+        Some(total) => normalised(v, total),
+    };
     if let (Some(ps), Some(qs)) = (p.as_slice(), q.and_then(|q| q.to_slice())) {
-        out.extend(
-            ps.iter()
-                .zip(qs)
-                .map(|(p, q)| Residual::apply(p.to_f64(), q.to_f64())),
-        );
-        return;
+        return round_slices(ps, scale, qs, next);
     }
+    let valid = |v: f64| (0.0..=f64::MAX).contains(&v);
+    let mut ok = true;
     match q {
-        Some(q) => out.extend(
-            p.iter()
-                .zip(q.iter())
-                .map(|(p, q)| Residual::apply(p.to_f64(), q.to_f64())),
-        ),
-        None => out.extend(
-            p.iter()
-                .enumerate()
-                .map(|(i, p)| Residual::apply(p.to_f64(), f64::from(u8::from(i == x)))),
-        ),
+        Some(q) => {
+            for ((n, p), q) in next.iter_mut().zip(p.iter()).zip(q.iter()) {
+                let (p, q) = (p.to_f64(), q.to_f64());
+                ok &= valid(p) & valid(q);
+                *n = Residual::apply(divide(p), q);
+            }
+        }
+        None => {
+            for (i, (n, p)) in next.iter_mut().zip(p.iter()).enumerate() {
+                let p = p.to_f64();
+                ok &= valid(p);
+                *n = Residual::apply(divide(p), f64::from(u8::from(i == x)));
+            }
+        }
     }
+    ok
 }
 
-/// Whether every entry is finite and non-negative (one branch-free pass).
-fn all_valid<T: Prob>(row: ArrayView1<'_, T>) -> bool {
-    let valid = |ok: bool, v: &T| ok & (0.0..=f64::MAX).contains(&v.to_f64());
-    match row.as_slice() {
-        Some(values) => values.iter().fold(true, valid),
-        None => row.iter().fold(true, valid),
+/// [`residual_round`] on unit-stride rows: AVX2 where the CPU has it.
+fn round_slices<A: Prob, Q: Prob>(p: &[A], scale: Option<f64>, q: &[Q], next: &mut [f64]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2 and F16C, checked just above.
+        return unsafe { round_slices_avx2(p, scale, q, next) };
     }
+    round_slices_with(p, scale, q, next)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+fn round_slices_avx2<A: Prob, Q: Prob>(
+    p: &[A],
+    scale: Option<f64>,
+    q: &[Q],
+    next: &mut [f64],
+) -> bool {
+    round_slices_with(p, scale, q, next)
+}
+
+/// The loop of [`round_slices`], with `normalised`'s test hoisted out of it
+/// (the same values) and validity as an OR of per-element flags.
+#[inline(always)]
+fn round_slices_with<A: Prob, Q: Prob>(
+    p: &[A],
+    scale: Option<f64>,
+    q: &[Q],
+    next: &mut [f64],
+) -> bool {
+    let invalid = |v: f64| u64::from(!(0.0..=f64::MAX).contains(&v));
+    let mut bad = 0u64;
+    let rows = next.iter_mut().zip(p).zip(q);
+    match scale {
+        None => {
+            for ((n, p), q) in rows {
+                let (p, q) = (p.to_f64(), q.to_f64());
+                bad |= invalid(p) | invalid(q);
+                *n = Residual::apply(p, q);
+            }
+        }
+        Some(total) if total > 0.0 => {
+            for ((n, p), q) in rows {
+                let (p, q) = (p.to_f64(), q.to_f64());
+                bad |= invalid(p) | invalid(q);
+                *n = Residual::apply(p / total, q);
+            }
+        }
+        Some(_) => {
+            for ((n, p), q) in rows {
+                let (p, q) = (p.to_f64(), q.to_f64());
+                bad |= invalid(p) | invalid(q);
+                *n = Residual::apply(0.0, q);
+            }
+        }
+    }
+    bad == 0
 }
 
 /// The first bad entry in reading order (`p_i`, then `q_i`), for the error.

@@ -265,3 +265,40 @@ def test_large_trees_give_the_same_tokens_on_any_number_of_threads():
         specaccept.set_num_threads(before)
     assert results[0] == results[1] == results[2]
     assert sum(results[0][1]) > 0
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize(
+    ("arg", "node", "value"),
+    [
+        ("target_probs", 0, np.nan),  # the root's row: read by the first round
+        ("draft_probs", 1, -0.25),  # the first child's row: the first round
+        ("draft_probs", 2, np.inf),  # the second child's row: a later round
+    ],
+)
+def test_bad_values_in_rows_the_rounds_read_are_named(arg, node, value, layout):
+    # Both children are rejected (q(x) = 0.9 > p(x), u near 1), so the root's row
+    # and both draft rows are read in full by the residual rounds.
+    vocab = 6
+    p = np.full((1, 3, vocab), 1 / vocab)
+    q = np.full((1, 3, vocab), 0.02)
+    q[0, 1, 1] = q[0, 2, 2] = 0.9
+    case = dict(
+        node_token_ids=np.array([[0, 1, 2]]),
+        parent_ids=np.array([-1, 0, 0]),
+        target_probs=p,
+        draft_probs=q,
+        uniforms=np.full((1, 3), 0.999),
+        recovery_uniforms=np.array([0.5]),
+    )
+    assert specaccept.verify_tree(**case).num_accepted.tolist() == [0]
+    case[arg] = case[arg].copy()
+    case[arg][0, node, 4] = value
+    if layout == "strided":  # the same values through a non-unit stride
+        for name in ("target_probs", "draft_probs"):
+            wide = np.zeros((1, 3, 2 * vocab))
+            wide[..., ::2] = case[name]
+            case[name] = wide[..., ::2]
+    for impl in (specaccept, reference):
+        with pytest.raises(ValueError, match=rf"^{arg}\[0, {node}, 4\] = "):
+            impl.verify_tree(**case)

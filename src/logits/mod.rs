@@ -92,10 +92,8 @@ struct Buffers {
 }
 
 thread_local! {
-    /// Kept between calls (on the caller's thread and each worker): buffers of
-    /// a megabyte or more are fresh pages from the OS when allocated per call,
-    /// and faulting them in cost more than a small batch's `exp`s. About
-    /// `4 V` float64 values stay allocated per thread.
+    /// See [`threads::with_buffers`]: about `4 V` float64 values stay
+    /// allocated per thread.
     static BUFFERS: RefCell<Buffers> = RefCell::default();
 }
 
@@ -379,10 +377,8 @@ fn verify_rows<P: Prob, Q: Prob>(
     first_row: usize,
     out: &mut ChainOutputs<'_>,
 ) -> Result<(), CoreError> {
-    BUFFERS.with(|buffers| match buffers.try_borrow_mut() {
-        Ok(mut buffers) => verify_rows_with(inputs, first_row, out, &mut buffers),
-        // Not reached (nothing here re-enters), but never a panic.
-        Err(_) => verify_rows_with(inputs, first_row, out, &mut Buffers::default()),
+    threads::with_buffers(&BUFFERS, |buffers| {
+        verify_rows_with(inputs, first_row, out, buffers)
     })
 }
 
