@@ -85,23 +85,32 @@ def timing(batch: int, vocab: int, repeats: int) -> None:
     single, threads = read_bandwidth(256 << 20, specaccept.get_num_threads())
     tree_bytes = batch * 4 * vocab * 4  # the root's row and 3 draft rows
     chain_bytes = batch * 2 * vocab * 4  # one residual pair
-    tree_ms = median_ms(
-        lambda: specaccept.verify_tree(tokens, parents, p, q, uniforms=u, recovery_uniforms=ru),
-        repeats,
-    )
-    chain_ms = median_ms(
-        lambda: specaccept.verify(
-            tokens[:, 1:], p, chain_q, uniforms=chain_u, recovery_uniforms=ru
-        ),
-        repeats,
-    )
+    n = specaccept.get_num_threads()
     print(f"\n(B, N, V) = ({batch}, {nodes}, {vocab}) float32, every candidate rejected:")
-    print(
-        f"  verify_tree: {tree_ms:8.2f} ms   floor {tree_bytes / single * 1e3:7.2f} ms (1 thread)"
-    )
-    print(
-        f"  verify K={k}: {chain_ms:8.2f} ms   floor {chain_bytes / single * 1e3:7.2f} ms (1 thread)"
-    )
+    print(f"  {'':14} {'1 thread':>9} {'floor':>7} {f'{n} threads':>10} {'floor':>7}  (ms)")
+    for name, nbytes, fn in (
+        (
+            "verify_tree",
+            tree_bytes,
+            lambda: specaccept.verify_tree(tokens, parents, p, q, uniforms=u, recovery_uniforms=ru),
+        ),
+        (
+            f"verify K={k}",
+            chain_bytes,
+            lambda: specaccept.verify(
+                tokens[:, 1:], p, chain_q, uniforms=chain_u, recovery_uniforms=ru
+            ),
+        ),
+    ):
+        times = []
+        for used in (1, n):
+            specaccept.set_num_threads(used)
+            times.append(median_ms(fn, repeats))
+        specaccept.set_num_threads(n)
+        print(
+            f"  {name:14} {times[0]:9.2f} {nbytes / single * 1e3:7.2f} "
+            f"{times[1]:10.2f} {nbytes / threads * 1e3:7.2f}"
+        )
     print(f"  read bandwidth {single / 1e9:.1f} GB/s on 1 thread, {threads / 1e9:.1f} GB/s on all")
 
 

@@ -290,7 +290,7 @@ def outcome(call: dict, verify: Callable = specaccept.verify) -> dict:
         result = verify(**call)
         report = {"type": "ok", "tokens": result.to_lists()}
     # Every exception is reported, panics included.
-    except Exception as error:  # noqa: BLE001
+    except Exception as error:
         report = {"type": type(error).__name__, "message": str(error)}
     report["inputs_unchanged"] = all(
         np.array_equal(call[k], v, equal_nan=v.dtype.kind == "f") for k, v in before.items()
