@@ -487,21 +487,13 @@ fn verify_rows_with<P: Prob, Q: Prob>(
                     continue;
                 }
                 // The residual max(0, p - q) of the transformed rows.
-                residual.clear();
-                match total_q {
-                    Some(total_q) => residual.extend(
-                        wp.iter()
-                            .zip(wq.iter())
-                            .map(|(&a, &c)| Residual::apply(a / total_p, c / total_q)),
-                    ),
-                    None => residual.extend(wp.iter().enumerate().map(|(i, &a)| {
-                        if i == x {
-                            0.0
-                        } else {
-                            a / total_p
-                        }
-                    })),
-                }
+                residual_of(
+                    wp,
+                    total_p,
+                    total_q.map(|total| (&wq[..], total)),
+                    x,
+                    residual,
+                );
                 let token = match sample::sample(
                     &BufferWeights { w: residual },
                     recovery_u,
@@ -543,6 +535,51 @@ fn verify_rows_with<P: Prob, Q: Prob>(
         out.num_emitted[i] = n as i64 + 1;
     }
     Ok(())
+}
+
+/// `residual_i = max(0, wp_i / total_p - wq_i / total_q)`, or with `q`
+/// one-hot at `x` for deterministic drafts (`None`): `wp_i / total_p` except
+/// 0 at `x`. The divisions are the reference's (no reciprocal), 4 to a
+/// register where the CPU has AVX2.
+fn residual_of(
+    wp: &[f64],
+    total_p: f64,
+    q: Option<(&[f64], f64)>,
+    x: usize,
+    residual: &mut Vec<f64>,
+) {
+    residual.resize(wp.len(), 0.0); // every entry is written below
+    match q {
+        Some((wq, total_q)) => residual_pair(wp, total_p, wq, total_q, residual),
+        None => {
+            for (r, &a) in residual.iter_mut().zip(wp) {
+                *r = a / total_p;
+            }
+            residual[x] = 0.0;
+        }
+    }
+}
+
+fn residual_pair(wp: &[f64], total_p: f64, wq: &[f64], total_q: f64, out: &mut [f64]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { residual_pair_avx2(wp, total_p, wq, total_q, out) };
+    }
+    residual_pair_with(wp, total_p, wq, total_q, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn residual_pair_avx2(wp: &[f64], total_p: f64, wq: &[f64], total_q: f64, out: &mut [f64]) {
+    residual_pair_with(wp, total_p, wq, total_q, out);
+}
+
+#[inline(always)]
+fn residual_pair_with(wp: &[f64], total_p: f64, wq: &[f64], total_q: f64, out: &mut [f64]) {
+    for ((r, &a), &c) in out.iter_mut().zip(wp).zip(wq) {
+        *r = Residual::apply(a / total_p, c / total_q);
+    }
 }
 
 fn sample_weights(
