@@ -6,9 +6,7 @@
 
 use std::marker::PhantomData;
 
-use ndarray::{
-    s, ArrayView1, ArrayView2, ArrayView3, ArrayViewMut1, ArrayViewMut2, Axis, Ix1, Ix2,
-};
+use ndarray::{s, ArrayView1, ArrayView2, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2};
 
 use crate::error::CoreError;
 use crate::rule::{check_gathered, check_uniform, is_accepted};
@@ -83,28 +81,11 @@ pub struct ChainOutputs<'a> {
     pub num_emitted: ArrayViewMut1<'a, i64>,
 }
 
-impl threads::Rows for ChainOutputs<'_> {
-    fn len(&self) -> usize {
-        self.num_accepted.len()
-    }
-    fn split_at(self, at: usize) -> (Self, Self) {
-        let (ids, ids_rest) = self.output_token_ids.split_at(Axis(0), at);
-        let (accepted, accepted_rest) = self.num_accepted.split_at(Axis(0), at);
-        let (emitted, emitted_rest) = self.num_emitted.split_at(Axis(0), at);
-        (
-            ChainOutputs {
-                output_token_ids: ids,
-                num_accepted: accepted,
-                num_emitted: emitted,
-            },
-            ChainOutputs {
-                output_token_ids: ids_rest,
-                num_accepted: accepted_rest,
-                num_emitted: emitted_rest,
-            },
-        )
-    }
-}
+threads::rows_of_views!(ChainOutputs {
+    output_token_ids,
+    num_accepted,
+    num_emitted,
+});
 
 /// `B`, `K` and `V` of a chain batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -107,6 +107,27 @@ pub(crate) trait Rows: Send + Sized {
     fn split_at(self, at: usize) -> (Self, Self);
 }
 
+/// [`Rows`] for a struct of output views whose first axis is the batch row:
+/// `rows_of_views!(Outputs { first_field, other_field, ... })`.
+macro_rules! rows_of_views {
+    ($outputs:ident { $first:ident $(, $field:ident)* $(,)? }) => {
+        impl $crate::threads::Rows for $outputs<'_> {
+            fn len(&self) -> usize {
+                self.$first.len_of(::ndarray::Axis(0))
+            }
+            fn split_at(self, at: usize) -> (Self, Self) {
+                let $first = self.$first.split_at(::ndarray::Axis(0), at);
+                $(let $field = self.$field.split_at(::ndarray::Axis(0), at);)*
+                (
+                    $outputs { $first: $first.0 $(, $field: $field.0)* },
+                    $outputs { $first: $first.1 $(, $field: $field.1)* },
+                )
+            }
+        }
+    };
+}
+pub(crate) use rows_of_views;
+
 impl Rows for ArrayViewMut1<'_, f64> {
     fn len(&self) -> usize {
         ArrayViewMut1::len(self)

@@ -14,7 +14,7 @@
 
 use std::cell::RefCell;
 
-use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, ArrayViewMut2, Axis, Ix1, Ix2};
+use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2};
 
 use crate::chain::{argmax_of, check_token, expect_shape, sample_target, zero_row, Greedy, Pos};
 use crate::error::CoreError;
@@ -55,31 +55,12 @@ pub struct TreeOutputs<'a> {
     pub accepted_node_ids: ArrayViewMut2<'a, i64>,
 }
 
-impl threads::Rows for TreeOutputs<'_> {
-    fn len(&self) -> usize {
-        self.num_accepted.len()
-    }
-    fn split_at(self, at: usize) -> (Self, Self) {
-        let (ids, ids_rest) = self.output_token_ids.split_at(Axis(0), at);
-        let (accepted, accepted_rest) = self.num_accepted.split_at(Axis(0), at);
-        let (emitted, emitted_rest) = self.num_emitted.split_at(Axis(0), at);
-        let (path, path_rest) = self.accepted_node_ids.split_at(Axis(0), at);
-        (
-            TreeOutputs {
-                output_token_ids: ids,
-                num_accepted: accepted,
-                num_emitted: emitted,
-                accepted_node_ids: path,
-            },
-            TreeOutputs {
-                output_token_ids: ids_rest,
-                num_accepted: accepted_rest,
-                num_emitted: emitted_rest,
-                accepted_node_ids: path_rest,
-            },
-        )
-    }
-}
+threads::rows_of_views!(TreeOutputs {
+    output_token_ids,
+    num_accepted,
+    num_emitted,
+    accepted_node_ids,
+});
 
 /// Each node's depth (root 0, padding `None`), with the parent links checked.
 fn depths(
@@ -223,20 +204,9 @@ pub fn verify_tree<P: Prob, Q: Prob>(
         accepted_node_ids: out.accepted_node_ids.view_mut(),
     };
     threads::in_runs(batch.saturating_mul(vocab), out, |first_row, mut part| {
-        verify_rows(inputs, nodes, vocab, first_row, &mut part)
-    })
-}
-
-/// Verifies rows `first_row..` into `out` (which holds exactly those rows).
-fn verify_rows<P: Prob, Q: Prob>(
-    inputs: &TreeInputs<'_, P, Q>,
-    nodes: usize,
-    vocab: usize,
-    first_row: usize,
-    out: &mut TreeOutputs<'_>,
-) -> Result<(), CoreError> {
-    threads::with_buffers(&BUFFERS, |buffers| {
-        verify_rows_with(inputs, nodes, vocab, first_row, out, buffers)
+        threads::with_buffers(&BUFFERS, |buffers| {
+            verify_rows(inputs, nodes, vocab, first_row, &mut part, buffers)
+        })
     })
 }
 
@@ -257,7 +227,8 @@ thread_local! {
     static BUFFERS: RefCell<Buffers> = RefCell::default();
 }
 
-fn verify_rows_with<P: Prob, Q: Prob>(
+/// Verifies rows `first_row..` into `out` (which holds exactly those rows).
+fn verify_rows<P: Prob, Q: Prob>(
     inputs: &TreeInputs<'_, P, Q>,
     nodes: usize,
     vocab: usize,

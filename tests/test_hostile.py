@@ -26,29 +26,22 @@ def reports() -> dict[str, dict]:
     return {r["case"]: r for r in map(json.loads, run.stdout.splitlines())}
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_hostile_case(reports, case):
-    _, expected, fragment = CASES[case]
-    report = reports[case]
+# (report prefix, matrix): verify's cases, then verify_logits'.
+MATRICES = {"": CASES, "logits: ": LOGITS_CASES}
+
+
+@pytest.mark.parametrize(
+    ("prefix", "case"), [(prefix, case) for prefix, cases in MATRICES.items() for case in cases]
+)
+def test_hostile_case(reports, prefix, case):
+    _, expected, fragment = MATRICES[prefix][case]
+    report = reports[prefix + case]
     assert report["type"] != "PanicException"
     assert report["inputs_unchanged"], "an input was modified"
     if expected == "ok":
         assert report["type"] == "ok", report
-        assert report["tokens"] == reports["valid"]["tokens"], "the same tokens as the valid call"
-    else:
-        assert report["type"] == expected, report
-        assert fragment in report["message"], report["message"]
-
-
-@pytest.mark.parametrize("case", list(LOGITS_CASES))
-def test_hostile_logits_case(reports, case):
-    _, expected, fragment = LOGITS_CASES[case]
-    report = reports[f"logits: {case}"]
-    assert report["type"] != "PanicException"
-    assert report["inputs_unchanged"], "an input was modified"
-    if expected == "ok":
-        assert report["type"] == "ok", report
-        assert report["tokens"] == reports["logits: valid"]["tokens"], "the valid call's tokens"
+        valid = reports[prefix + "valid"]["tokens"]
+        assert report["tokens"] == valid, "the same tokens as the valid call"
     else:
         assert report["type"] == expected, report
         assert fragment in report["message"], report["message"]

@@ -367,22 +367,16 @@ pub fn verify_logits<P: Prob, Q: Prob>(
     threads::in_runs(
         batch.saturating_mul(rows_read * vocab),
         out,
-        |first_row, mut part| verify_rows(inputs, first_row, &mut part),
+        |first_row, mut part| {
+            threads::with_buffers(&BUFFERS, |buffers| {
+                verify_rows(inputs, first_row, &mut part, buffers)
+            })
+        },
     )
 }
 
 /// Verifies rows `first_row..` into `out` (which holds exactly those rows).
 fn verify_rows<P: Prob, Q: Prob>(
-    inputs: &LogitsInputs<'_, P, Q>,
-    first_row: usize,
-    out: &mut ChainOutputs<'_>,
-) -> Result<(), CoreError> {
-    threads::with_buffers(&BUFFERS, |buffers| {
-        verify_rows_with(inputs, first_row, out, buffers)
-    })
-}
-
-fn verify_rows_with<P: Prob, Q: Prob>(
     inputs: &LogitsInputs<'_, P, Q>,
     first_row: usize,
     out: &mut ChainOutputs<'_>,
