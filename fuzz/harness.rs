@@ -11,6 +11,7 @@ use ndarray::{s, Array1, Array2, Array3, ArrayView3, Axis};
 use specaccept::chain::{
     self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs,
 };
+use specaccept::logits::{self, LogitsInputs};
 use specaccept::rate;
 use specaccept::view::{FloatView, IntView, Prob};
 
@@ -246,7 +247,92 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         q_rows.into_dyn(),
         rates.view_mut(),
     );
+    run_logits::<P, Q>(input, &p_values, &q_values, &ids, &counts, flags);
     verified
+}
+
+/// `verify_logits` on the same rows read as logits (`-1` becomes `-inf`, other
+/// finite values spread over [-20, 20]; NaN and `+inf` stay), with sampling
+/// parameters from the input, valid or not. On success: the invariants, and
+/// unfiltered rows (which may take the screen) give the same tokens with
+/// `top_k = V` (which always takes the exact pass).
+fn run_logits<P: FromF64, Q: FromF64>(
+    input: &mut Bytes<'_>,
+    p_values: &Array3<f64>,
+    q_values: &Array3<f64>,
+    ids: &Array2<i64>,
+    counts: &[i64],
+    flags: u8,
+) {
+    let (batch, k) = ids.dim();
+    let vocab = p_values.dim().2;
+    let logit = |v: f64| match v {
+        -1.0 => f64::NEG_INFINITY,
+        v if v.is_finite() => (v - 0.5) * 40.0,
+        v => v,
+    };
+    let target = p_values.mapv(|v| P::from_f64(logit(v)));
+    let draft = q_values.mapv(|v| Q::from_f64(logit(v)));
+    const TEMPERATURES: [f64; 10] = [
+        0.0,
+        1.0,
+        0.5,
+        1e-300,
+        2.2250738585072014e-308,
+        5e-324,
+        1e30,
+        1e-30,
+        f64::NAN,
+        -1.0,
+    ];
+    let temperature = Array1::from_shape_fn(batch, |_| TEMPERATURES[input.below(10)]);
+    let top_k = Array1::from_shape_fn(batch, |_| match input.below(6) {
+        0 | 1 => 0,
+        2 => 1,
+        3 => 3,
+        4 => vocab as i64 + 5,
+        _ => -1,
+    });
+    let top_p = Array1::from_shape_fn(batch, |_| match input.below(6) {
+        0 | 1 => 1.0,
+        2 => 0.9,
+        3 => 1e-9,
+        4 => 0.0,
+        _ => f64::NAN,
+    });
+    let uniforms = Array2::from_shape_fn((batch, k), |_| input.float());
+    let recovery = Array1::from_shape_fn(batch, |_| input.float());
+    let counts_array = Array1::from(counts.to_vec());
+    let run = |top_k: &Array1<i64>| {
+        let inputs = LogitsInputs {
+            draft_token_ids: IntView::I64(ids.view()),
+            target_logits: target.view(),
+            draft_logits: (flags & 128 == 0).then(|| draft.view()),
+            temperature: FloatView::F64(temperature.view()),
+            top_k: IntView::I64(top_k.view()),
+            top_p: FloatView::F64(top_p.view()),
+            num_draft_tokens: (flags & 8 == 0).then(|| IntView::I64(counts_array.view())),
+            uniforms: (flags & 16 == 0).then(|| FloatView::F64(uniforms.view())),
+            recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
+        };
+        let mut out = Outputs::new(batch, k);
+        let result = logits::verify_logits(&inputs, &mut out.views()).map(|()| out);
+        result.map_err(|e| e.to_string())
+    };
+    let Ok(out) = run(&top_k) else {
+        return;
+    };
+    let used: Vec<usize> = if flags & 8 == 0 {
+        counts.iter().map(|&c| c as usize).collect()
+    } else {
+        vec![k; batch]
+    };
+    check_result(ids, &used, vocab, &out);
+    let exact_k = top_k.mapv(|t| if t == 0 { vocab as i64 } else { t });
+    let exact = run(&exact_k).expect("the same rows, through the exact pass");
+    if top_p.iter().all(|&p| p == 1.0) || exact_k == top_k {
+        assert_eq!(out.ids, exact.ids, "the screen decides as the exact pass");
+    }
 }
 
 /// One fuzz input; `true` when `verify` accepted it (the success path ran).
