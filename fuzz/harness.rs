@@ -1,4 +1,5 @@
-//! The fuzz harness: arbitrary bytes become a batch for the core, in any layout,
+//! The fuzz harness: arbitrary bytes become a batch for the core (verify, the
+//! flat layout, greedy ids, the acceptance rate, verify_logits and verify_tree), in any layout,
 //! dtype and value (NaN, infinities, negatives, ids out of range, counts past K,
 //! uniforms outside [0, 1)). Every entry point must return `Ok` with the
 //! invariants below or `Err`, never panic; a panic is a finding.
@@ -13,6 +14,7 @@ use specaccept::chain::{
 };
 use specaccept::logits::{self, LogitsInputs};
 use specaccept::rate;
+use specaccept::tree::{self, TreeInputs, TreeOutputs};
 use specaccept::view::{FloatView, IntView, Prob};
 
 /// Reads the input front to back; past the end it yields zeros.
@@ -248,7 +250,84 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         rates.view_mut(),
     );
     run_logits::<P, Q>(input, &p_values, &q_values, &ids, &counts, flags);
+    run_tree::<P, Q>(input, &p_array, p_layout, &q_values, flags);
     verified
+}
+
+/// `verify_tree` over the `K + 1` target rows as nodes, with parents from the
+/// input (sometimes invalid). On success: the accepted nodes form a path from
+/// the root, their tokens are the output, and the next token is in `[0, V)`.
+fn run_tree<P: FromF64, Q: FromF64>(
+    input: &mut Bytes<'_>,
+    p_array: &Array3<P>,
+    p_layout: usize,
+    q_values: &Array3<f64>,
+    flags: u8,
+) {
+    let (batch, k, vocab) = q_values.dim();
+    let nodes = k + 1;
+    let parents = Array1::from_shape_fn(nodes, |n| match (n, input.byte()) {
+        (0, _) => -1,
+        (_, 255) => n as i64, // invalid: not before the node
+        (_, b) => (b as usize % (n + 1)) as i64 - 1, // -1 (padding) or an earlier node
+    });
+    let row_parents = parents;
+    let parents = Array2::from_shape_fn((batch, nodes), |(_, n)| row_parents[n]);
+    let tokens = Array2::from_shape_fn((batch, nodes), |_| input.id(vocab));
+    // The draft row of node c is q's row c - 1 (the root's is never read;
+    // with K = 0 there is only the root).
+    let draft = Array3::from_shape_fn((batch, nodes, vocab), |(b, n, i)| {
+        Q::from_f64(match n {
+            0 => 0.5,
+            n => q_values[[b, n - 1, i]],
+        })
+    });
+    let uniforms = Array2::from_shape_fn((batch, nodes), |_| input.float());
+    let recovery = Array1::from_shape_fn(batch, |_| input.float());
+    let mut depth = vec![0usize; nodes];
+    for n in 1..nodes {
+        let parent = row_parents[n];
+        if (0..n as i64).contains(&parent) {
+            depth[n] = depth[parent as usize] + 1;
+        }
+    }
+    let deepest = depth.iter().copied().max().unwrap_or(0);
+    let inputs = TreeInputs {
+        node_token_ids: IntView::I64(tokens.view()),
+        parent_ids: IntView::I64(parents.view()),
+        target_probs: view(p_array, p_layout, vocab),
+        draft_probs: (flags & 4 == 0).then(|| draft.view()),
+        uniforms: (flags & 16 == 0).then(|| FloatView::F64(uniforms.view())),
+        recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
+        greedy: Greedy::All(flags % 3 == 1),
+    };
+    let mut ids = Array2::zeros((batch, deepest + 1));
+    let mut accepted = Array1::zeros(batch);
+    let mut emitted = Array1::zeros(batch);
+    let mut path = Array2::zeros((batch, deepest));
+    let mut out = TreeOutputs {
+        output_token_ids: ids.view_mut(),
+        num_accepted: accepted.view_mut(),
+        num_emitted: emitted.view_mut(),
+        accepted_node_ids: path.view_mut(),
+    };
+    if tree::verify_tree(&inputs, &mut out).is_err() {
+        return;
+    }
+    for b in 0..batch {
+        let n = accepted[b] as usize;
+        assert!(n <= deepest && emitted[b] == n as i64 + 1);
+        let mut node = 0i64;
+        for d in 0..n {
+            let child = path[[b, d]];
+            assert_eq!(parents[[b, child as usize]], node, "a path from the root");
+            assert_eq!(ids[[b, d]], tokens[[b, child as usize]]);
+            node = child;
+        }
+        assert!((0..vocab as i64).contains(&ids[[b, n]]));
+        assert!(ids.row(b).iter().skip(n + 1).all(|&x| x == -1));
+        assert!(path.row(b).iter().skip(n).all(|&x| x == -1));
+    }
 }
 
 /// `verify_logits` on the same rows read as logits (`-1` becomes `-inf`, other
