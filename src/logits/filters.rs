@@ -59,3 +59,28 @@ pub(super) fn top_p_floor(w: &[f64], target: f64, histogram: &mut Vec<f64>) -> f
     }
     0.0
 }
+
+/// Top-p's threshold among `selection` (what top-k kept, in index order;
+/// reordered here): the weight at which the running sum in decreasing order
+/// first reaches `target`, from a sorted head that grows until it does (0
+/// where rounding keeps the sum of all below `target`: everything is kept).
+pub(super) fn top_p_threshold(selection: &mut [f64], target: f64) -> f64 {
+    let count = selection.len();
+    let mut head = count.min(64);
+    loop {
+        if head < count {
+            selection.select_nth_unstable_by(head - 1, |a, b| b.total_cmp(a));
+        }
+        selection[..head].sort_unstable_by(|a, b| b.total_cmp(a));
+        let mut cumulative = 0.0;
+        let reached = selection[..head].iter().position(|&e| {
+            cumulative += e;
+            cumulative >= target
+        });
+        match reached {
+            Some(j) => return selection[j],
+            None if head == count => return 0.0,
+            None => head = (head * 4).min(count),
+        }
+    }
+}

@@ -31,7 +31,7 @@ use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, Ix1, Ix2};
 
 pub use exact::exact_pass;
 use exact::{row_exp_sum, row_max};
-use filters::{kth_largest_block_max, top_p_floor};
+use filters::{kth_largest_block_max, top_p_floor, top_p_threshold};
 pub use screen::screen_pass;
 use screen::{screened_accept, Screening};
 
@@ -208,29 +208,7 @@ fn transform<L: Prob>(
             total
         };
         let target = params.top_p * kept_total;
-        let count = scratch.selection.len();
-        let mut head = count.min(64);
-        loop {
-            if head < count {
-                scratch
-                    .selection
-                    .select_nth_unstable_by(head - 1, |a, b| b.total_cmp(a));
-            }
-            scratch.selection[..head].sort_unstable_by(|a, b| b.total_cmp(a));
-            let mut cumulative = 0.0;
-            let reached = scratch.selection[..head].iter().position(|&e| {
-                cumulative += e;
-                cumulative >= target
-            });
-            match reached {
-                Some(j) => {
-                    threshold = threshold.max(scratch.selection[j]);
-                    break;
-                }
-                None if head == count => break, // rounding: keep everything top-k kept
-                None => head = (head * 4).min(count),
-            }
-        }
+        threshold = threshold.max(top_p_threshold(&mut scratch.selection, target));
     }
     if threshold > 0.0 {
         for e in w.iter_mut() {
