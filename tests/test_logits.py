@@ -307,12 +307,13 @@ def test_the_screen_decides_as_the_exact_pass_next_to_the_boundary(dtype, with_d
     np.testing.assert_array_equal(screened.output_token_ids[far], expected.output_token_ids[far])
 
 
-@pytest.mark.parametrize("top_k", [0, 700])
+@pytest.mark.parametrize("top_k", [0, 7, 700])
 @pytest.mark.parametrize("top_p", [0.3, 0.9, 0.999])
 @pytest.mark.parametrize("shape", ["peaked", "flat", "ties"])
 def test_top_k_and_top_p_thresholds_on_a_large_vocabulary(top_k, top_p, shape):
-    # Large rows take the fast threshold searches (top-k among the weights above
-    # the k-th largest block max; top-p among those above a histogram floor).
+    # Large rows take the fast paths: top-k among the weights above the k-th
+    # largest block max, top-p among those above a histogram floor, and with k
+    # at most the number of blocks (20 here), p(x) from top-k's candidates only.
     rng = np.random.default_rng(zlib.crc32(f"{top_k} {top_p} {shape}".encode()))
     batch, k, vocab = 4, 2, 5000
     scale = {"peaked": 4.0, "flat": 0.05, "ties": 1.0}[shape]

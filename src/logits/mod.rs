@@ -24,6 +24,7 @@
 mod exact;
 mod filters;
 mod screen;
+mod sparse;
 
 use std::cell::RefCell;
 
@@ -34,6 +35,7 @@ use exact::{row_exp_sum, row_max};
 use filters::{kth_largest_block_max, top_p_floor, top_p_threshold};
 pub use screen::screen_pass;
 use screen::{screened_accept, Screening};
+use sparse::{top_k_probability, SparseScratch};
 
 use crate::chain::{check_token, draft_len, expect_shape, ChainOutputs, Pos};
 use crate::error::{show, CoreError};
@@ -89,6 +91,7 @@ struct Buffers {
     wq: Vec<f64>,
     residual: Vec<f64>,
     scratch: Scratch,
+    sparse: SparseScratch,
 }
 
 thread_local! {
@@ -367,6 +370,7 @@ fn verify_rows<P: Prob, Q: Prob>(
         wq,
         residual,
         scratch,
+        sparse,
     } = buffers;
     for i in 0..out.num_accepted.len() {
         let b = first_row + i;
@@ -423,6 +427,23 @@ fn verify_rows<P: Prob, Q: Prob>(
                 };
                 if screening.accepted {
                     continue;
+                }
+                // Top-k on: p(x) and q(x) from a few candidates, exactly; the
+                // dense path only where they reject or do not apply.
+                if params.top_k > 0 {
+                    // p = 0 rejects whatever q is: then no need to look.
+                    let p =
+                        top_k_probability(target_row(t), params, x, sparse).filter(|&p| p > 0.0);
+                    let q = match (p, draft_row) {
+                        (None, _) => None,
+                        (Some(_), Some(row)) => top_k_probability(row, params, x, sparse),
+                        (Some(_), None) => Some(1.0),
+                    };
+                    if let (Some(p), Some(q)) = (p, q) {
+                        if is_accepted(p, q, uniforms.get(b, t)) {
+                            continue;
+                        }
+                    }
                 }
                 let total_p = transform(
                     LogitsRow {
