@@ -52,7 +52,8 @@ def verify_logits(
     position is usually proven accepted by a cheaper float32 pass with certified
     error bounds, and the float64 transform runs only where those bounds cannot
     decide (``u`` within about ``5e-4`` of ``p/q``, or a rejection): the tokens
-    are the same either way.
+    are the same either way. With top-k on, an accepted position computes the
+    ``exp`` of top-k's few candidates only, with the same results.
 
     The same transform is applied to the draft logits: the drafts must have been
     sampled from exactly that transformed draft distribution. Sampling the draft

@@ -14,6 +14,8 @@
 //! - `screen.rs` (unfiltered f16/f32 rows): one read of each row, an `f32`
 //!   `exp` and a certified bound on `sum(w)`, which proves most accepted
 //!   positions accepted without the exact pass;
+//! - `sparse.rs` (top-k rows): `p(x)` exactly from top-k's few candidates,
+//!   which decides accepted positions without the dense transform;
 //! - `exact.rs`: otherwise, the max, the float64 `exp` and the canonical sum
 //!   (`w` and `sum(w)`), then in this module the filters of `transform`,
 //!   whose thresholds come from `filters.rs` (selection among a few
