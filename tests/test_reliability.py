@@ -1,4 +1,5 @@
-"""No leaks over a million calls, and correct results in forked and spawned processes."""
+"""No leaks over a million calls (verify, verify_logits, verify_tree), and correct
+results in forked and spawned processes."""
 
 from __future__ import annotations
 
@@ -24,6 +25,13 @@ LEAK_SCRIPT = textwrap.dedent(
     q = rng.dirichlet(np.ones(50), size=(2, 3)).astype(np.float32)
     bad = p.copy()
     bad[0, 0, ids[0, 0]] = np.nan  # read by every call: a ValueError each time
+    # The same rows as logits (top-k on and off: both paths), and as a tree.
+    logits_p, logits_q = np.log(p), np.log(q)
+    bad_logits = logits_p.copy()
+    bad_logits[0, 0, 7] = np.nan  # row 0's first target row is always read
+    nodes = rng.integers(0, 50, size=(2, 4))
+    parents = np.array([-1, 0, 0, 1])
+    tree_q = rng.dirichlet(np.ones(50), size=(2, 4)).astype(np.float32)
 
     def rss_kb():
         with open("/proc/self/status") as status:
@@ -31,15 +39,21 @@ LEAK_SCRIPT = textwrap.dedent(
 
     def run(n_ok, n_bad):
         g = np.random.default_rng(1)
-        for _ in range(n_ok):
+        for i in range(n_ok):
             specaccept.verify(ids, p, q, rng=g)
+            specaccept.verify_logits(ids, logits_p, logits_q, top_k=5 * (i % 2), rng=g)
+            specaccept.verify_tree(nodes, parents, p, tree_q, rng=g)
         for _ in range(n_bad):
-            try:
-                specaccept.verify(ids, bad, q, rng=g)
-            except ValueError:
-                pass
-            else:
-                raise AssertionError("the bad call succeeded")
+            for call in (
+                lambda: specaccept.verify(ids, bad, q, rng=g),
+                lambda: specaccept.verify_logits(ids, bad_logits, logits_q, rng=g),
+            ):
+                try:
+                    call()
+                except ValueError:
+                    pass
+                else:
+                    raise AssertionError("the bad call succeeded")
 
     run(successes // 10, failures // 10)  # warm up: caches, allocator pools
     before = rss_kb()
