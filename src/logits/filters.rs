@@ -13,8 +13,15 @@ pub(super) fn kth_largest_block_max(w: &[f64], k: usize, buffer: &mut Vec<f64>) 
     }
     buffer.clear();
     buffer.extend(w.chunks(SUM_BLOCK).map(block_max));
-    let (_, kth, _) = buffer.select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-    *kth
+    kth_largest(buffer, k)
+}
+
+/// The `k`-th largest of `values` (`1 <= k <= len`), by selection; `values`
+/// is reordered.
+pub(super) fn kth_largest(values: &mut [f64], k: usize) -> f64 {
+    *values
+        .select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a))
+        .1
 }
 
 /// The max of non-negative weights (0 for none), in lanes so it vectorises.

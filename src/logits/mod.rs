@@ -34,7 +34,7 @@ use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, Ix1, Ix2};
 
 pub use exact::exact_pass;
 use exact::{row_exp_sum, row_max};
-use filters::{kth_largest_block_max, top_p_floor, top_p_threshold};
+use filters::{kth_largest, kth_largest_block_max, top_p_floor, top_p_threshold};
 pub use screen::screen_pass;
 use screen::{screened_accept, Screening};
 use sparse::{top_k_probability, SparseScratch};
@@ -183,10 +183,7 @@ fn transform<L: Prob>(
         if floor > 0.0 || params.top_k < scratch.candidates.len() {
             scratch.selection.clear();
             scratch.selection.extend_from_slice(&scratch.candidates);
-            let (_, kth, _) = scratch
-                .selection
-                .select_nth_unstable_by(params.top_k - 1, |a, b| b.total_cmp(a));
-            threshold = *kth;
+            threshold = kth_largest(&mut scratch.selection, params.top_k);
         }
     }
     // Top-p over what top-k kept: a growing sorted head until the mass is reached.
@@ -422,7 +419,7 @@ fn verify_rows<P: Prob, Q: Prob>(
             let inverse = 1.0 / params.temperature;
             for (t, &x) in ids.iter().enumerate() {
                 let draft_row = inputs.draft_logits.as_ref().map(|d| d.slice(s![b, t, ..]));
-                let screening = if screenable {
+                let mut screening = if screenable {
                     screened_accept(target_row(t), draft_row, x, inverse, uniforms.get(b, t))
                 } else {
                     Screening::default()
@@ -433,12 +430,18 @@ fn verify_rows<P: Prob, Q: Prob>(
                 // Top-k on: p(x) and q(x) from a few candidates, exactly; the
                 // dense path only where they reject or do not apply.
                 if params.top_k > 0 {
-                    // p = 0 rejects whatever q is: then no need to look.
-                    let p =
-                        top_k_probability(target_row(t), params, x, sparse).filter(|&p| p > 0.0);
+                    // p = 0 rejects whatever q is: then no need to look. The
+                    // rows' maxima serve the dense path if it runs.
+                    let look = top_k_probability(target_row(t), params, x, sparse);
+                    screening.target_max = look.max;
+                    let p = look.probability.filter(|&p| p > 0.0);
                     let q = match (p, draft_row) {
                         (None, _) => None,
-                        (Some(_), Some(row)) => top_k_probability(row, params, x, sparse),
+                        (Some(_), Some(row)) => {
+                            let look = top_k_probability(row, params, x, sparse);
+                            screening.draft_max = look.max;
+                            look.probability
+                        }
                         (Some(_), None) => Some(1.0),
                     };
                     if let (Some(p), Some(q)) = (p, q) {

@@ -21,7 +21,7 @@
 use ndarray::ArrayView1;
 
 use super::exact::{exact_weight, row_max};
-use super::filters::top_p_threshold;
+use super::filters::{kth_largest, top_p_threshold};
 use super::Params;
 use crate::sample::{self, BufferWeights, SUM_BLOCK};
 use crate::simd::{combine_lanes, SUM_LANES};
@@ -44,18 +44,31 @@ pub(super) struct SparseScratch {
     block_sums: Vec<f64>,
 }
 
-/// `p(x)` of a row with top-k on, exactly as the dense transform gives it,
-/// or `None` where the dense path must run.
+/// What the sparse path found in a row with top-k on.
+#[derive(Default)]
+pub(super) struct TopKLook {
+    /// The row's max, where it read the whole row and found it valid (the
+    /// dense path's `row_max` would give the same).
+    pub(super) max: Option<f64>,
+    /// `p(x)` exactly as the dense transform gives it, where the sparse path
+    /// applies (else the dense path must run).
+    pub(super) probability: Option<f64>,
+}
+
+/// [`TopKLook`] of `row` for token `x`.
 pub(super) fn top_k_probability<L: Prob>(
     row: ArrayView1<'_, L>,
     params: Params,
     x: usize,
     scratch: &mut SparseScratch,
-) -> Option<f64> {
-    let values = row.as_slice()?;
+) -> TopKLook {
+    let mut look = TopKLook::default();
+    let Some(values) = row.as_slice() else {
+        return look;
+    };
     let k = params.top_k;
     if k == 0 || k > values.len().div_ceil(SUM_BLOCK) {
-        return None;
+        return look;
     }
     // One pass: validity and the max of each block (and so of the row).
     scratch.block_maxima.clear();
@@ -70,15 +83,26 @@ pub(super) fn top_k_probability<L: Prob>(
         .iter()
         .fold(f64::NEG_INFINITY, |m, &v| m.max(v));
     if !valid || max == f64::NEG_INFINITY {
-        return None; // the dense path names the error
+        return look; // the dense path names the error
     }
+    look.max = Some(max);
+    look.probability = probability(values, params, x, max, scratch);
+    look
+}
+
+/// `p(x)` from top-k's candidates in a valid row of maximum `max`.
+fn probability<L: Prob>(
+    values: &[L],
+    params: Params,
+    x: usize,
+    max: f64,
+    scratch: &mut SparseScratch,
+) -> Option<f64> {
+    let k = params.top_k;
     let inverse = 1.0 / params.temperature;
     // The k-th largest logit: among those at least the k-th largest block
     // maximum (k blocks hold a logit that large), as in `filters`.
-    let (_, floor, _) = scratch
-        .block_maxima
-        .select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-    let floor = *floor;
+    let floor = kth_largest(&mut scratch.block_maxima, k);
     scratch.above.clear();
     for (i, l) in values.iter().enumerate() {
         let l = l.to_f64();
@@ -91,10 +115,7 @@ pub(super) fn top_k_probability<L: Prob>(
     }
     scratch.logits.clear();
     scratch.logits.extend(scratch.above.iter().map(|&(_, l)| l));
-    let (_, kth, _) = scratch
-        .logits
-        .select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-    let reach = (*kth - max) * inverse - 1e-13;
+    let reach = (kth_largest(&mut scratch.logits, k) - max) * inverse - 1e-13;
     // The candidates, x_i >= reach, and their exact weights, in index order.
     // x is non-decreasing in l: when the floor itself is below the reach, no
     // logit under the floor is a candidate, and the logits above it suffice.
@@ -131,10 +152,7 @@ pub(super) fn top_k_probability<L: Prob>(
     scratch
         .weights
         .extend(scratch.candidates.iter().map(|&(_, w)| w));
-    let (_, theta, _) = scratch
-        .weights
-        .select_nth_unstable_by(k - 1, |a, b| b.total_cmp(a));
-    let mut threshold = *theta;
+    let mut threshold = kth_largest(&mut scratch.weights, k);
     // Top-p over what top-k kept, in index order, as the dense path does.
     if params.top_p < 1.0 {
         scratch.weights.clear();
@@ -248,9 +266,10 @@ mod tests {
                 order[top_k],
                 next() as usize % len,
             ] {
-                if let Some(p) =
-                    top_k_probability(ArrayView1::from(&row[..]), params, x, &mut scratch)
-                {
+                let look = top_k_probability(ArrayView1::from(&row[..]), params, x, &mut scratch);
+                // The max the dense path then skips finding: its own.
+                assert_eq!(look.max, Some(row_max(&row).1), "case {case}");
+                if let Some(p) = look.probability {
                     let dense = dense_probability(&row, params, x);
                     assert_eq!(
                         p.to_bits(),
