@@ -6,6 +6,7 @@ target model exactly. The work runs in Rust over NumPy buffers read in place;
 :mod:`specaccept.reference` is the pure-Python oracle it matches token for token.
 """
 
+from ._errors import InputError
 from ._api import (
     RngLike,
     acceptance_mask,
@@ -36,6 +37,7 @@ __all__ = [
     "AcceptanceStats",
     "Drafter",
     "Generation",
+    "InputError",
     "LanguageModel",
     "RngLike",
     "TreeVerification",
