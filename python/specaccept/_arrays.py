@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import InputError
+
 __all__ = ["as_numpy", "like_converter"]
 
 # DLPack device types whose memory the CPU reads directly: CPU, CUDA pinned
@@ -41,11 +43,29 @@ _DEVICE_NAMES = {
 }
 
 
-def _device_type(x: Any) -> int:
-    device = getattr(x, "__dlpack_device__", None)
-    if device is None:
+def _device_type(x: Any, name: str) -> int:
+    """The DLPack device type of ``x`` (1, the CPU, when it does not say).
+
+    ``__dlpack_device__()`` must return ``(device_type, device_id)``, two ints;
+    anything else is a ``TypeError`` naming ``name``. An exception raised by the
+    object's own method propagates as it is.
+    """
+    method = getattr(x, "__dlpack_device__", None)
+    if method is None:
         return 1
-    return int(device()[0])
+    device = method() if callable(method) else method
+    if (
+        not callable(method)
+        or not isinstance(device, tuple)
+        or len(device) != 2
+        or not all(isinstance(v, (int, np.integer)) for v in device)
+        or any(isinstance(v, (bool, np.bool_)) for v in device)
+    ):
+        raise TypeError(
+            f"{name}: __dlpack_device__() must return (device_type, device_id), two ints, "
+            f"got {device!r:.80}"
+        )
+    return int(device[0])
 
 
 def as_numpy(x: Any, name: str) -> Any:
@@ -57,7 +77,7 @@ def as_numpy(x: Any, name: str) -> Any:
     if isinstance(x, np.ndarray):
         return x
     if hasattr(type(x), "__dlpack__"):
-        device = _device_type(x)
+        device = _device_type(x, name)
         if device not in _HOST_DEVICES:
             where = _DEVICE_NAMES.get(device, f"DLPack device type {device}")
             raise TypeError(
@@ -73,8 +93,16 @@ def as_numpy(x: Any, name: str) -> Any:
             ) from None
     if hasattr(x, "__array_interface__") or hasattr(x, "__array__") or _exports_buffer(x):
         # The buffer and array-interface protocols share memory; ``__array__``
-        # does when the object allows it.
-        return np.asarray(x)
+        # does when the object allows it. An interface without a data pointer
+        # makes NumPy allocate the whole described array: refused by name.
+        try:
+            return np.asarray(x)
+        except MemoryError as error:
+            raise InputError(
+                f"{name} describes an array NumPy cannot allocate ({error}); "
+                "pass an array backed by memory",
+                argument=name,
+            ) from None
     return x
 
 
@@ -98,7 +126,20 @@ def like_converter(like: Any) -> Callable[[np.ndarray], Any] | None:
         return torch.from_numpy
     namespace = getattr(like, "__array_namespace__", None)
     if namespace is not None:
-        return namespace().from_dlpack
+        # Checked up front, so an unusable like= fails before any work.
+        try:
+            from_dlpack = getattr(namespace(), "from_dlpack", None)
+        except Exception as error:
+            raise TypeError(
+                f"like: {type(like).__name__}.__array_namespace__() failed: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+        if not callable(from_dlpack):
+            raise TypeError(
+                f"like: the array namespace of {type(like).__name__} has no from_dlpack, "
+                "so results cannot be handed back in its framework"
+            )
+        return from_dlpack
     raise TypeError(
         "like must be None, a numpy.ndarray, a torch.Tensor or an array-API array "
         f"(JAX, CuPy, ...), got {type(like).__name__}"
