@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from ._errors import InputError
 
 __all__ = ["TreeVerification", "Verification"]
 
@@ -39,11 +43,40 @@ class Verification:
     @property
     def batch_size(self) -> int:
         """``B``, the number of rows."""
-        return int(self.num_accepted.shape[0])
+        shape = getattr(self.num_accepted, "shape", None)
+        if not isinstance(shape, tuple) or len(shape) != 1:
+            raise TypeError(
+                "num_accepted must be an array of shape [B], got "
+                f"{type(self.num_accepted).__name__} of shape {shape!r:.40}"
+            )
+        return int(shape[0])
 
     def tokens(self, row: int) -> npt.NDArray[np.int64]:
-        """The emitted tokens of ``row`` (a view of ``output_token_ids``, no padding)."""
-        return self.output_token_ids[row, : self.num_emitted[row]]
+        """The emitted tokens of ``row`` (a view of ``output_token_ids``, no padding).
+
+        ``row`` is an int in ``[-B, B)`` (negative rows count from the end).
+        """
+        if isinstance(row, (bool, np.bool_)) or not isinstance(row, (int, np.integer)):
+            raise TypeError(f"row must be an int, got {type(row).__name__}")
+        batch = self.batch_size
+        if not -batch <= int(row) < batch:
+            raise InputError(f"row {int(row)} is outside [0, B) with B = {batch}", argument="row")
+        b = int(row) % batch
+        shape = getattr(self.output_token_ids, "shape", None)
+        if not isinstance(shape, tuple) or len(shape) != 2 or int(shape[0]) != batch:
+            raise TypeError(
+                f"output_token_ids must be an array of shape [B, K+1] with B = {batch}, got "
+                f"{type(self.output_token_ids).__name__} of shape {shape!r:.40}"
+            )
+        n = _count(self.num_emitted, b, batch)
+        if not 0 <= n <= int(shape[1]):
+            raise InputError(
+                f"num_emitted[{b}] = {n} is outside [0, K+1] with K+1 = {int(shape[1])}",
+                argument="num_emitted",
+                index=(b,),
+                row=b,
+            )
+        return self.output_token_ids[b, :n]
 
     def to_lists(self) -> list[list[int]]:
         """The emitted tokens of every row, as Python lists."""
@@ -52,6 +85,9 @@ class Verification:
     @classmethod
     def empty(cls, batch_size: int, num_draft: int) -> Verification:
         """Buffers for ``B`` rows of ``K`` drafts, to pass as ``out=`` in a decoding loop.
+
+        A size that cannot be an array dimension is an :class:`~specaccept.InputError`;
+        buffers this process cannot allocate are a ``MemoryError`` naming the argument.
 
         Examples
         --------
@@ -65,12 +101,69 @@ class Verification:
             if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__}")
             if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
-        return cls(
-            np.full((batch_size, num_draft + 1), -1, dtype=np.int64),
-            np.zeros(batch_size, dtype=np.int64),
-            np.zeros(batch_size, dtype=np.int64),
+                raise InputError(f"{name} must be >= 0, got {value}", argument=name)
+        batch, width = int(batch_size), int(num_draft) + 1
+        for name, extent, what in (
+            ("batch_size", batch, "B"),
+            ("num_draft", width, "K + 1"),
+        ):
+            if extent > _MAX_BYTES:
+                raise InputError(
+                    f"{name} = {int(batch_size if name == 'batch_size' else num_draft)}: "
+                    f"{what} = {extent} is larger than the largest array dimension "
+                    f"({_MAX_BYTES})",
+                    argument=name,
+                )
+        # The [B] counts, then output_token_ids [B, K+1]: the first that does not
+        # fit names the argument its size comes from.
+        if batch * 8 > _MAX_BYTES:
+            raise _too_large("batch_size", batch)
+        if batch * width * 8 > _MAX_BYTES:
+            raise _too_large("num_draft", batch * width, batch_size=batch)
+        try:
+            num_accepted = np.zeros(batch, dtype=np.int64)
+            num_emitted = np.zeros(batch, dtype=np.int64)
+        except MemoryError:
+            raise _too_large("batch_size", batch) from None
+        try:
+            output_token_ids = np.full((batch, width), -1, dtype=np.int64)
+        except MemoryError:
+            raise _too_large("num_draft", batch * width, batch_size=batch) from None
+        return cls(output_token_ids, num_accepted, num_emitted)
+
+
+# The most bytes (and so the largest extent) one NumPy array can describe.
+_MAX_BYTES = sys.maxsize
+
+
+def _too_large(argument: str, values: int, batch_size: int | None = None) -> MemoryError:
+    size, unit = float(values * 8), "bytes"
+    for larger in ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if size < 1024.0:
+            break
+        size, unit = size / 1024.0, larger
+    shown = f"{int(size)} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+    rows = "" if batch_size is None else f" (batch_size = {batch_size})"
+    return MemoryError(
+        f"{argument}: needs a buffer of {values} values ({shown}){rows}, which cannot be allocated"
+    )
+
+
+def _count(counts: Any, b: int, batch: int) -> int:
+    """``counts[b]`` as an int (``counts`` a [B] array of any framework)."""
+    shape = getattr(counts, "shape", None)
+    if not isinstance(shape, tuple) or len(shape) != 1 or int(shape[0]) != batch:
+        raise TypeError(
+            f"num_emitted must be an array of shape [B] with B = {batch}, got "
+            f"{type(counts).__name__} of shape {shape!r:.40}"
         )
+    value = counts[b]
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(
+            f"num_emitted must hold integers, got {type(value).__name__} at row {b}"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
