@@ -15,6 +15,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ndarray::{s, Array1, Array2, Array3, Axis};
 use specaccept::chain::{self, ChainInputs, ChainOutputs, Greedy};
+use specaccept::error::RowErrors;
 use specaccept::logits;
 use specaccept::threads;
 use specaccept::view::{FloatView, IntView};
@@ -72,7 +73,7 @@ fn run(batch: &Batch, greedy: bool, out: &mut (Array2<i64>, Array1<i64>, Array1<
         num_accepted: out.1.view_mut(),
         num_emitted: out.2.view_mut(),
     };
-    chain::verify(&inputs, &mut outputs).expect("valid inputs");
+    chain::verify(&inputs, &mut outputs, RowErrors::Raise).expect("valid inputs");
 }
 
 fn verify(c: &mut Criterion) {

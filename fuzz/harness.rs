@@ -12,6 +12,7 @@ use ndarray::{s, Array1, Array2, Array3, ArrayView3, Axis};
 use specaccept::chain::{
     self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs,
 };
+use specaccept::error::RowErrors;
 use specaccept::logits::{self, LogitsInputs};
 use specaccept::rate;
 use specaccept::tree::{self, TreeInputs, TreeOutputs};
@@ -188,7 +189,7 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         greedy,
     };
     let mut out = Outputs::new(batch, k);
-    let verified = chain::verify(&inputs, &mut out.views()).is_ok();
+    let verified = chain::verify(&inputs, &mut out.views(), RowErrors::Raise).is_ok();
     if verified {
         let used: Vec<usize> = if flags & 8 == 0 {
             counts.iter().map(|&c| c as usize).collect()
@@ -198,7 +199,7 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         check_result(&ids, &used, vocab, &out);
         // Deterministic: the same inputs give the same bits.
         let mut again = Outputs::new(batch, k);
-        chain::verify(&inputs, &mut again.views()).expect("ran once");
+        chain::verify(&inputs, &mut again.views(), RowErrors::Raise).expect("ran once");
         assert_eq!(out.ids, again.ids);
     }
 
@@ -227,7 +228,7 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         greedy: Greedy::All(flags & 64 == 0),
     };
     let mut flat_out = Outputs::new(batch, k);
-    let _ = chain::verify_flat(&flat, &mut flat_out.views());
+    let _ = chain::verify_flat(&flat, &mut flat_out.views(), RowErrors::Raise);
 
     // Greedy on ids, and the acceptance rate of the same rows.
     let targets =
@@ -395,7 +396,7 @@ fn run_logits<P: FromF64, Q: FromF64>(
             recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
         };
         let mut out = Outputs::new(batch, k);
-        let result = logits::verify_logits(&inputs, &mut out.views()).map(|()| out);
+        let result = logits::verify_logits(&inputs, &mut out.views(), RowErrors::Raise).map(|()| out);
         result.map_err(|e| e.to_string())
     };
     let Ok(out) = run(&top_k) else {

@@ -8,9 +8,10 @@ use std::marker::PhantomData;
 
 use ndarray::{s, ArrayView1, ArrayView2, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2};
 
-use crate::error::CoreError;
+use crate::error::{CoreError, RowErrors};
+use crate::memory;
 use crate::rule::{check_gathered, check_uniform, is_accepted};
-use crate::sample::{self, ResidualWeights, RowAt, TargetWeights};
+use crate::sample::{self, ResidualWeights, RowAt, TargetWeights, SUM_BLOCK};
 use crate::threads;
 use crate::view::{FloatView, IntView, Prob};
 
@@ -52,7 +53,11 @@ pub struct ChainInputs<'a, P, Q> {
 /// the drafts of every row back to back, row `b` owning entries
 /// `start_b .. start_b + k_b` with `start_b = k_0 + .. + k_{b-1}`, and the bonus
 /// token given rather than sampled. Output rows have `K + 1 = max(k_b) + 1`
-/// entries.
+/// entries. A draft id of [`PLACEHOLDER_TOKEN_ID`] (`-1`, vLLM's padding of
+/// unused draft slots) ends its row's drafts there: the slots from it on are
+/// not read, and when every draft before it is accepted, the next token comes
+/// from the target's row at the placeholder's slot (sampled, or its argmax for
+/// a greedy row) instead of `bonus_token_ids`.
 pub struct FlatChainInputs<'a, P, Q> {
     /// `[T]` drafted tokens, `T = sum(k_b)`.
     pub draft_token_ids: IntView<'a, Ix1>,
@@ -291,7 +296,7 @@ impl<P: Prob, Q: Prob> FlatChainInputs<'_, P, Q> {
         let &[batch] = self.num_draft_tokens.shape() else {
             unreachable!("IntView<Ix1> has one axis")
         };
-        let mut starts = Vec::with_capacity(batch);
+        let mut starts = memory::with_capacity(batch, "num_draft_tokens")?;
         let mut total = 0usize;
         for b in 0..batch {
             let k = self.num_draft_tokens.get(b);
@@ -307,19 +312,26 @@ impl<P: Prob, Q: Prob> FlatChainInputs<'_, P, Q> {
         }
         Ok((starts, total))
     }
-}
 
-/// [`FlatChainInputs`] with its row starts worked out.
-struct Flat<'i, 'a, P, Q> {
-    inputs: &'i FlatChainInputs<'a, P, Q>,
-    starts: Vec<usize>,
-}
-
-impl<P: Prob, Q: Prob> Chain<P, Q> for Flat<'_, '_, P, Q> {
-    fn dims(&self) -> Result<ChainDims, CoreError> {
-        let i = self.inputs;
+    /// Checks every shape against `num_draft_tokens [B]` (`T` their sum) and
+    /// `target_probs [T, V]`; `K` is the largest count.
+    pub fn dims(&self) -> Result<ChainDims, CoreError> {
+        let i = self;
+        // The `[B]` arguments first: a cheap check before the walk over the counts.
+        let batch = i.num_draft_tokens.shape()[0];
+        expect_shape(
+            "bonus_token_ids",
+            i.bonus_token_ids.shape(),
+            &[batch],
+            "[B]",
+        )?;
+        if let Some(u) = &i.recovery_uniforms {
+            expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
+        }
+        if let Greedy::PerRow(g) = &i.greedy {
+            expect_shape("greedy", g.shape(), &[batch], "[B] or a scalar")?;
+        }
         let (_, total) = i.starts()?;
-        let batch = self.starts.len();
         let num_draft = (0..batch)
             .map(|b| i.num_draft_tokens.get(b) as usize)
             .max()
@@ -342,20 +354,8 @@ impl<P: Prob, Q: Prob> Chain<P, Q> for Flat<'_, '_, P, Q> {
         if let Some(q) = &i.draft_probs {
             expect_shape("draft_probs", q.shape(), &[total, vocab], "[T, V]")?;
         }
-        expect_shape(
-            "bonus_token_ids",
-            i.bonus_token_ids.shape(),
-            &[batch],
-            "[B]",
-        )?;
         if let Some(u) = &i.uniforms {
             expect_shape("uniforms", u.shape(), &[total], "[T]")?;
-        }
-        if let Some(u) = &i.recovery_uniforms {
-            expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
-        }
-        if let Greedy::PerRow(g) = &i.greedy {
-            expect_shape("greedy", g.shape(), &[batch], "[B] or a scalar")?;
         }
         Ok(ChainDims {
             batch,
@@ -363,11 +363,37 @@ impl<P: Prob, Q: Prob> Chain<P, Q> for Flat<'_, '_, P, Q> {
             vocab,
         })
     }
+}
+
+/// [`FlatChainInputs`] with its row starts worked out.
+struct Flat<'i, 'a, P, Q> {
+    inputs: &'i FlatChainInputs<'a, P, Q>,
+    starts: Vec<usize>,
+}
+
+/// vLLM's padding of draft slots: a draft id equal to it ends its row's drafts.
+pub const PLACEHOLDER_TOKEN_ID: i64 = -1;
+
+impl<P, Q> Flat<'_, '_, P, Q> {
+    /// Row `b`'s drafts: its slot up to the first [`PLACEHOLDER_TOKEN_ID`].
+    fn drafts(&self, b: usize) -> usize {
+        let slot = self.inputs.num_draft_tokens.get(b) as usize;
+        let start = self.starts[b];
+        (0..slot)
+            .position(|t| self.inputs.draft_token_ids.get(start + t) == PLACEHOLDER_TOKEN_ID)
+            .unwrap_or(slot)
+    }
+}
+
+impl<P: Prob, Q: Prob> Chain<P, Q> for Flat<'_, '_, P, Q> {
+    fn dims(&self) -> Result<ChainDims, CoreError> {
+        self.inputs.dims()
+    }
     fn is_greedy(&self, b: usize) -> bool {
         self.inputs.greedy.row(b)
     }
     fn draft_len(&self, b: usize, _dims: ChainDims) -> Result<usize, CoreError> {
-        Ok(self.inputs.num_draft_tokens.get(b) as usize)
+        Ok(self.drafts(b))
     }
     fn pos(&self, b: usize, t: usize) -> Pos {
         Pos::Flat {
@@ -397,19 +423,24 @@ impl<P: Prob, Q: Prob> Chain<P, Q> for Flat<'_, '_, P, Q> {
         self.inputs.recovery_uniforms.as_ref().map(|u| u.get(b))
     }
     fn bonus(&self, b: usize) -> Option<i64> {
-        Some(self.inputs.bonus_token_ids.get(b))
+        // Drafts cut short by a placeholder continue from the target's row
+        // after the last real draft; the given bonus follows the whole slot.
+        let slot = self.inputs.num_draft_tokens.get(b) as usize;
+        (self.drafts(b) == slot).then(|| self.inputs.bonus_token_ids.get(b))
     }
 }
 
 /// Chain verification of a batch (SPEC.md section 2). Large batches are
 /// split into runs of rows verified in parallel (see [`threads`]); the result
-/// is the same bits either way, and an error names the first bad row. On
-/// error the outputs hold partial results and must be discarded.
+/// is the same bits either way, and an error names the first bad row (or,
+/// isolating, each bad row's error is stored: see [`RowErrors`]). On error
+/// the outputs hold partial results and must be discarded.
 pub fn verify<P: Prob, Q: Prob>(
     inputs: &ChainInputs<'_, P, Q>,
     out: &mut ChainOutputs<'_>,
+    errors: RowErrors<'_>,
 ) -> Result<(), CoreError> {
-    run(inputs, out)
+    run(inputs, out, errors)
 }
 
 /// Chain verification of a batch in the flat layout ([`FlatChainInputs`]):
@@ -418,17 +449,20 @@ pub fn verify<P: Prob, Q: Prob>(
 pub fn verify_flat<P: Prob, Q: Prob>(
     inputs: &FlatChainInputs<'_, P, Q>,
     out: &mut ChainOutputs<'_>,
+    errors: RowErrors<'_>,
 ) -> Result<(), CoreError> {
     let (starts, _) = inputs.starts()?;
-    run(&Flat { inputs, starts }, out)
+    run(&Flat { inputs, starts }, out, errors)
 }
 
 fn run<P: Prob, Q: Prob, C: Chain<P, Q>>(
     chain: &C,
     out: &mut ChainOutputs<'_>,
+    errors: RowErrors<'_>,
 ) -> Result<(), CoreError> {
     let dims = chain.dims()?;
     check_outputs(out, dims.batch, dims.num_draft)?;
+    errors.check(dims.batch)?;
     // Every row reads at least one row of V (bonus or residual); a greedy row
     // reads up to K + 1 of them.
     let rows_read: usize = (0..dims.batch)
@@ -447,8 +481,10 @@ fn run<P: Prob, Q: Prob, C: Chain<P, Q>>(
     };
     threads::in_runs(
         rows_read.saturating_mul(dims.vocab),
-        out,
-        |first_row, mut part| verify_rows(chain, dims, first_row, &mut part),
+        (out, errors),
+        |first_row, (mut part, mut errors)| {
+            verify_rows(chain, dims, first_row, &mut part, &mut errors)
+        },
     )
 }
 
@@ -458,14 +494,34 @@ fn verify_rows<P: Prob, Q: Prob, C: Chain<P, Q>>(
     dims: ChainDims,
     first_row: usize,
     out: &mut ChainOutputs<'_>,
+    errors: &mut RowErrors<'_>,
 ) -> Result<(), CoreError> {
-    let mut scratch = Vec::new();
+    let mut scratch = memory::with_capacity(dims.vocab.div_ceil(SUM_BLOCK), "target_probs")?;
     for (i, mut row) in out.output_token_ids.rows_mut().into_iter().enumerate() {
-        let n = verify_row(chain, dims, first_row + i, &mut row, &mut scratch)?;
-        out.num_accepted[i] = n as i64;
-        out.num_emitted[i] = n as i64 + 1;
+        let b = first_row + i;
+        let n = match verify_row(chain, dims, b, &mut row, &mut scratch) {
+            Ok(n) => n as i64,
+            Err(error) => {
+                errors.record(i, error.in_row(b))?;
+                row.fill(-1);
+                out.num_accepted[i] = 0;
+                out.num_emitted[i] = 0;
+                continue;
+            }
+        };
+        out.num_accepted[i] = n;
+        out.num_emitted[i] = n + 1;
     }
     Ok(())
+}
+
+/// Marks the rows of `out` whose errors were isolated (`-1` tokens, 0
+/// accepted, 0 emitted). Rows verified by the kernels are marked as they fail;
+/// this serves rows refused before (see the binding).
+pub fn mark_failed(out: &mut ChainOutputs<'_>, b: usize) {
+    out.output_token_ids.row_mut(b).fill(-1);
+    out.num_accepted[b] = 0;
+    out.num_emitted[b] = 0;
 }
 
 /// A token id, checked against `[0, V)`.
@@ -625,11 +681,11 @@ pub(crate) fn argmax_of<P: Prob>(row: ArrayView1<'_, P>, at: RowAt) -> Result<us
 }
 
 pub(crate) fn zero_row(at: RowAt) -> CoreError {
-    CoreError::Value {
-        arg: at.arg,
-        index: at.pos.index(),
-        message: "sums to 0, but a token must be sampled from it".to_string(),
-    }
+    CoreError::value(
+        at.arg,
+        &at.pos.index(),
+        "sums to 0, but a token must be sampled from it".to_string(),
+    )
 }
 
 /// A draw from `p` (with `excluded` zeroed: the one-hot residual); `None` if it sums to 0.
@@ -736,21 +792,29 @@ pub struct GreedyIdsInputs<'a> {
     pub num_draft_tokens: Option<IntView<'a, Ix1>>,
 }
 
+impl GreedyIdsInputs<'_> {
+    /// Checks every shape against `draft_token_ids [B, K]`; returns `(B, K)`.
+    pub fn dims(&self) -> Result<(usize, usize), CoreError> {
+        let &[batch, num_draft] = self.draft_token_ids.shape() else {
+            return Err(CoreError::shape("draft_token_ids", "must be 2-D [B, K]"));
+        };
+        expect_shape(
+            "target_token_ids",
+            self.target_token_ids.shape(),
+            &[batch, num_draft + 1],
+            "[B, K+1] with B, K from draft_token_ids",
+        )?;
+        check_counts_shape(self.num_draft_tokens.as_ref(), batch)?;
+        Ok((batch, num_draft))
+    }
+}
+
 /// Greedy verification on ids: integer compares and a prefix scan.
 pub fn verify_greedy(
     inputs: &GreedyIdsInputs<'_>,
     out: &mut ChainOutputs<'_>,
 ) -> Result<(), CoreError> {
-    let &[batch, num_draft] = inputs.draft_token_ids.shape() else {
-        return Err(CoreError::shape("draft_token_ids", "must be 2-D [B, K]"));
-    };
-    expect_shape(
-        "target_token_ids",
-        inputs.target_token_ids.shape(),
-        &[batch, num_draft + 1],
-        "[B, K+1] with B, K from draft_token_ids",
-    )?;
-    check_counts_shape(inputs.num_draft_tokens.as_ref(), batch)?;
+    let (batch, num_draft) = inputs.dims()?;
     check_outputs(out, batch, num_draft)?;
     let (drafts, targets) = (&inputs.draft_token_ids, &inputs.target_token_ids);
     for b in 0..batch {
@@ -836,7 +900,7 @@ mod tests {
             recovery_uniforms: Some(FloatView::F64(ru.view())),
             greedy: Greedy::All(false),
         };
-        verify(&inputs, &mut out.views())?;
+        verify(&inputs, &mut out.views(), RowErrors::Raise)?;
         Ok(out)
     }
 
@@ -906,7 +970,7 @@ mod tests {
             recovery_uniforms: Some(FloatView::F64(ru.view())),
             greedy: Greedy::All(false),
         };
-        verify(&inputs, &mut out.views()).unwrap();
+        verify(&inputs, &mut out.views(), RowErrors::Raise).unwrap();
         assert_eq!(out.ids, contiguous.ids);
         assert_eq!(out.accepted, contiguous.accepted);
     }
@@ -940,7 +1004,7 @@ mod tests {
                 recovery_uniforms: Some(FloatView::F64(ru.view())),
                 greedy: Greedy::PerRow(greedy.view()),
             };
-            verify(&inputs, &mut out.views()).map(|()| out)
+            verify(&inputs, &mut out.views(), RowErrors::Raise).map(|()| out)
         };
         let one = verify_with(1, &p).unwrap();
         let many = verify_with(3, &p).unwrap();
@@ -975,7 +1039,7 @@ mod tests {
             recovery_uniforms: None,
             greedy: Greedy::All(true),
         };
-        verify(&inputs, &mut out.views()).unwrap();
+        verify(&inputs, &mut out.views(), RowErrors::Raise).unwrap();
         assert_eq!(out.ids, array![[1, 0, -1]], "mismatch at 1: emit argmax 0");
     }
 

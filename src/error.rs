@@ -1,5 +1,6 @@
-//! The one error type of the core. The binding maps every variant to a Python
-//! exception (`ValueError`); dtype errors never reach the core.
+//! The one error type of the core. The binding maps `Shape` and `Value` to
+//! `specaccept.InputError` (a `ValueError` carrying the argument, the index and
+//! the batch row) and `Memory` to `MemoryError`; dtype errors never reach the core.
 
 use std::fmt;
 
@@ -13,7 +14,13 @@ pub enum CoreError {
         arg: &'static str,
         index: Vec<usize>,
         message: String,
+        /// The batch row the value belongs to, set by the row loop that read it
+        /// ([`CoreError::in_row`]); `None` outside a row (a scalar argument).
+        row: Option<usize>,
     },
+    /// A buffer sized from `arg` cannot be allocated (the request is refused
+    /// before anything is written; see `memory`).
+    Memory { arg: &'static str, message: String },
 }
 
 impl CoreError {
@@ -29,13 +36,40 @@ impl CoreError {
             arg,
             index: index.to_vec(),
             message: message.into(),
+            row: None,
+        }
+    }
+
+    /// This error, found while verifying batch row `b` (a `Value` error gets its row).
+    pub fn in_row(mut self, b: usize) -> Self {
+        if let CoreError::Value { row, .. } = &mut self {
+            row.get_or_insert(b);
+        }
+        self
+    }
+
+    /// The batch row of a `Value` error found in a row.
+    pub fn row(&self) -> Option<usize> {
+        match self {
+            CoreError::Value { row, .. } => *row,
+            _ => None,
+        }
+    }
+
+    /// The index of the bad value (`Value` errors), empty otherwise.
+    pub fn index(&self) -> &[usize] {
+        match self {
+            CoreError::Value { index, .. } => index,
+            _ => &[],
         }
     }
 
     /// The argument the error is about, as named in the Python API.
     pub fn arg(&self) -> &'static str {
         match self {
-            CoreError::Shape { arg, .. } | CoreError::Value { arg, .. } => arg,
+            CoreError::Shape { arg, .. }
+            | CoreError::Value { arg, .. }
+            | CoreError::Memory { arg, .. } => arg,
         }
     }
 }
@@ -43,11 +77,14 @@ impl CoreError {
 impl fmt::Display for CoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            CoreError::Shape { arg, message } => write!(f, "{arg}: {message}"),
+            CoreError::Shape { arg, message } | CoreError::Memory { arg, message } => {
+                write!(f, "{arg}: {message}")
+            }
             CoreError::Value {
                 arg,
                 index,
                 message,
+                ..
             } => {
                 write!(f, "{arg}[")?;
                 for (i, ix) in index.iter().enumerate() {
@@ -63,6 +100,41 @@ impl fmt::Display for CoreError {
 }
 
 impl std::error::Error for CoreError {}
+
+/// What a bad row does to a batch (`errors=` in Python).
+pub enum RowErrors<'a> {
+    /// The call fails with the first bad row's error; the outputs are then
+    /// unspecified.
+    Raise,
+    /// Row `b`'s value error is stored at `[b]` (its row of the outputs marked:
+    /// `-1` tokens, 0 accepted, 0 emitted) and the other rows are verified as in
+    /// a batch without it. Shape and memory errors still fail the call.
+    Isolate(&'a mut [Option<CoreError>]),
+}
+
+impl RowErrors<'_> {
+    /// Handles row `i`'s error: `Ok` when it was isolated, else the error.
+    pub(crate) fn record(&mut self, i: usize, error: CoreError) -> Result<(), CoreError> {
+        match (self, &error) {
+            (RowErrors::Isolate(slots), CoreError::Value { .. }) => {
+                slots[i] = Some(error);
+                Ok(())
+            }
+            _ => Err(error),
+        }
+    }
+
+    /// Checks an isolating slice against the batch.
+    pub(crate) fn check(&self, batch: usize) -> Result<(), CoreError> {
+        match self {
+            RowErrors::Isolate(slots) if slots.len() != batch => Err(CoreError::shape(
+                "errors",
+                format!("has {} slots for a batch of {batch} rows", slots.len()),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
 
 /// Formats a float the way Python's `repr` does for the common cases
 /// (`nan`, `inf`, `-inf`, `0.5`), so messages read the same from both sides.

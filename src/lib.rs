@@ -22,6 +22,7 @@
 pub mod chain;
 pub mod error;
 pub mod logits;
+pub mod memory;
 pub mod rate;
 pub mod rule;
 pub mod sample;

@@ -6,15 +6,16 @@
 use half::f16;
 use ndarray::{ArrayD, ArrayView, ArrayView1, ArrayView2, Axis, Dimension, Ix1, Ix2, Ix3, IxDyn};
 use numpy::{
-    dtype, Element, PyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods,
+    dtype, npyffi, Element, PyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods,
     PyUntypedArray, PyUntypedArrayMethods,
 };
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBool;
+use pyo3::IntoPyObjectExt;
+use pyo3::types::{PyBool, PyList};
 
 use crate::chain::{self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs};
-use crate::error::CoreError;
+use crate::error::{CoreError, RowErrors};
 use crate::logits::{self, LogitsInputs};
 use crate::rate;
 use crate::rule;
@@ -24,7 +25,79 @@ use crate::view::{FloatView, IntView, Prob};
 
 impl From<CoreError> for PyErr {
     fn from(err: CoreError) -> PyErr {
-        PyValueError::new_err(err.to_string())
+        Python::attach(|py| py_error(py, &err))
+    }
+}
+
+/// `specaccept.InputError` (a `ValueError` naming the argument, the index and
+/// the batch row) for a shape or value error; `MemoryError` for a buffer too
+/// large.
+fn py_error(py: Python<'_>, err: &CoreError) -> PyErr {
+    if let CoreError::Memory { .. } = err {
+        return PyMemoryError::new_err(err.to_string());
+    }
+    let index = match err {
+        CoreError::Value { .. } => Some(err.index().to_vec()),
+        _ => None,
+    };
+    // Every value error of a batched argument is in the row its index starts
+    // with, or the one the row loop named (the flat layout's requests).
+    let row = err.row().or_else(|| match err.arg() {
+        "n" => None,
+        _ => index.as_ref().and_then(|i| i.first().copied()),
+    });
+    let made = py
+        .import("specaccept._errors")
+        .and_then(|m| m.getattr("InputError"))
+        .and_then(|class| class.call1((err.to_string(), err.arg(), index, row)));
+    match made {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(_) => PyValueError::new_err(err.to_string()),
+    }
+}
+
+/// A fresh zeroed array of `shape`, or a `MemoryError` naming `arg`
+/// (and where its size comes from) when it cannot be allocated. Shapes are
+/// validated against the inputs before this is called.
+fn zeros<'py, T: Element, D: Dimension>(
+    py: Python<'py>,
+    shape: &[usize],
+    arg: &str,
+    sized_by: &str,
+) -> PyResult<Bound<'py, PyArray<T, D>>> {
+    let too_large = |bytes: f64| {
+        PyMemoryError::new_err(format!(
+            "{arg}: an output of shape {shape:?} ({}) cannot be allocated; its size comes from {sized_by}",
+            crate::memory::show_bytes(bytes)
+        ))
+    };
+    let elements = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    let size = std::mem::size_of::<T>();
+    let bytes = shape.iter().map(|&d| d as f64).product::<f64>() * size as f64;
+    match elements.and_then(|n| n.checked_mul(size)) {
+        Some(b) if b <= isize::MAX as usize => {}
+        _ => return Err(too_large(bytes)),
+    }
+    let mut dims: Vec<npyffi::npy_intp> = shape.iter().map(|&d| d as npyffi::npy_intp).collect();
+    // SAFETY: `dims` holds `shape.len()` extents whose product fits in isize;
+    // PyArray_Zeros steals the dtype reference and returns a new reference or
+    // null with a Python error set.
+    let made = unsafe {
+        let ptr = npyffi::PY_ARRAY_API.PyArray_Zeros(
+            py,
+            shape.len() as std::os::raw::c_int,
+            dims.as_mut_ptr(),
+            dtype::<T>(py).into_dtype_ptr(),
+            0,
+        );
+        Bound::from_owned_ptr_or_err(py, ptr)
+    };
+    match made {
+        Ok(array) => Ok(array.cast_into::<PyArray<T, D>>()?),
+        Err(e) if e.is_instance_of::<PyMemoryError>(py) || e.is_instance_of::<PyValueError>(py) => {
+            Err(too_large(bytes))
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -195,14 +268,37 @@ fn byte_span(arr: &Bound<'_, PyUntypedArray>) -> Option<(isize, isize)> {
     let start = unsafe { (*arr.as_array_ptr()).data } as isize;
     let (mut first, mut last) = (start, start);
     for (&extent, &stride) in arr.shape().iter().zip(arr.strides()) {
-        let reach = (extent as isize - 1) * stride;
+        // Saturating: a crafted view's reach past the address space covers all.
+        let reach = (extent as isize - 1).saturating_mul(stride);
         if reach < 0 {
-            first += reach;
+            first = first.saturating_add(reach);
         } else {
-            last += reach;
+            last = last.saturating_add(reach);
         }
     }
-    Some((first, last + arr.dtype().itemsize() as isize - 1))
+    Some((first, last.saturating_add(arr.dtype().itemsize() as isize - 1)))
+}
+
+/// Whether two elements of `arr` share bytes (a stride-0 or crafted view):
+/// with the axes in order of stride, each stride must step past everything
+/// the smaller ones reach. Conservative: an exotic interleaving is refused too.
+fn overlaps_itself(arr: &Bound<'_, PyUntypedArray>) -> bool {
+    let mut axes: Vec<(usize, usize)> = arr
+        .shape()
+        .iter()
+        .zip(arr.strides())
+        .filter(|(&extent, _)| extent > 1)
+        .map(|(&extent, &stride)| (extent, stride.unsigned_abs()))
+        .collect();
+    axes.sort_by_key(|&(_, stride)| stride);
+    let mut reach = arr.dtype().itemsize();
+    for (extent, stride) in axes {
+        if stride < reach {
+            return true;
+        }
+        reach = stride.saturating_mul(extent - 1).saturating_add(reach);
+    }
+    false
 }
 
 /// The bytes a named argument occupies, for the overlap checks of `out`.
@@ -238,12 +334,19 @@ fn out_array<'py, 'a, D: Dimension>(
             "{name} is read-only; outputs need writeable buffers"
         )));
     }
+    if overlaps_itself(arr) {
+        return Err(PyValueError::new_err(format!(
+            "{name} has elements that share memory (a stride-0 or overlapping view); outputs need one element per value"
+        )));
+    }
     Ok(arr.cast::<PyArray<i64, D>>()?.clone())
 }
 
 /// The output buffers: the caller's (`out`, a tuple `(output_token_ids,
 /// num_accepted, num_emitted or None)`) or fresh ones. `inputs` are the
-/// arguments the outputs must not overlap. Shapes are checked by the core.
+/// arguments the outputs must not overlap. Called once the inputs' shapes
+/// are validated (so `batch`, `num_draft` are consistent); the shapes of the
+/// caller's buffers are checked by the core.
 fn outputs<'py>(
     py: Python<'py>,
     batch: usize,
@@ -251,11 +354,12 @@ fn outputs<'py>(
     out: Option<&Bound<'py, PyAny>>,
     inputs: &[(&str, Option<&Bound<'py, PyAny>>)],
 ) -> PyResult<ChainResult<'py>> {
+    let sized_by = "draft_token_ids [B, K] (output_token_ids is [B, K+1])";
     let Some(out) = out.filter(|o| !o.is_none()) else {
         return Ok((
-            PyArray2::<i64>::zeros(py, [batch, num_draft + 1], false),
-            PyArray1::<i64>::zeros(py, [batch], false),
-            PyArray1::<i64>::zeros(py, [batch], false),
+            zeros(py, &[batch, num_draft + 1], "output_token_ids", sized_by)?,
+            zeros(py, &[batch], "num_accepted", sized_by)?,
+            zeros(py, &[batch], "num_emitted", sized_by)?,
         ));
     };
     let (ids, accepted, emitted): (
@@ -278,18 +382,30 @@ fn outputs<'py>(
     let accepted = out_array::<Ix1>(&accepted, "out.num_accepted", &mut taken)?;
     let emitted = match emitted.filter(|e| !e.is_none()) {
         Some(e) => out_array::<Ix1>(&e, "out.num_emitted", &mut taken)?,
-        None => PyArray1::<i64>::zeros(py, [batch], false),
+        None => zeros(py, &[batch], "num_emitted", sized_by)?,
     };
     Ok((ids, accepted, emitted))
 }
 
-/// Runs `work` on the output buffers with the GIL released.
+/// The outputs returned to Python: the three arrays, and with `isolate` the
+/// bad rows as a list of `(row, InputError)`.
+type ChainReturn<'py> = (ChainResult<'py>, Option<Bound<'py, PyList>>);
+
+/// Runs `work` on the output buffers with the GIL released, isolating bad
+/// rows when asked (see `RowErrors`).
 fn with_outputs<'py>(
     py: Python<'py>,
     buffers: ChainResult<'py>,
-    work: impl FnOnce(&mut ChainOutputs<'_>) -> Result<(), CoreError> + Send,
-) -> PyResult<ChainResult<'py>> {
+    isolate: bool,
+    work: impl FnOnce(&mut ChainOutputs<'_>, RowErrors<'_>) -> Result<(), CoreError> + Send,
+) -> PyResult<ChainReturn<'py>> {
     let (ids, accepted, emitted) = buffers;
+    let batch = accepted.len();
+    let mut slots: Vec<Option<CoreError>> = Vec::new();
+    if isolate {
+        crate::memory::reserve(&mut slots, batch, "draft_token_ids")?;
+        slots.resize(batch, None);
+    }
     {
         // SAFETY: fresh arrays, or caller buffers that `outputs` checked to be
         // writeable, aligned int64 and disjoint from each other and every input.
@@ -300,9 +416,25 @@ fn with_outputs<'py>(
                 num_emitted: emitted.as_array_mut(),
             }
         };
-        py.detach(|| work(&mut out))?;
+        let errors = if isolate {
+            RowErrors::Isolate(&mut slots)
+        } else {
+            RowErrors::Raise
+        };
+        py.detach(|| work(&mut out, errors))?;
     }
-    Ok((ids, accepted, emitted))
+    let bad = if isolate {
+        let list = PyList::empty(py);
+        for (b, error) in slots.iter().enumerate() {
+            if let Some(error) = error {
+                list.append((b, py_error(py, error).into_value(py)))?;
+            }
+        }
+        Some(list)
+    } else {
+        None
+    };
+    Ok(((ids, accepted, emitted), bad))
 }
 
 /// Monomorphizes `$run!(p, q)` for every pair of target and draft dtypes: `p`
@@ -326,6 +458,33 @@ macro_rules! each_dtype_pair {
     };
 }
 
+/// Where the outputs go: the caller's `out` (checked against the `inputs`
+/// it must not overlap) or fresh arrays, allocated once the inputs' shapes
+/// are validated; and whether bad rows are isolated.
+struct OutPlan<'a, 'py> {
+    out: Option<&'a Bound<'py, PyAny>>,
+    inputs: Vec<(&'static str, Option<&'a Bound<'py, PyAny>>)>,
+    isolate: bool,
+}
+
+impl<'py> OutPlan<'_, 'py> {
+    /// Allocates (or checks) the outputs of a `[B, K]` batch and runs `work`.
+    fn run(
+        &self,
+        py: Python<'py>,
+        batch: usize,
+        num_draft: usize,
+        work: impl FnOnce(&mut ChainOutputs<'_>, RowErrors<'_>) -> Result<(), CoreError> + Send,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let buffers = outputs(py, batch, num_draft, self.out, &self.inputs)?;
+        let (arrays, bad) = with_outputs(py, buffers, self.isolate, work)?;
+        match bad {
+            Some(bad) => (arrays.0, arrays.1, arrays.2, bad).into_bound_py_any(py),
+            None => arrays.into_bound_py_any(py),
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_chain<'py, 'a, P: Prob, Q: Prob>(
     py: Python<'py>,
@@ -336,8 +495,8 @@ fn run_chain<'py, 'a, P: Prob, Q: Prob>(
     uniforms: Option<FloatView<'a, Ix2>>,
     recovery_uniforms: Option<FloatView<'a, Ix1>>,
     greedy: Greedy<'a>,
-    buffers: ChainResult<'py>,
-) -> PyResult<ChainResult<'py>> {
+    plan: &OutPlan<'_, 'py>,
+) -> PyResult<Bound<'py, PyAny>> {
     let inputs = ChainInputs {
         draft_token_ids,
         target_probs,
@@ -347,7 +506,10 @@ fn run_chain<'py, 'a, P: Prob, Q: Prob>(
         recovery_uniforms,
         greedy,
     };
-    with_outputs(py, buffers, |out| chain::verify(&inputs, out))
+    let dims = inputs.dims()?;
+    plan.run(py, dims.batch, dims.num_draft, |out, errors| {
+        chain::verify(&inputs, out, errors)
+    })
 }
 
 /// Chain verification (see `specaccept.verify`); every argument already normalised:
@@ -355,9 +517,10 @@ fn run_chain<'py, 'a, P: Prob, Q: Prob>(
 /// `draws`, float64 `[B*K + B]`: the uniforms then the recovery uniforms, as one
 /// Generator call returns them), `greedy` a bool or a bool array `[B]`, `out`
 /// None or `(output_token_ids, num_accepted, num_emitted or None)`. Returns
-/// `(output_token_ids, num_accepted, num_emitted)`.
+/// `(output_token_ids, num_accepted, num_emitted)`, and with `isolate` a fourth
+/// item: the bad rows as a list of `(row, InputError)`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_probs, draft_probs, num_draft_tokens, uniforms, recovery_uniforms, greedy, out=None, draws=None))]
+#[pyo3(signature = (draft_token_ids, target_probs, draft_probs, num_draft_tokens, uniforms, recovery_uniforms, greedy, out=None, draws=None, isolate=false))]
 #[allow(clippy::too_many_arguments)]
 fn verify<'py>(
     py: Python<'py>,
@@ -370,7 +533,8 @@ fn verify<'py>(
     greedy: &Bound<'py, PyAny>,
     out: Option<&Bound<'py, PyAny>>,
     draws: Option<&Bound<'py, PyAny>>,
-) -> PyResult<ChainResult<'py>> {
+    isolate: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let target = FloatArg::<Ix3>::extract(target_probs, "target_probs")?;
     let draft = optional(draft_probs, |o| FloatArg::<Ix3>::extract(o, "draft_probs"))?;
@@ -386,12 +550,9 @@ fn verify<'py>(
     let &[batch, num_draft] = ids.view().shape() else {
         return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
     };
-    let buffers = outputs(
-        py,
-        batch,
-        num_draft,
+    let plan = OutPlan {
         out,
-        &[
+        inputs: vec![
             ("draft_token_ids", Some(draft_token_ids)),
             ("target_probs", Some(target_probs)),
             ("draft_probs", draft_probs),
@@ -400,7 +561,8 @@ fn verify<'py>(
             ("recovery_uniforms", recovery_uniforms),
             ("greedy", Some(greedy)),
         ],
-    )?;
+        isolate,
+    };
     let (ids, counts) = (ids.view(), counts.as_ref().map(IntArg::view));
     let draws = optional(draws, |o| {
         ndarray_arg::<Ix1>(o, "draws").and_then(|a| borrow(a, "draws"))
@@ -418,7 +580,7 @@ fn verify<'py>(
 
     macro_rules! run {
         ($p:expr, $q:expr) => {
-            run_chain(py, ids, $p, $q, counts, u, ru, greedy_view, buffers)
+            run_chain(py, ids, $p, $q, counts, u, ru, greedy_view, &plan)
         };
     }
     each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, run)
@@ -430,11 +592,11 @@ fn split_draws(
     batch: usize,
     num_draft: usize,
 ) -> PyResult<(ArrayView2<'_, f64>, ArrayView1<'_, f64>)> {
-    let split = batch * num_draft;
-    if draws.len() != split + batch {
+    let split = batch.saturating_mul(num_draft);
+    if Some(draws.len()) != split.checked_add(batch) {
         return Err(PyValueError::new_err(format!(
             "draws must hold B*K + B = {} values, got {}",
-            split + batch,
+            split.saturating_add(batch),
             draws.len()
         )));
     }
@@ -472,7 +634,7 @@ impl<'py> GreedyArg<'py> {
 /// `draft_probs [T, V]` or None, `bonus_token_ids [B]`, `uniforms [T]`,
 /// `recovery_uniforms [B]`. Output rows have `max(num_draft_tokens) + 1` entries.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, num_draft_tokens, target_probs, draft_probs, bonus_token_ids, uniforms, recovery_uniforms, greedy, out=None))]
+#[pyo3(signature = (draft_token_ids, num_draft_tokens, target_probs, draft_probs, bonus_token_ids, uniforms, recovery_uniforms, greedy, out=None, isolate=false))]
 #[allow(clippy::too_many_arguments)]
 fn verify_flat<'py>(
     py: Python<'py>,
@@ -485,7 +647,8 @@ fn verify_flat<'py>(
     recovery_uniforms: Option<&Bound<'py, PyAny>>,
     greedy: &Bound<'py, PyAny>,
     out: Option<&Bound<'py, PyAny>>,
-) -> PyResult<ChainResult<'py>> {
+    isolate: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let ids = IntArg::<Ix1>::extract(draft_token_ids, "draft_token_ids")?;
     let counts = IntArg::<Ix1>::extract(num_draft_tokens, "num_draft_tokens")?;
     let target = FloatArg::<Ix2>::extract(target_probs, "target_probs")?;
@@ -497,17 +660,9 @@ fn verify_flat<'py>(
     })?;
     let greedy_rows = GreedyArg::extract(greedy)?;
     let counts_view = counts.view();
-    let batch = counts_view.shape()[0];
-    let num_draft = (0..batch)
-        .map(|b| counts_view.get(b).max(0) as usize)
-        .max()
-        .unwrap_or(0);
-    let buffers = outputs(
-        py,
-        batch,
-        num_draft,
+    let plan = OutPlan {
         out,
-        &[
+        inputs: vec![
             ("draft_token_ids", Some(draft_token_ids)),
             ("num_draft_tokens", Some(num_draft_tokens)),
             ("target_probs", Some(target_probs)),
@@ -517,7 +672,8 @@ fn verify_flat<'py>(
             ("recovery_uniforms", recovery_uniforms),
             ("greedy", Some(greedy)),
         ],
-    )?;
+        isolate,
+    };
     macro_rules! run {
         ($p:expr, $q:expr) => {{
             let inputs = FlatChainInputs {
@@ -530,7 +686,10 @@ fn verify_flat<'py>(
                 recovery_uniforms: ru.as_ref().map(FloatArg::view),
                 greedy: greedy_rows.view(),
             };
-            with_outputs(py, buffers, |out| chain::verify_flat(&inputs, out))
+            let dims = inputs.dims()?;
+            plan.run(py, dims.batch, dims.num_draft, |out, errors| {
+                chain::verify_flat(&inputs, out, errors)
+            })
         }};
     }
     each_dtype_pair!(&target, &draft, ArrayView2<'_, f64>, run)
@@ -539,7 +698,7 @@ fn verify_flat<'py>(
 /// Verification from logits (see `specaccept.verify_logits`); `temperature`,
 /// `top_k`, `top_p` already broadcast to `[B]`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms))]
+#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms, isolate=false))]
 #[allow(clippy::too_many_arguments)]
 fn verify_logits<'py>(
     py: Python<'py>,
@@ -552,7 +711,8 @@ fn verify_logits<'py>(
     num_draft_tokens: Option<&Bound<'py, PyAny>>,
     uniforms: Option<&Bound<'py, PyAny>>,
     recovery_uniforms: Option<&Bound<'py, PyAny>>,
-) -> PyResult<ChainResult<'py>> {
+    isolate: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let target = FloatArg::<Ix3>::extract(target_logits, "target_logits")?;
     let draft = optional(draft_logits, |o| {
@@ -568,10 +728,11 @@ fn verify_logits<'py>(
     let ru = optional(recovery_uniforms, |o| {
         FloatArg::<Ix1>::extract(o, "recovery_uniforms")
     })?;
-    let &[batch, num_draft] = ids.view().shape() else {
-        return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
+    let plan = OutPlan {
+        out: None,
+        inputs: Vec::new(),
+        isolate,
     };
-    let buffers = outputs(py, batch, num_draft, None, &[])?;
     macro_rules! run {
         ($p:expr, $q:expr) => {{
             let inputs = LogitsInputs {
@@ -585,7 +746,10 @@ fn verify_logits<'py>(
                 uniforms: u.as_ref().map(FloatArg::view),
                 recovery_uniforms: ru.as_ref().map(FloatArg::view),
             };
-            with_outputs(py, buffers, |out| logits::verify_logits(&inputs, out))
+            let (batch, num_draft, _) = inputs.dims()?;
+            plan.run(py, batch, num_draft, |out, errors| {
+                logits::verify_logits(&inputs, out, errors)
+            })
         }};
     }
     each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, run)
@@ -623,13 +787,29 @@ fn verify_tree<'py>(
         FloatArg::<Ix1>::extract(o, "recovery_uniforms")
     })?;
     let greedy_rows = GreedyArg::extract(greedy)?;
-    let batch = ids.view().shape()[0];
+    macro_rules! check {
+        ($p:expr, $q:expr) => {
+            TreeInputs {
+                node_token_ids: ids.view(),
+                parent_ids: parents.view(),
+                target_probs: $p,
+                draft_probs: $q,
+                uniforms: u.as_ref().map(FloatArg::view),
+                recovery_uniforms: ru.as_ref().map(FloatArg::view),
+                greedy: greedy_rows.view(),
+            }
+            .dims()
+        };
+    }
+    // Shapes first, then the walk over the parent links, then the outputs.
+    let (batch, _, _) = each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, check)?;
     let deepest = tree::tree_depth(&parents.view())?;
+    let sized_by = "node_token_ids [B, N] and the deepest path D of parent_ids";
     let outputs = (
-        PyArray2::<i64>::zeros(py, [batch, deepest + 1], false),
-        PyArray1::<i64>::zeros(py, [batch], false),
-        PyArray1::<i64>::zeros(py, [batch], false),
-        PyArray2::<i64>::zeros(py, [batch, deepest], false),
+        zeros::<i64, Ix2>(py, &[batch, deepest + 1], "output_token_ids", sized_by)?,
+        zeros::<i64, Ix1>(py, &[batch], "num_accepted", sized_by)?,
+        zeros::<i64, Ix1>(py, &[batch], "num_emitted", sized_by)?,
+        zeros::<i64, Ix2>(py, &[batch, deepest], "accepted_node_ids", sized_by)?,
     );
     {
         // SAFETY: fresh arrays, shared with nothing.
@@ -669,7 +849,7 @@ fn verify_greedy<'py>(
     target_token_ids: &Bound<'py, PyAny>,
     num_draft_tokens: Option<&Bound<'py, PyAny>>,
     out: Option<&Bound<'py, PyAny>>,
-) -> PyResult<ChainResult<'py>> {
+) -> PyResult<Bound<'py, PyAny>> {
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let targets = IntArg::<Ix2>::extract(target_token_ids, "target_token_ids")?;
     let counts = optional(num_draft_tokens, |o| {
@@ -680,21 +860,17 @@ fn verify_greedy<'py>(
         target_token_ids: targets.view(),
         num_draft_tokens: counts.as_ref().map(IntArg::view),
     };
-    let &[batch, num_draft] = inputs.draft_token_ids.shape() else {
-        return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
-    };
-    let buffers = outputs(
-        py,
-        batch,
-        num_draft,
+    let (batch, num_draft) = inputs.dims()?;
+    let plan = OutPlan {
         out,
-        &[
+        inputs: vec![
             ("draft_token_ids", Some(draft_token_ids)),
             ("target_token_ids", Some(target_token_ids)),
             ("num_draft_tokens", num_draft_tokens),
         ],
-    )?;
-    with_outputs(py, buffers, |out| chain::verify_greedy(&inputs, out))
+        isolate: false,
+    };
+    plan.run(py, batch, num_draft, |out, _| chain::verify_greedy(&inputs, out))
 }
 
 fn shaped<'py, T: Element>(
@@ -748,8 +924,9 @@ fn acceptance_rate<'py>(
     let p = FloatArg::<IxDyn>::extract(target_probs, "target_probs")?;
     let q = FloatArg::<IxDyn>::extract(draft_probs, "draft_probs")?;
     let shape = p.view().shape().to_vec();
+    rate::check_shapes(&shape, q.view().shape())?;
     let leading = &shape[..shape.len().saturating_sub(1)];
-    let out = PyArrayDyn::<f64>::zeros(py, leading, false);
+    let out = zeros::<f64, IxDyn>(py, leading, "acceptance_rate", "target_probs [..., V]")?;
     {
         // SAFETY: a fresh array, shared with nothing.
         let mut out_view = unsafe { out.as_array_mut() };
@@ -789,7 +966,7 @@ fn accepted_prefix_length<'py>(
         IntArg::<Ix1>::extract(o, "num_draft_tokens")
     })?;
     let mask_view = mask.as_array();
-    let out = PyArray1::<i64>::zeros(py, [mask_view.shape()[0]], false);
+    let out = zeros::<i64, Ix1>(py, &[mask_view.shape()[0]], "accepted_prefix_length", "accepted [B, K]")?;
     {
         // SAFETY: a fresh array, shared with nothing.
         let out_view = unsafe { out.as_array_mut() };
@@ -805,10 +982,16 @@ fn get_num_threads() -> usize {
     threads::num_threads()
 }
 
-/// Sets the number of threads for large batches (`n >= 1`).
+/// Sets the number of threads for large batches (`1 <= n <= max_num_threads()`).
 #[pyfunction]
 fn set_num_threads(n: usize) -> PyResult<()> {
     Ok(threads::set_num_threads(n)?)
+}
+
+/// The largest thread count `set_num_threads` takes.
+#[pyfunction]
+fn max_num_threads() -> usize {
+    threads::max_num_threads()
 }
 
 #[pymodule(gil_used = false)]
@@ -816,7 +999,7 @@ mod _native {
     #[pymodule_export]
     use super::{
         acceptance_mask, acceptance_rate, accepted_prefix_length, get_num_threads,
-        rejection_probability, set_num_threads, verify, verify_flat, verify_greedy, verify_logits,
+        max_num_threads, rejection_probability, set_num_threads, verify, verify_flat, verify_greedy, verify_logits,
         verify_tree,
     };
 

@@ -9,7 +9,8 @@ use std::marker::PhantomData;
 use ndarray::{ArrayView1, ArrayViewD, ArrayViewMut1, Axis};
 
 use crate::error::{show, CoreError};
-use crate::sample::{self, Weights};
+use crate::memory;
+use crate::sample::{self, Weights, SUM_BLOCK};
 use crate::simd::{Kernel, Overlap, PairOp};
 use crate::threads;
 use crate::view::{unravel, Prob, Row};
@@ -101,6 +102,23 @@ fn row_rate<P: Prob, Q: Prob>(
     }
 }
 
+/// Checks `target_probs [..., V]` against `draft_probs` (the same shape).
+pub fn check_shapes(target: &[usize], draft: &[usize]) -> Result<(), CoreError> {
+    if target.is_empty() {
+        return Err(CoreError::shape(
+            "target_probs",
+            "must have at least one axis [..., V]",
+        ));
+    }
+    if draft != target {
+        return Err(CoreError::shape(
+            "draft_probs",
+            format!("has shape {draft:?}, expected {target:?} (the shape of target_probs)"),
+        ));
+    }
+    Ok(())
+}
+
 /// `sum(min(p, q))` over the last axis of two same-shape arrays, into `out`
 /// (one entry per row, rows in C order of the leading axes).
 pub fn acceptance_rate<P: Prob, Q: Prob>(
@@ -108,38 +126,21 @@ pub fn acceptance_rate<P: Prob, Q: Prob>(
     draft_probs: ArrayViewD<'_, Q>,
     out: ArrayViewMut1<'_, f64>,
 ) -> Result<(), CoreError> {
-    if target_probs.ndim() == 0 {
-        return Err(CoreError::shape(
-            "target_probs",
-            "must have at least one axis [..., V]",
-        ));
-    }
-    if draft_probs.shape() != target_probs.shape() {
-        return Err(CoreError::shape(
-            "draft_probs",
-            format!(
-                "has shape {:?}, expected {:?} (the shape of target_probs)",
-                draft_probs.shape(),
-                target_probs.shape()
-            ),
-        ));
-    }
+    check_shapes(target_probs.shape(), draft_probs.shape())?;
     let last = Axis(target_probs.ndim() - 1);
     let leading = &target_probs.shape()[..last.index()];
-    let rows: Vec<_> = target_probs
-        .lanes(last)
-        .into_iter()
-        .zip(draft_probs.lanes(last))
-        .collect();
-    if out.len() != rows.len() {
+    let lanes = target_probs.lanes(last).into_iter();
+    if out.len() != lanes.len() {
         return Err(CoreError::shape("out", "must have one entry per row"));
     }
     let vocab = target_probs.shape()[last.index()];
+    let mut rows = memory::with_capacity(out.len(), "target_probs")?;
+    rows.extend(lanes.zip(draft_probs.lanes(last)));
     threads::in_runs(
         rows.len().saturating_mul(vocab),
         out,
         |first, mut out: ArrayViewMut1<'_, f64>| {
-            let mut scratch = Vec::new();
+            let mut scratch = memory::with_capacity(vocab.div_ceil(SUM_BLOCK), "target_probs")?;
             for (i, (p, q)) in rows[first..first + out.len()].iter().enumerate() {
                 out[i] = row_rate(p.view(), q.view(), first + i, leading, &mut scratch)?;
             }

@@ -4,6 +4,7 @@
 
 use ndarray::IxDyn;
 
+use crate::memory;
 use crate::error::{show, CoreError};
 use crate::view::{unravel, FloatView};
 
@@ -83,7 +84,7 @@ pub fn rejection_probability_array(
 ) -> Result<Vec<f64>, CoreError> {
     let shape = target_prob.shape();
     same_shape("draft_prob", draft_prob.shape(), shape)?;
-    let mut out = Vec::with_capacity(shape.iter().product());
+    let mut out = memory::with_capacity(shape.iter().product(), "target_prob")?;
     for (flat, (p, q)) in target_prob.values().zip(draft_prob.values()).enumerate() {
         let index = || unravel(flat, shape);
         let p = check_gathered(p, "target_prob", &index())?;
@@ -103,7 +104,7 @@ pub fn acceptance_mask_array(
     let shape = target_prob.shape();
     same_shape("draft_prob", draft_prob.shape(), shape)?;
     same_shape("uniform", uniform.shape(), shape)?;
-    let mut out = Vec::with_capacity(shape.iter().product());
+    let mut out = memory::with_capacity(shape.iter().product(), "target_prob")?;
     let values = target_prob
         .values()
         .zip(draft_prob.values())

@@ -39,14 +39,14 @@ pub(crate) struct RowAt {
 impl RowAt {
     /// The error for value `v` at element `i` of this row.
     pub(crate) fn bad_value(self, i: usize, v: f64) -> CoreError {
-        CoreError::Value {
-            arg: self.arg,
-            index: self.pos.element(i),
-            message: format!(
+        CoreError::value(
+            self.arg,
+            &self.pos.element(i),
+            format!(
                 "= {}: probabilities must be finite and non-negative",
                 show(v)
             ),
-        }
+        )
     }
 }
 
@@ -291,11 +291,11 @@ pub(crate) fn sample<W: Weights>(
 pub(crate) fn argmax<P: Prob, R: Row<P>>(row: R, at: RowAt) -> Result<usize, CoreError> {
     let n = row.len();
     if n == 0 {
-        return Err(CoreError::Value {
-            arg: at.arg,
-            index: at.pos.index(),
-            message: "is empty (V = 0): there is no token to choose".to_string(),
-        });
+        return Err(CoreError::value(
+            at.arg,
+            &at.pos.index(),
+            "is empty (V = 0): there is no token to choose".to_string(),
+        ));
     }
     if let Some(best) = row.contiguous().and_then(dense_argmax) {
         return Ok(best);

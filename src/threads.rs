@@ -14,7 +14,7 @@ use std::thread::LocalKey;
 use ndarray::{ArrayViewMut1, Axis};
 use rayon::{ThreadPool, ThreadPoolBuilder};
 
-use crate::error::CoreError;
+use crate::error::{CoreError, RowErrors};
 
 /// Below this many probability elements to read (at least `V` per row, `(K+1) V`
 /// per greedy row), verification stays on the calling thread: about 50 µs of
@@ -51,16 +51,29 @@ pub fn num_threads() -> usize {
     state().requested.unwrap_or_else(default_num_threads)
 }
 
+/// At most this many threads per CPU: more only adds switching, and a huge
+/// count would start that many OS threads on the next large batch.
+pub const MAX_THREADS_PER_CPU: usize = 8;
+
+/// The largest thread count [`set_num_threads`] takes.
+pub fn max_num_threads() -> usize {
+    MAX_THREADS_PER_CPU * default_num_threads()
+}
+
 /// Sets the number of threads for large batches (`1` = always the calling
-/// thread). Takes effect from the next call; calls already running finish
-/// on the pool they started with.
+/// thread), at most [`max_num_threads`]. Takes effect from the next call;
+/// calls already running finish on the pool they started with.
 pub fn set_num_threads(n: usize) -> Result<(), CoreError> {
-    if n == 0 {
-        return Err(CoreError::Value {
-            arg: "num_threads",
-            index: Vec::new(),
-            message: "= 0: at least one thread is needed".to_string(),
-        });
+    let most = max_num_threads();
+    if n == 0 || n > most {
+        return Err(CoreError::value(
+            "n",
+            &[],
+            format!(
+                "= {n}: the thread count must lie in [1, {most}] ({MAX_THREADS_PER_CPU} per CPU, {} CPUs)",
+                default_num_threads()
+            ),
+        ));
     }
     state().requested = Some(n);
     Ok(())
@@ -127,6 +140,25 @@ macro_rules! rows_of_views {
     };
 }
 pub(crate) use rows_of_views;
+
+impl<O: Rows> Rows for (O, RowErrors<'_>) {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn split_at(self, at: usize) -> (Self, Self) {
+        let (head, tail) = self.0.split_at(at);
+        match self.1 {
+            RowErrors::Raise => ((head, RowErrors::Raise), (tail, RowErrors::Raise)),
+            RowErrors::Isolate(slots) => {
+                let (first, second) = slots.split_at_mut(at);
+                (
+                    (head, RowErrors::Isolate(first)),
+                    (tail, RowErrors::Isolate(second)),
+                )
+            }
+        }
+    }
+}
 
 impl Rows for ArrayViewMut1<'_, f64> {
     fn len(&self) -> usize {

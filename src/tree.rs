@@ -18,8 +18,9 @@ use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2}
 
 use crate::chain::{argmax_of, check_token, expect_shape, sample_target, zero_row, Greedy, Pos};
 use crate::error::CoreError;
+use crate::memory;
 use crate::rule::{check_gathered, check_uniform, is_accepted};
-use crate::sample::{self, BufferWeights, RowAt};
+use crate::sample::{self, BufferWeights, RowAt, SUM_BLOCK};
 use crate::simd::{PairOp, Residual};
 use crate::threads;
 use crate::view::{FloatView, IntView, Prob};
@@ -68,7 +69,8 @@ fn depths(
     b: usize,
     nodes: usize,
 ) -> Result<Vec<Option<usize>>, CoreError> {
-    let mut depth = vec![None; nodes];
+    let mut depth = memory::with_capacity(nodes, "parent_ids")?;
+    depth.resize(nodes, None);
     if nodes == 0 {
         return Ok(depth);
     }
@@ -114,6 +116,13 @@ pub fn tree_depth(parent_ids: &IntView<'_, Ix2>) -> Result<usize, CoreError> {
     let &[batch, nodes] = parent_ids.shape() else {
         unreachable!("IntView<Ix2> has two axes")
     };
+    // Rows shared through a broadcast view (one `[N]` for the batch) are
+    // checked once: the work follows the memory, not the logical size.
+    let batch = if parent_ids.rows_shared() {
+        batch.min(1)
+    } else {
+        batch
+    };
     let mut deepest = 0;
     for b in 0..batch {
         let d = depths(parent_ids, b, nodes)?;
@@ -123,7 +132,8 @@ pub fn tree_depth(parent_ids: &IntView<'_, Ix2>) -> Result<usize, CoreError> {
 }
 
 impl<P: Prob, Q: Prob> TreeInputs<'_, P, Q> {
-    fn dims(&self) -> Result<(usize, usize, usize), CoreError> {
+    /// Checks every shape against `node_token_ids [B, N]`; returns `(B, N, V)`.
+    pub fn dims(&self) -> Result<(usize, usize, usize), CoreError> {
         let &[batch, nodes] = self.node_token_ids.shape() else {
             unreachable!("IntView<Ix2> has two axes")
         };
@@ -222,6 +232,19 @@ struct Buffers {
     accepted: Vec<(usize, i64)>,
 }
 
+impl Buffers {
+    /// Room for trees of `nodes` nodes over rows of `vocab`, reserved up front
+    /// so that a size too large for this process is a `MemoryError`.
+    fn reserve(&mut self, nodes: usize, vocab: usize) -> Result<(), CoreError> {
+        memory::reserve(&mut self.residual, vocab, "target_probs")?;
+        memory::reserve(&mut self.next_residual, vocab, "target_probs")?;
+        memory::reserve(&mut self.scratch, vocab.div_ceil(SUM_BLOCK), "target_probs")?;
+        memory::reserve(&mut self.first_child, nodes, "node_token_ids")?;
+        memory::reserve(&mut self.next_sibling, nodes, "node_token_ids")?;
+        memory::reserve(&mut self.accepted, nodes, "node_token_ids")
+    }
+}
+
 thread_local! {
     /// See [`threads::with_buffers`].
     static BUFFERS: RefCell<Buffers> = RefCell::default();
@@ -236,6 +259,7 @@ fn verify_rows<P: Prob, Q: Prob>(
     out: &mut TreeOutputs<'_>,
     buffers: &mut Buffers,
 ) -> Result<(), CoreError> {
+    buffers.reserve(nodes, vocab)?;
     let Buffers {
         residual,
         next_residual,

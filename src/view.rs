@@ -197,6 +197,15 @@ impl IntView<'_, Ix1> {
 }
 
 impl IntView<'_, Ix2> {
+    /// Whether every row is the same memory (a broadcast view, stride 0).
+    pub fn rows_shared(&self) -> bool {
+        let stride = match self {
+            IntView::I32(a) => a.strides()[0],
+            IntView::I64(a) => a.strides()[0],
+        };
+        stride == 0
+    }
+
     #[inline]
     pub fn get(&self, i: usize, j: usize) -> i64 {
         match self {

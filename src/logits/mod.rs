@@ -40,9 +40,10 @@ use screen::{screened_accept, Screening};
 use sparse::{top_k_probability, SparseScratch};
 
 use crate::chain::{check_token, draft_len, expect_shape, ChainOutputs, Pos};
-use crate::error::{show, CoreError};
+use crate::error::{show, CoreError, RowErrors};
+use crate::memory;
 use crate::rule::{check_uniform, is_accepted};
-use crate::sample::{self, BufferWeights, RowAt};
+use crate::sample::{self, BufferWeights, RowAt, SUM_BLOCK};
 use crate::simd::{PairOp, Residual};
 use crate::threads;
 use crate::view::{FloatView, IntView, Prob};
@@ -96,6 +97,22 @@ struct Buffers {
     sparse: SparseScratch,
 }
 
+impl Buffers {
+    /// Room for rows of `vocab` logits in every buffer that grows with `V`,
+    /// so that a row too large for this process is a `MemoryError` up front.
+    fn reserve(&mut self, vocab: usize) -> Result<(), CoreError> {
+        let blocks = vocab.div_ceil(SUM_BLOCK);
+        let arg = "target_logits";
+        memory::reserve(&mut self.wp, vocab, arg)?;
+        memory::reserve(&mut self.wq, vocab, arg)?;
+        memory::reserve(&mut self.residual, vocab, arg)?;
+        memory::reserve(&mut self.scratch.block_sums, blocks, arg)?;
+        memory::reserve(&mut self.scratch.candidates, vocab, arg)?;
+        memory::reserve(&mut self.scratch.selection, vocab, arg)?;
+        self.sparse.reserve(vocab)
+    }
+}
+
 thread_local! {
     /// See [`threads::with_buffers`]: about `4 V` float64 values stay
     /// allocated per thread.
@@ -130,11 +147,12 @@ fn transform<L: Prob>(
     // Every entry is written below (pass 2), so only the length matters.
     w.resize(row.len(), 0.0);
     let inverse = 1.0 / params.temperature;
-    let strided: Vec<L>;
+    let mut strided: Vec<L>;
     let values: &[L] = match row.as_slice() {
         Some(values) => values,
         None => {
-            strided = row.iter().copied().collect();
+            strided = memory::with_capacity(row.len(), arg)?;
+            strided.extend(row.iter().copied());
             &strided
         }
     };
@@ -291,52 +309,63 @@ fn argmax_logits<L: Prob>(
     })
 }
 
-/// Verification from logits (see the module docs); the same rule and outputs as
-/// [`crate::chain::verify`] on the transformed probabilities.
+impl<P: Prob, Q: Prob> LogitsInputs<'_, P, Q> {
+    /// Checks every shape against `draft_token_ids [B, K]` and
+    /// `target_logits [B, K+1, V]`; returns `(B, K, V)`.
+    pub fn dims(&self) -> Result<(usize, usize, usize), CoreError> {
+        let &[batch, k_max] = self.draft_token_ids.shape() else {
+            unreachable!("IntView<Ix2> has two axes")
+        };
+        let vocab = self.target_logits.shape()[2];
+        expect_shape(
+            "target_logits",
+            self.target_logits.shape(),
+            &[batch, k_max + 1, vocab],
+            "[B, K+1, V]",
+        )?;
+        if let Some(q) = &self.draft_logits {
+            expect_shape(
+                "draft_logits",
+                q.shape(),
+                &[batch, k_max, vocab],
+                "[B, K, V]",
+            )?;
+        }
+        for (arg, shape) in [
+            ("temperature", self.temperature.shape()),
+            ("top_k", self.top_k.shape()),
+            ("top_p", self.top_p.shape()),
+        ] {
+            expect_shape(arg, shape, &[batch], "a scalar or [B]")?;
+        }
+        if let Some(c) = &self.num_draft_tokens {
+            expect_shape("num_draft_tokens", c.shape(), &[batch], "[B]")?;
+        }
+        if let Some(u) = &self.uniforms {
+            expect_shape("uniforms", u.shape(), &[batch, k_max], "[B, K]")?;
+        }
+        if let Some(u) = &self.recovery_uniforms {
+            expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
+        }
+        Ok((batch, k_max, vocab))
+    }
+}
+
+/// Verification from logits (see the module docs); the same rule, outputs and
+/// [`RowErrors`] as [`crate::chain::verify`] on the transformed probabilities.
 pub fn verify_logits<P: Prob, Q: Prob>(
     inputs: &LogitsInputs<'_, P, Q>,
     out: &mut ChainOutputs<'_>,
+    errors: RowErrors<'_>,
 ) -> Result<(), CoreError> {
-    let &[batch, k_max] = inputs.draft_token_ids.shape() else {
-        unreachable!("IntView<Ix2> has two axes")
-    };
-    let vocab = inputs.target_logits.shape()[2];
-    expect_shape(
-        "target_logits",
-        inputs.target_logits.shape(),
-        &[batch, k_max + 1, vocab],
-        "[B, K+1, V]",
-    )?;
-    if let Some(q) = &inputs.draft_logits {
-        expect_shape(
-            "draft_logits",
-            q.shape(),
-            &[batch, k_max, vocab],
-            "[B, K, V]",
-        )?;
-    }
-    for (arg, shape) in [
-        ("temperature", inputs.temperature.shape()),
-        ("top_k", inputs.top_k.shape()),
-        ("top_p", inputs.top_p.shape()),
-    ] {
-        expect_shape(arg, shape, &[batch], "a scalar or [B]")?;
-    }
-    if let Some(c) = &inputs.num_draft_tokens {
-        expect_shape("num_draft_tokens", c.shape(), &[batch], "[B]")?;
-    }
-    if let Some(u) = &inputs.uniforms {
-        expect_shape("uniforms", u.shape(), &[batch, k_max], "[B, K]")?;
-    }
-    if let Some(u) = &inputs.recovery_uniforms {
-        expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
-    }
+    let (batch, k_max, vocab) = inputs.dims()?;
     if out.output_token_ids.shape() != [batch, k_max + 1] {
         return Err(CoreError::shape(
             "out",
             "output shapes do not match [B, K+1]",
         ));
     }
+    errors.check(batch)?;
     // Each row transforms at least one target row (and a draft row) of V.
     let rows_read = if inputs.draft_logits.is_some() { 2 } else { 1 };
     let out = ChainOutputs {
@@ -346,10 +375,10 @@ pub fn verify_logits<P: Prob, Q: Prob>(
     };
     threads::in_runs(
         batch.saturating_mul(rows_read * vocab),
-        out,
-        |first_row, mut part| {
+        (out, errors),
+        |first_row, (mut part, mut errors)| {
             threads::with_buffers(&BUFFERS, |buffers| {
-                verify_rows(inputs, first_row, &mut part, buffers)
+                verify_rows(inputs, first_row, &mut part, &mut errors, buffers)
             })
         },
     )
@@ -360,8 +389,40 @@ fn verify_rows<P: Prob, Q: Prob>(
     inputs: &LogitsInputs<'_, P, Q>,
     first_row: usize,
     out: &mut ChainOutputs<'_>,
+    errors: &mut RowErrors<'_>,
     buffers: &mut Buffers,
 ) -> Result<(), CoreError> {
+    let vocab = inputs.target_logits.shape()[2];
+    buffers.reserve(vocab)?;
+    for i in 0..out.num_accepted.len() {
+        let b = first_row + i;
+        let mut row: ArrayViewMut1<'_, i64> = out.output_token_ids.row_mut(i);
+        row.fill(-1);
+        match verify_row(inputs, b, buffers) {
+            Ok((ids, n, next)) => {
+                for (t, &x) in ids.iter().take(n).enumerate() {
+                    row[t] = x as i64;
+                }
+                row[n] = next as i64;
+                out.num_accepted[i] = n as i64;
+                out.num_emitted[i] = n as i64 + 1;
+            }
+            Err(error) => {
+                errors.record(i, error.in_row(b))?;
+                out.num_accepted[i] = 0;
+                out.num_emitted[i] = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Verifies row `b`: its checked drafts, `n_b` and the next token.
+fn verify_row<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    b: usize,
+    buffers: &mut Buffers,
+) -> Result<(Vec<usize>, usize, usize), CoreError> {
     let k_max = inputs.draft_token_ids.shape()[1];
     let vocab = inputs.target_logits.shape()[2];
     let Buffers {
@@ -371,168 +432,157 @@ fn verify_rows<P: Prob, Q: Prob>(
         scratch,
         sparse,
     } = buffers;
-    for i in 0..out.num_accepted.len() {
-        let b = first_row + i;
-        let params = params(&inputs.temperature, &inputs.top_k, &inputs.top_p, b)?;
-        let k = draft_len(inputs.num_draft_tokens.as_ref(), b, k_max)?;
-        let ids: Vec<usize> = (0..k)
-            .map(|t| {
-                check_token(
-                    "draft_token_ids",
-                    &[b, t],
-                    inputs.draft_token_ids.get(b, t),
-                    vocab,
-                )
-            })
-            .collect::<Result<_, _>>()?;
-        let target_row = |t: usize| inputs.target_logits.slice(s![b, t, ..]);
-        let (n, next) = if params.temperature == 0.0 {
-            let mut n = k;
-            let mut next = None;
-            for (t, &x) in ids.iter().enumerate() {
-                let best = argmax_logits(target_row(t), "target_logits", b, t)?;
-                if best != x {
-                    n = t;
-                    next = Some(best);
-                    break;
-                }
+    let params = params(&inputs.temperature, &inputs.top_k, &inputs.top_p, b)?;
+    let k = draft_len(inputs.num_draft_tokens.as_ref(), b, k_max)?;
+    let ids: Vec<usize> = (0..k)
+        .map(|t| {
+            check_token(
+                "draft_token_ids",
+                &[b, t],
+                inputs.draft_token_ids.get(b, t),
+                vocab,
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    let target_row = |t: usize| inputs.target_logits.slice(s![b, t, ..]);
+    let (n, next) = if params.temperature == 0.0 {
+        let mut n = k;
+        let mut next = None;
+        for (t, &x) in ids.iter().enumerate() {
+            let best = argmax_logits(target_row(t), "target_logits", b, t)?;
+            if best != x {
+                n = t;
+                next = Some(best);
+                break;
             }
-            let next = match next {
-                Some(best) => best,
-                None => argmax_logits(target_row(k), "target_logits", b, k)?,
+        }
+        let next = match next {
+            Some(best) => best,
+            None => argmax_logits(target_row(k), "target_logits", b, k)?,
+        };
+        (n, next)
+    } else {
+        let (Some(uniforms), Some(recovery)) = (&inputs.uniforms, &inputs.recovery_uniforms)
+        else {
+            return Err(CoreError::shape(
+                "uniforms",
+                "uniforms and recovery_uniforms are required for rows verified by sampling",
+            ));
+        };
+        for t in 0..k {
+            check_uniform(uniforms.get(b, t), "uniforms", &[b, t])?;
+        }
+        let recovery_u = check_uniform(recovery.get(b), "recovery_uniforms", &[b])?;
+        let mut outcome = None;
+        let screenable = params.top_k == 0 && params.top_p >= 1.0;
+        let inverse = 1.0 / params.temperature;
+        for (t, &x) in ids.iter().enumerate() {
+            let draft_row = inputs.draft_logits.as_ref().map(|d| d.slice(s![b, t, ..]));
+            let mut screening = if screenable {
+                screened_accept(target_row(t), draft_row, x, inverse, uniforms.get(b, t))
+            } else {
+                Screening::default()
             };
-            (n, next)
-        } else {
-            let (Some(uniforms), Some(recovery)) = (&inputs.uniforms, &inputs.recovery_uniforms)
-            else {
-                return Err(CoreError::shape(
-                    "uniforms",
-                    "uniforms and recovery_uniforms are required for rows verified by sampling",
-                ));
-            };
-            for t in 0..k {
-                check_uniform(uniforms.get(b, t), "uniforms", &[b, t])?;
+            if screening.accepted {
+                continue;
             }
-            let recovery_u = check_uniform(recovery.get(b), "recovery_uniforms", &[b])?;
-            let mut outcome = None;
-            let screenable = params.top_k == 0 && params.top_p >= 1.0;
-            let inverse = 1.0 / params.temperature;
-            for (t, &x) in ids.iter().enumerate() {
-                let draft_row = inputs.draft_logits.as_ref().map(|d| d.slice(s![b, t, ..]));
-                let mut screening = if screenable {
-                    screened_accept(target_row(t), draft_row, x, inverse, uniforms.get(b, t))
-                } else {
-                    Screening::default()
+            // Top-k on: p(x) and q(x) from a few candidates, exactly; the
+            // dense path only where they reject or do not apply.
+            if params.top_k > 0 {
+                // p = 0 rejects whatever q is: then no need to look. The
+                // rows' maxima serve the dense path if it runs.
+                let look = top_k_probability(target_row(t), params, x, sparse);
+                screening.target_max = look.max;
+                let p = look.probability.filter(|&p| p > 0.0);
+                let q = match (p, draft_row) {
+                    (None, _) => None,
+                    (Some(_), Some(row)) => {
+                        let look = top_k_probability(row, params, x, sparse);
+                        screening.draft_max = look.max;
+                        look.probability
+                    }
+                    (Some(_), None) => Some(1.0),
                 };
-                if screening.accepted {
-                    continue;
-                }
-                // Top-k on: p(x) and q(x) from a few candidates, exactly; the
-                // dense path only where they reject or do not apply.
-                if params.top_k > 0 {
-                    // p = 0 rejects whatever q is: then no need to look. The
-                    // rows' maxima serve the dense path if it runs.
-                    let look = top_k_probability(target_row(t), params, x, sparse);
-                    screening.target_max = look.max;
-                    let p = look.probability.filter(|&p| p > 0.0);
-                    let q = match (p, draft_row) {
-                        (None, _) => None,
-                        (Some(_), Some(row)) => {
-                            let look = top_k_probability(row, params, x, sparse);
-                            screening.draft_max = look.max;
-                            look.probability
-                        }
-                        (Some(_), None) => Some(1.0),
-                    };
-                    if let (Some(p), Some(q)) = (p, q) {
-                        if is_accepted(p, q, uniforms.get(b, t)) {
-                            continue;
-                        }
+                if let (Some(p), Some(q)) = (p, q) {
+                    if is_accepted(p, q, uniforms.get(b, t)) {
+                        continue;
                     }
                 }
-                let total_p = transform(
+            }
+            let total_p = transform(
+                LogitsRow {
+                    logits: target_row(t),
+                    arg: "target_logits",
+                    b,
+                    t,
+                    max: screening.target_max,
+                },
+                params,
+                wp,
+                scratch,
+            )?;
+            let p = wp[x] / total_p;
+            let (q, total_q) = match draft_row {
+                Some(draft_row) => {
+                    let total = transform(
+                        LogitsRow {
+                            logits: draft_row,
+                            arg: "draft_logits",
+                            b,
+                            t,
+                            max: screening.draft_max,
+                        },
+                        params,
+                        wq,
+                        scratch,
+                    )?;
+                    (wq[x] / total, Some(total))
+                }
+                None => (1.0, None),
+            };
+            if is_accepted(p, q, uniforms.get(b, t)) {
+                continue;
+            }
+            // The residual max(0, p - q) of the transformed rows.
+            residual_of(
+                wp,
+                total_p,
+                total_q.map(|total| (&wq[..], total)),
+                x,
+                residual,
+            );
+            let token = match sample::sample(
+                &BufferWeights { w: residual },
+                recovery_u,
+                &mut scratch.block_sums,
+            )? {
+                Some(token) => token,
+                // Only rounding gets here: sample from p itself.
+                None => sample_weights(wp, recovery_u, scratch, b, t)?,
+            };
+            outcome = Some((t, token));
+            break;
+        }
+        match outcome {
+            Some(found) => found,
+            None => {
+                transform(
                     LogitsRow {
-                        logits: target_row(t),
+                        logits: target_row(k),
                         arg: "target_logits",
                         b,
-                        t,
-                        max: screening.target_max,
+                        t: k,
+                        max: None,
                     },
                     params,
                     wp,
                     scratch,
                 )?;
-                let p = wp[x] / total_p;
-                let (q, total_q) = match draft_row {
-                    Some(draft_row) => {
-                        let total = transform(
-                            LogitsRow {
-                                logits: draft_row,
-                                arg: "draft_logits",
-                                b,
-                                t,
-                                max: screening.draft_max,
-                            },
-                            params,
-                            wq,
-                            scratch,
-                        )?;
-                        (wq[x] / total, Some(total))
-                    }
-                    None => (1.0, None),
-                };
-                if is_accepted(p, q, uniforms.get(b, t)) {
-                    continue;
-                }
-                // The residual max(0, p - q) of the transformed rows.
-                residual_of(
-                    wp,
-                    total_p,
-                    total_q.map(|total| (&wq[..], total)),
-                    x,
-                    residual,
-                );
-                let token = match sample::sample(
-                    &BufferWeights { w: residual },
-                    recovery_u,
-                    &mut scratch.block_sums,
-                )? {
-                    Some(token) => token,
-                    // Only rounding gets here: sample from p itself.
-                    None => sample_weights(wp, recovery_u, scratch, b, t)?,
-                };
-                outcome = Some((t, token));
-                break;
+                (k, sample_weights(wp, recovery_u, scratch, b, k)?)
             }
-            match outcome {
-                Some(found) => found,
-                None => {
-                    transform(
-                        LogitsRow {
-                            logits: target_row(k),
-                            arg: "target_logits",
-                            b,
-                            t: k,
-                            max: None,
-                        },
-                        params,
-                        wp,
-                        scratch,
-                    )?;
-                    (k, sample_weights(wp, recovery_u, scratch, b, k)?)
-                }
-            }
-        };
-        let mut row: ArrayViewMut1<'_, i64> = out.output_token_ids.row_mut(i);
-        row.fill(-1);
-        for (t, &x) in ids.iter().take(n).enumerate() {
-            row[t] = x as i64;
         }
-        row[n] = next as i64;
-        out.num_accepted[i] = n as i64;
-        out.num_emitted[i] = n as i64 + 1;
-    }
-    Ok(())
+    };
+    Ok((ids, n, next))
 }
 
 /// `residual_i = max(0, wp_i / total_p - wq_i / total_q)`, or with `q`
@@ -592,10 +642,10 @@ fn sample_weights(
             arg: "target_logits",
             pos: Pos::Padded { b, t },
         };
-        CoreError::Value {
-            arg: at.arg,
-            index: at.pos.index(),
-            message: "leaves no token after the filters".to_string(),
-        }
+        CoreError::value(
+            at.arg,
+            &at.pos.index(),
+            "leaves no token after the filters".to_string(),
+        )
     })
 }

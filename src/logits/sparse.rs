@@ -23,6 +23,8 @@ use ndarray::ArrayView1;
 use super::exact::{exact_weight, row_max};
 use super::filters::{kth_largest, top_p_threshold};
 use super::Params;
+use crate::error::CoreError;
+use crate::memory;
 use crate::sample::{self, BufferWeights, SUM_BLOCK};
 use crate::simd::{combine_lanes, SUM_LANES};
 use crate::view::Prob;
@@ -42,6 +44,19 @@ pub(super) struct SparseScratch {
     candidates: Vec<(usize, f64)>,
     weights: Vec<f64>,
     block_sums: Vec<f64>,
+}
+
+impl SparseScratch {
+    /// Room for rows of `vocab` logits (see `Buffers::reserve`).
+    pub(super) fn reserve(&mut self, vocab: usize) -> Result<(), CoreError> {
+        let (blocks, arg) = (vocab.div_ceil(SUM_BLOCK), "target_logits");
+        memory::reserve(&mut self.block_maxima, blocks, arg)?;
+        memory::reserve(&mut self.above, vocab, arg)?;
+        memory::reserve(&mut self.logits, vocab, arg)?;
+        memory::reserve(&mut self.candidates, vocab, arg)?;
+        memory::reserve(&mut self.weights, vocab, arg)?;
+        memory::reserve(&mut self.block_sums, blocks, arg)
+    }
 }
 
 /// What the sparse path found in a row with top-k on.
