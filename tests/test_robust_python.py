@@ -6,6 +6,9 @@ hang, or a modified input."""
 
 from __future__ import annotations
 
+import json
+import time
+
 import numpy as np
 import pytest
 import specaccept
@@ -192,10 +195,221 @@ def test_empty_with_an_impossible_size_is_an_input_error(sizes, argument):
 
 @pytest.mark.parametrize("sizes", [(1.0, 1), (1, "2"), (True, 1), (1, None), (np.float64(1), 1)])
 def test_empty_with_non_int_sizes_is_a_type_error(sizes):
-    with pytest.raises(TypeError, match="batch_size|num_draft"):
+    with pytest.raises(TypeError, match=r"batch_size|num_draft"):
         Verification.empty(*sizes)
 
 
 def test_empty_of_zero_rows_or_zero_drafts():
     assert Verification.empty(0, 3).output_token_ids.shape == (0, 4)
     assert Verification.empty(2, 0).output_token_ids.shape == (2, 1)
+
+
+# --------------------------------------------------------------------------
+# _stats: AcceptanceStats and the closed forms
+# --------------------------------------------------------------------------
+
+
+def some_stats() -> AcceptanceStats:
+    s = AcceptanceStats()
+    s.update(specaccept.verify_greedy(np.array([[5, 7], [1, 2]]), np.array([[5, 9, 2], [1, 2, 3]])))
+    return s
+
+
+@pytest.mark.parametrize("result", [None, 5, "result", object(), [1, 2]])
+def test_update_with_a_non_result_is_a_type_error(result):
+    with pytest.raises(TypeError, match="result"):
+        AcceptanceStats().update(result)
+
+
+def test_update_with_a_result_without_columns_is_an_input_error():
+    class Empty:
+        num_accepted = np.array([0])
+        output_token_ids = np.zeros((1, 0), dtype=np.int64)
+
+    with pytest.raises(InputError, match="output_token_ids") as error:
+        AcceptanceStats().update(Empty())
+    assert error.value.argument == "result.output_token_ids"
+
+
+def test_update_refusals_leave_the_stats_and_inputs_unchanged():
+    s = some_stats()
+    before = s.to_dict()
+    counts = np.array([5, -1])
+    r = specaccept.verify_greedy(np.array([[5, 7], [1, 2]]), np.array([[5, 9, 2], [1, 2, 3]]))
+    with pytest.raises(ValueError, match="num_draft_tokens"):
+        s.update(r, counts)
+    assert s.to_dict() == before and counts.tolist() == [5, -1]
+
+
+@pytest.mark.parametrize("other", [None, 5, {"num_steps": 1}])
+def test_merge_with_a_non_stats_is_a_type_error(other):
+    with pytest.raises(TypeError, match="AcceptanceStats"):
+        some_stats().merge(other)
+    with pytest.raises(TypeError):
+        some_stats() + other
+
+
+def test_total_draft_tokens_is_the_running_total_and_old_dicts_still_load():
+    s = some_stats()
+    assert s.total_draft_tokens == 4
+    d = s.to_dict()
+    assert "total_draft_tokens" in d and "num_draft_tokens" not in d
+    old = dict(d)
+    old["num_draft_tokens"] = old.pop("total_draft_tokens")
+    assert AcceptanceStats.from_dict(old) == s
+    with pytest.warns(DeprecationWarning, match="total_draft_tokens"):
+        assert s.num_draft_tokens == 4
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "error"),
+    [
+        ("num_steps", -1, InputError),
+        ("num_steps", "a", TypeError),
+        ("num_steps", float("nan"), TypeError),
+        ("num_steps", 1.5, TypeError),
+        ("num_steps", True, TypeError),
+        ("num_steps", None, TypeError),
+        ("num_steps", 2**200, InputError),
+        ("total_draft_tokens", 2**64, InputError),
+        ("num_accepted_tokens", -(2**70), InputError),
+        ("drafted_per_position", [1, "a"], TypeError),
+        ("drafted_per_position", "ab", TypeError),
+        ("drafted_per_position", [1, -1], InputError),
+        ("drafted_per_position", [1, 2, 3, 4, 5], InputError),
+        ("accepted_per_position", [], InputError),
+        ("accepted_length_histogram", None, TypeError),
+        ("accepted_length_histogram", [1], InputError),
+        ("accepted_length_histogram", [1, float("inf"), 0], TypeError),
+    ],
+)
+def test_from_dict_with_a_corrupt_entry_names_it(key, value, error):
+    d = some_stats().to_dict()
+    d[key] = value
+    with pytest.raises(error, match=key):
+        AcceptanceStats.from_dict(d)
+    with pytest.raises(error, match=key):
+        AcceptanceStats.from_json(json.dumps(d))
+
+
+@pytest.mark.parametrize("data", [None, [1], "text", 5])
+def test_from_dict_of_a_non_dict_is_a_type_error(data):
+    with pytest.raises(TypeError, match="dict"):
+        AcceptanceStats.from_dict(data)
+
+
+def test_from_dict_missing_keys_keeps_its_message():
+    with pytest.raises(ValueError, match=r"AcceptanceStats\.from_dict: missing num_steps"):
+        AcceptanceStats.from_dict({})
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("[" * 100_000 + "]" * 100_000, ValueError),
+        ('{"a": ' * 50_000 + "1" + "}" * 50_000, ValueError),
+        ("{", ValueError),
+        ("[1, 2]", TypeError),
+        (5, TypeError),
+        (None, TypeError),
+        ('{"num_steps": 1' + "0" * 5000 + "}", ValueError),
+    ],
+)
+def test_from_json_of_corrupt_text_is_a_clean_error(text, error):
+    with pytest.raises(error):
+        AcceptanceStats.from_json(text)
+
+
+def test_from_json_accepts_bytes():
+    s = some_stats()
+    assert AcceptanceStats.from_json(s.to_json().encode()) == s
+
+
+def test_constructor_validates_like_from_dict():
+    with pytest.raises(InputError, match="num_steps"):
+        AcceptanceStats(num_steps=-3)
+    with pytest.raises(TypeError, match="num_steps"):
+        AcceptanceStats(num_steps=1.0)
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (lambda: specaccept.expected_tokens_per_step(0.5, 2**200), 2.0),
+        (lambda: specaccept.expected_tokens_per_step(0.5, 2**2000), 2.0),
+        (lambda: specaccept.expected_tokens_per_step(1.0, 2**64), float(2**64 + 1)),
+        (lambda: specaccept.expected_speedup(0.5, 2**64, 0.0), 2.0),
+        (lambda: specaccept.expected_speedup(1.0, 2**1100, 1e-300), 1e300),
+        (lambda: specaccept.expected_speedup(0.5, 2**2000, 0.1), 0.0),
+        (lambda: specaccept.expected_speedup(1.0, 2**52, 1e300), 2**52 / (2**52 * 1e300)),
+    ],
+)
+def test_closed_forms_with_huge_ints_are_correct(call, expected):
+    assert call() == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "name"),
+    [
+        (lambda: specaccept.expected_tokens_per_step(2**2000, 1), ValueError, "a"),
+        (lambda: specaccept.expected_tokens_per_step(1.0, 2**1100), ValueError, "k"),
+        (lambda: specaccept.expected_speedup(1.0, 2**1100, 0.0), ValueError, "k"),
+        (lambda: specaccept.expected_speedup(0.5, 1, 2**2000), ValueError, "c"),
+        (lambda: specaccept.expected_speedup(0.5, 1, "a"), TypeError, "c"),
+        (lambda: specaccept.expected_speedup(0.5, 1, None), TypeError, "c"),
+        (lambda: specaccept.expected_speedup(0.5, 1, True), TypeError, "c"),
+        (lambda: specaccept.expected_speedup(0.5, 1, float("nan")), ValueError, "c"),
+        (lambda: specaccept.expected_speedup(0.5, 1, -1), ValueError, "c"),
+        (lambda: specaccept.best_num_draft_tokens(0.5, float("inf")), ValueError, "c"),
+        (lambda: specaccept.best_num_draft_tokens(float("nan"), 0.1), ValueError, "a"),
+        (lambda: specaccept.best_num_draft_tokens(0.5, 0.1, True), TypeError, "max_k"),
+        (lambda: specaccept.best_num_draft_tokens(0.5, 0.1, -1), ValueError, "max_k"),
+        (lambda: specaccept.best_num_draft_tokens(0.5, 0.1, 1.5), TypeError, "max_k"),
+    ],
+)
+def test_closed_forms_refuse_bad_arguments_by_name(call, error, name):
+    with pytest.raises(error, match=rf"\b{name}\b"):
+        call()
+
+
+def brute_force(a: float, c: float, max_k: int) -> int:
+    values = [specaccept.expected_speedup(a, k, c) for k in range(max_k + 1)]
+    return values.index(max(values))
+
+
+@pytest.mark.parametrize(
+    ("a", "c", "max_k"),
+    [
+        (0.5, 0.1, 2**62),
+        (0.99, 0.0, 2**62),
+        (1.0, 0.0, 2**62),
+        (1.0, 0.01, 2**62),
+        (1.0, 1.0, 2**62),
+        (0.0, 0.1, 2**62),
+        (0.0, 0.0, 2**200),
+        (0.9999999, 1e-9, 10**8),
+        (1 - 2**-53, 5e-324, 2**200),
+        (0.999, 2.0, 10**9),
+    ],
+)
+def test_best_num_draft_tokens_returns_quickly_for_a_huge_max_k(a, c, max_k):
+    start = time.perf_counter()
+    best = specaccept.best_num_draft_tokens(a, c, max_k)
+    assert time.perf_counter() - start < 0.5
+    assert 0 <= best <= max_k
+    if a == 1.0:
+        assert best == (max_k if c < 1 else 0)
+    elif a == 0.0 or c >= 1:
+        assert best == 0
+    else:  # no k near the answer does better, and the answer beats both ends
+        value = specaccept.expected_speedup(a, best, c)
+        for k in range(max(0, best - 200), min(max_k, best + 200) + 1):
+            assert specaccept.expected_speedup(a, k, c) <= value
+        assert value >= specaccept.expected_speedup(a, max_k, c)
+        assert value >= specaccept.expected_speedup(a, 0, c)
+
+
+@pytest.mark.parametrize("max_k", [5000, 20_000])
+@pytest.mark.parametrize(("a", "c"), [(0.999, 1e-4), (0.9999, 0.0), (0.8, 0.05), (0.9995, 1e-6)])
+def test_best_num_draft_tokens_matches_the_brute_force_past_the_exhaustive_range(a, c, max_k):
+    assert specaccept.best_num_draft_tokens(a, c, max_k) == brute_force(a, c, max_k)

@@ -29,7 +29,7 @@ def test_counts_by_hand():
     # Step 2: K = 2, two rows accept 2 and 1 of 2 drafts.
     s.update(result([2, 1], 2))
     assert s.num_steps == 5
-    assert s.num_draft_tokens == 3 + 3 + 2 + 2 + 2
+    assert s.total_draft_tokens == 3 + 3 + 2 + 2 + 2
     assert s.num_accepted_tokens == 3 + 0 + 1 + 2 + 1
     assert s.num_emitted_tokens == 7 + 5
     # Tried: accepted ones, plus the rejected position of rows with n < k (rows 2, 3, 5).
