@@ -413,3 +413,200 @@ def test_best_num_draft_tokens_returns_quickly_for_a_huge_max_k(a, c, max_k):
 @pytest.mark.parametrize(("a", "c"), [(0.999, 1e-4), (0.9999, 0.0), (0.8, 0.05), (0.9995, 1e-6)])
 def test_best_num_draft_tokens_matches_the_brute_force_past_the_exhaustive_range(a, c, max_k):
     assert specaccept.best_num_draft_tokens(a, c, max_k) == brute_force(a, c, max_k)
+
+
+# --------------------------------------------------------------------------
+# _generate: bad arguments and misbehaving models
+# --------------------------------------------------------------------------
+
+
+class Uniform:
+    """A model whose answer can be replaced by a hostile one."""
+
+    def __init__(self, vocab: int = 5, answer=None, vocab_size=None):
+        self.vocab = vocab
+        self.vocab_size = vocab if vocab_size is None else vocab_size
+        self.answer = answer
+
+    def next_token_probs(self, sequences, num_positions):
+        out = np.full((len(sequences), num_positions, self.vocab), 1.0 / self.vocab)
+        return out if self.answer is None else self.answer(out)
+
+
+class Proposer:
+    """A Drafter whose proposal can be replaced by a hostile one."""
+
+    vocab_size = 5
+
+    def __init__(self, proposal):
+        self.proposal = proposal
+
+    def propose(self, sequences, k, rng, greedy):
+        sequences[0].append(99)  # a careless drafter: must not reach the run's sequences
+        return self.proposal(len(sequences), k)
+
+    def next_token_probs(self, sequences, num_positions):
+        return np.full((len(sequences), num_positions, 5), 0.2)
+
+
+def run(target=None, draft=None, prompts=((1,), (2, 3)), **kwargs):
+    kwargs = {"k": 2, "max_new_tokens": 4, "rng": 0, **kwargs}
+    return specaccept.generate(target or Uniform(), draft or Uniform(), prompts, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        ({"k": "a"}, TypeError, "k"),
+        ({"k": 1.0}, TypeError, "k"),
+        ({"k": True}, TypeError, "k"),
+        ({"k": -1}, InputError, "k"),
+        ({"max_new_tokens": -1}, InputError, "max_new_tokens"),
+        ({"max_new_tokens": 2.0}, TypeError, "max_new_tokens"),
+        ({"greedy": "yes"}, TypeError, "greedy"),
+        ({"greedy": None}, TypeError, "greedy"),
+        ({"eos_token_id": "a"}, TypeError, "eos_token_id"),
+        ({"eos_token_id": [1]}, TypeError, "eos_token_id"),
+        ({"progress": 5}, TypeError, "progress"),
+        ({"prompts": "abc"}, TypeError, "prompts"),
+        ({"prompts": None}, TypeError, "prompts"),
+        ({"prompts": [None]}, TypeError, r"prompts\[0\]"),
+        ({"prompts": [[1.5]]}, TypeError, r"prompts\[0\]\[0\]"),
+        ({"prompts": [["a"]]}, TypeError, r"prompts\[0\]\[0\]"),
+        ({"prompts": [[1], [True]]}, TypeError, r"prompts\[1\]\[0\]"),
+        ({"prompts": [[1], [-1]]}, InputError, r"prompts\[1\]\[0\]"),
+        ({"prompts": [[2**70]]}, InputError, r"prompts\[0\]\[0\]"),
+        ({"target": object()}, TypeError, "target"),
+        ({"draft": None, "target": None, "prompts": 5}, TypeError, "prompts"),
+        ({"target": Uniform(vocab_size="a")}, TypeError, "target.vocab_size"),
+        ({"target": Uniform(vocab_size=0)}, InputError, "target.vocab_size"),
+        ({"target": Uniform(vocab_size=5.0)}, TypeError, "target.vocab_size"),
+        ({"draft": Uniform(vocab=6)}, InputError, "vocabularies differ"),
+    ],
+)
+def test_generate_refuses_bad_arguments_before_any_model_call(kwargs, error, name):
+    class Counting(Uniform):
+        calls = 0
+
+        def next_token_probs(self, sequences, num_positions):
+            Counting.calls += 1
+            return super().next_token_probs(sequences, num_positions)
+
+    kwargs = {"target": kwargs.get("target") or Counting(), **kwargs}
+    with pytest.raises(error, match=name):
+        run(**kwargs)
+    assert Counting.calls == 0
+
+
+def test_generate_with_a_draft_that_is_neither_model_nor_drafter_is_a_type_error():
+    with pytest.raises(TypeError, match="draft"):
+        specaccept.generate(Uniform(), 5, [[1]])
+
+
+@pytest.mark.parametrize("max_new_tokens", [2**62, 2**70, np.uint64(2**64 - 1)])
+def test_generate_with_a_huge_max_new_tokens_allocates_per_step(max_new_tokens):
+    out = run(max_new_tokens=max_new_tokens, eos_token_id=0, prompts=[[1]])
+    assert out.tokens[0][-1] == 0
+
+
+@pytest.mark.parametrize("k", [2**62, 2**70])
+def test_generate_with_a_huge_k_drafts_only_what_max_new_tokens_allows(k):
+    assert len(run(k=k, max_new_tokens=3).tokens[0]) == 3
+
+
+def test_generate_with_a_huge_k_and_max_new_tokens_is_a_memory_error_naming_k():
+    with pytest.raises(MemoryError, match=r"^k: "):
+        run(k=2**62, max_new_tokens=2**62)
+    with pytest.raises(MemoryError, match=r"draft\.vocab_size"):
+        run(target=Uniform(vocab_size=2**62), draft=Uniform(vocab_size=2**62))
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (lambda o: o[:, 0], InputError),  # 2-D
+        (lambda o: o[:0], InputError),  # no rows
+        (lambda o: o[:, :, :3], InputError),  # V too small
+        (lambda o: np.concatenate([o, o], axis=1), InputError),  # extra positions
+        (lambda o: o.astype(int), TypeError),
+        (lambda o: o > 0, TypeError),
+        (lambda o: o.astype(complex), TypeError),
+        (lambda o: o.astype(object), TypeError),
+        (lambda o: "abc", TypeError),
+        (lambda o: None, TypeError),
+        (lambda o: 0.5, InputError),
+        (lambda o: [[1.0], [1.0, 2.0]], TypeError),  # ragged
+    ],
+)
+@pytest.mark.parametrize("greedy", [False, True])
+def test_a_draft_model_with_a_bad_answer_is_named(answer, error, greedy):
+    with pytest.raises(error, match=r"draft\.next_token_probs") as caught:
+        run(draft=Uniform(answer=answer), greedy=greedy)
+    if error is InputError:
+        assert caught.value.argument == "draft"
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "fragment"),
+    [
+        (lambda o: o[:, 0], InputError, r"target\.next_token_probs returned shape"),
+        (lambda o: o[:, :, :3], InputError, r"target\.next_token_probs returned shape"),
+        (lambda o: o[:, :1], InputError, r"target\.next_token_probs returned shape"),
+        (lambda o: o.astype(int), TypeError, r"target\.next_token_probs"),
+        (lambda o: None, TypeError, r"target\.next_token_probs"),
+        (lambda o: "abc", TypeError, r"target\.next_token_probs"),
+        (lambda o: o * np.nan, ValueError, r"target_probs\[0, 0, \d\] = nan"),
+        (lambda o: -o, ValueError, r"target_probs\[0, 0, \d\] = -0\.2"),
+    ],
+)
+@pytest.mark.parametrize("greedy", [False, True])
+def test_a_target_model_with_a_bad_answer_is_named(answer, error, fragment, greedy):
+    with pytest.raises(error, match=fragment):
+        run(target=Uniform(answer=answer), greedy=greedy)
+
+
+def test_an_exception_of_the_models_own_propagates():
+    def raises(out):
+        raise OwnError("the model's own")
+
+    with pytest.raises(OwnError):
+        run(target=Uniform(answer=raises))
+    with pytest.raises(OwnError):
+        run(draft=Uniform(answer=raises))
+
+
+def good_tokens(batch, k):
+    return np.zeros((batch, k), dtype=np.int64)
+
+
+def good_probs(batch, k):
+    return np.full((batch, k, 5), 0.2)
+
+
+@pytest.mark.parametrize(
+    ("proposal", "error", "fragment"),
+    [
+        (lambda b, k: (np.full((b, k), 9), good_probs(b, k)), InputError, "outside"),
+        (lambda b, k: (np.full((b, k), -1), good_probs(b, k)), InputError, "outside"),
+        (lambda b, k: (np.ones((b, k)), good_probs(b, k)), TypeError, "int tokens"),
+        (lambda b, k: (np.zeros(b, dtype=int), good_probs(b, k)), InputError, "shape"),
+        (lambda b, k: (good_tokens(b, k + 1), good_probs(b, k + 1)), InputError, "shape"),
+        (lambda b, k: (None, None), TypeError, "int tokens"),
+        (lambda b, k: (1, 2, 3), TypeError, "must return"),
+        (lambda b, k: None, TypeError, "must return"),
+        (lambda b, k: "ab", TypeError, "must return"),
+        (lambda b, k: (good_tokens(b, k), None), TypeError, "probs"),
+    ],
+)
+def test_a_drafter_with_a_bad_proposal_is_named(proposal, error, fragment):
+    with pytest.raises(error, match=fragment) as caught:
+        run(draft=Proposer(proposal))
+    assert "draft" in str(caught.value)
+
+
+def test_a_drafter_that_modifies_its_sequences_does_not_change_the_run():
+    prompts = [[1], [2, 3]]
+    out = run(draft=Proposer(lambda b, k: (good_tokens(b, k), good_probs(b, k))), prompts=prompts)
+    assert prompts == [[1], [2, 3]]
+    assert all(0 <= t < 5 for row in out.tokens for t in row)
+    assert [len(t) for t in out.tokens] == [4, 4]

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ._api import _generator, verify
+from ._arrays import as_numpy
+from ._errors import InputError
 from ._stats import AcceptanceStats
 
 __all__ = ["Drafter", "Generation", "LanguageModel", "generate"]
@@ -106,22 +108,158 @@ def _sample_rows(probs: np.ndarray, rng: np.random.Generator, greedy: bool) -> n
     return np.minimum((cdf <= u).sum(axis=1), probs.shape[1] - 1)
 
 
+def _too_large(batch: int, width: int, vocab: int) -> MemoryError:
+    """Draft probabilities ``[B, k, V]`` this process cannot hold, naming the
+    argument the size comes from."""
+    name = "k" if width >= vocab else "draft.vocab_size"
+    return MemoryError(
+        f"{name}: drafting {width} tokens over a vocabulary of {vocab} for {batch} rows needs "
+        f"a buffer of {batch * width * vocab} values, which cannot be allocated"
+    )
+
+
+def _model_probs(value: Any, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """A model's answer as a float array of ``shape`` (read in place when it can be)."""
+    array = as_numpy(value, name)
+    if not isinstance(array, np.ndarray):
+        try:
+            array = np.asarray(array)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"{name} must return a float array, got {type(value).__name__}") from (
+                error
+            )
+    if array.dtype.kind != "f":
+        raise TypeError(f"{name} must return a float array, got dtype {array.dtype}")
+    if array.shape != shape:
+        raise InputError(
+            f"{name} returned shape {array.shape}, expected {shape}", argument=name.split(".")[0]
+        )
+    return array
+
+
+def _model_tokens(value: Any, shape: tuple[int, ...], vocab: int, name: str) -> np.ndarray:
+    """Drafted tokens as an int array of ``shape``, each in ``[0, V)``."""
+    array = as_numpy(value, name)
+    if not isinstance(array, np.ndarray):
+        try:
+            array = np.asarray(array)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"{name} must return int tokens, got {type(value).__name__}") from (
+                error
+            )
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must return int tokens, got dtype {array.dtype}")
+    if array.shape != shape:
+        raise InputError(
+            f"{name} returned tokens of shape {array.shape}, expected {shape}",
+            argument=name.split(".")[0],
+        )
+    bad = (array < 0) | (array >= vocab)
+    if bad.any():
+        b, t = (int(i) for i in np.argwhere(bad)[0])
+        raise InputError(
+            f"{name} returned token {int(array[b, t])} at [{b}, {t}], outside [0, V) with "
+            f"V = {vocab}",
+            argument=name.split(".")[0],
+            index=(b, t),
+            row=b,
+        )
+    return array.astype(np.int64, copy=False)
+
+
 def _propose(
-    draft: Any, sequences: list[list[int]], k: int, rng: np.random.Generator, greedy: bool
+    draft: Any,
+    sequences: list[list[int]],
+    k: int,
+    rng: np.random.Generator,
+    greedy: bool,
+    vocab: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
+    """``k`` drafted tokens per row and the distributions they came from."""
+    batch = len(sequences)
+    vocab = int(draft.vocab_size) if vocab is None else vocab
+    if batch * k * vocab * 8 > sys.maxsize:  # refused before any model is called
+        raise _too_large(batch, k, vocab)
     if isinstance(draft, Drafter):
-        tokens, probs = draft.propose(sequences, k, rng, greedy)
-        return np.asarray(tokens), np.asarray(probs)
+        # The drafter gets copies: whatever it does to them, the run's sequences stay.
+        proposal = draft.propose([list(s) for s in sequences], k, rng, greedy)
+        if not isinstance(proposal, (tuple, list)) or len(proposal) != 2:
+            raise TypeError(
+                "draft.propose must return (tokens [B, k], probs [B, k, V]), got "
+                f"{type(proposal).__name__}"
+            )
+        tokens = _model_tokens(proposal[0], (batch, k), vocab, "draft.propose")
+        if proposal[1] is None:
+            raise TypeError("draft.propose must return (tokens, probs): probs is None")
+        return tokens, proposal[1]  # verify reads and checks it, as draft_probs
     extended = [list(s) for s in sequences]
-    tokens = np.zeros((len(sequences), k), dtype=np.int64)
-    probs = np.zeros((len(sequences), k, draft.vocab_size))
+    try:
+        tokens = np.zeros((batch, k), dtype=np.int64)
+        probs = np.zeros((batch, k, vocab))
+    except MemoryError:
+        raise _too_large(batch, k, vocab) from None
     for i in range(k):
-        step = np.asarray(draft.next_token_probs(extended, 1))[:, 0]
+        answer = draft.next_token_probs(extended, 1)
+        step = _model_probs(answer, (batch, 1, vocab), "draft.next_token_probs")[:, 0]
         chosen = _sample_rows(step, rng, greedy)
         tokens[:, i], probs[:, i] = chosen, step
         for seq, token in zip(extended, chosen.tolist(), strict=True):
             seq.append(token)
     return tokens, probs
+
+
+def _check_model(model: Any, name: str, drafter: bool = False) -> int:
+    """``model.vocab_size``, checked, for a model that follows the protocol."""
+    methods = ("next_token_probs", "propose") if drafter else ("next_token_probs",)
+    if not any(callable(getattr(model, m, None)) for m in methods):
+        what = "a LanguageModel or a Drafter" if drafter else "a LanguageModel"
+        raise TypeError(
+            f"{name} must be {what} (with {' or '.join(methods)}), got {type(model).__name__}"
+        )
+    vocab = getattr(model, "vocab_size", None)
+    if isinstance(vocab, (bool, np.bool_)) or not isinstance(vocab, (int, np.integer)):
+        raise TypeError(f"{name}.vocab_size must be an int, got {type(vocab).__name__}")
+    if vocab < 1:
+        raise InputError(f"{name}.vocab_size must be >= 1, got {vocab}", argument=name)
+    return int(vocab)
+
+
+def _prompts(prompts: Any) -> list[list[int]]:
+    """The prompts as lists of Python ints (copies: the caller's are never modified)."""
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Iterable):
+        raise TypeError(
+            f"prompts must be a sequence of token-id sequences, got {type(prompts).__name__}"
+        )
+    sequences = []
+    for b, prompt in enumerate(prompts):
+        if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Iterable):
+            raise TypeError(
+                f"prompts[{b}] must be a sequence of int token ids, got {type(prompt).__name__}"
+            )
+        tokens = list(prompt)
+        for i, token in enumerate(tokens):
+            if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
+                raise TypeError(
+                    f"prompts[{b}][{i}] must be an int token id, got {type(token).__name__}"
+                )
+            if not 0 <= token <= _MAX_TOKEN:
+                raise InputError(
+                    f"prompts[{b}][{i}] = {token}: token ids must lie in [0, 2**63)",
+                    argument="prompts",
+                    index=(b, i),
+                    row=b,
+                )
+        if not tokens:
+            raise InputError(
+                f"prompts[{b}] is empty: a prompt needs at least one token",
+                argument="prompts",
+                row=b,
+            )
+        sequences.append([int(t) for t in tokens])
+    return sequences
+
+
+_MAX_TOKEN = 2**63 - 1
 
 
 def generate(
@@ -169,6 +307,15 @@ def generate(
     -------
     Generation
 
+    Raises
+    ------
+    TypeError, ValueError
+        A bad argument (checked before any model is called), or a model answer
+        of the wrong type or shape (named ``target``/``draft`` and its method).
+        An exception raised by a model itself propagates as it is.
+    MemoryError
+        ``k`` drafts over the vocabulary are more than this process can hold.
+
     Examples
     --------
     >>> import specaccept
@@ -179,20 +326,38 @@ def generate(
     >>> vocab.decode(out.tokens[0])
     'not done for her. Miss Elliot,'
     """
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-        raise ValueError(f"k must be an int >= 0, got {k!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+        raise TypeError(f"k must be an int >= 0, got {k!r:.40}")
+    if k < 0:
+        raise InputError(f"k must be an int >= 0, got {k!r}", argument="k")
+    if isinstance(max_new_tokens, (bool, np.bool_)) or not isinstance(
+        max_new_tokens, (int, np.integer)
+    ):
         raise TypeError(f"max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
     if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if target.vocab_size != getattr(draft, "vocab_size", target.vocab_size):
-        raise ValueError(
-            f"target and draft vocabularies differ: {target.vocab_size} vs {draft.vocab_size}"
+        raise InputError(
+            f"max_new_tokens must be >= 0, got {max_new_tokens}", argument="max_new_tokens"
         )
-    sequences = [list(map(int, p)) for p in prompts]
-    for b, p in enumerate(sequences):
-        if not p:
-            raise ValueError(f"prompts[{b}] is empty: a prompt needs at least one token")
+    if eos_token_id is not None and (
+        isinstance(eos_token_id, (bool, np.bool_))
+        or not isinstance(eos_token_id, (int, np.integer))
+    ):
+        raise TypeError(f"eos_token_id must be None or an int, got {type(eos_token_id).__name__}")
+    if not isinstance(greedy, (bool, np.bool_)):
+        raise TypeError(f"greedy must be a bool, got {type(greedy).__name__}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be None or a callable, got {type(progress).__name__}")
+    k, max_new_tokens, greedy = int(k), int(max_new_tokens), bool(greedy)
+    vocab = _check_model(target, "target")
+    if isinstance(draft, Drafter) and getattr(draft, "vocab_size", None) is None:
+        draft_vocab = vocab  # a drafter need not say: it drafts in the target's vocabulary
+    else:
+        draft_vocab = _check_model(draft, "draft", drafter=True)
+    if draft_vocab != vocab:
+        raise InputError(
+            f"target and draft vocabularies differ: {vocab} vs {draft_vocab}", argument="draft"
+        )
+    sequences = _prompts(prompts)
     generator = _generator(rng)
     result = Generation(tokens=[[] for _ in sequences])
     active = [b for b in range(len(sequences)) if max_new_tokens > 0]
@@ -200,24 +365,28 @@ def generate(
     total = max_new_tokens * len(sequences)
     while active:
         context = [sequences[b] for b in active]
-        remaining = np.array([max_new_tokens - len(result.tokens[b]) for b in active])
         # Never draft past max_new_tokens: a step emits at most k_b + 1 tokens.
-        counts = np.minimum(k, remaining - 1)
-        width = int(counts.max())
-        drafts, draft_probs = _propose(draft, context, width, generator, greedy)
+        counts = [min(k, max_new_tokens - len(result.tokens[b]) - 1) for b in active]
+        width = max(counts)
+        drafts, draft_probs = _propose(draft, context, width, generator, greedy, vocab)
         result.draft_calls += len(active) * width
         extended = [c + d.tolist() for c, d in zip(context, drafts, strict=True)]
-        target_probs = target.next_token_probs(extended, width + 1)
+        target_probs = _model_probs(
+            target.next_token_probs(extended, width + 1),
+            (len(active), width + 1, vocab),
+            "target.next_token_probs",
+        )
         result.target_calls += len(active)
+        step_counts = np.array(counts, dtype=np.int64)
         step = verify(
             drafts,
             target_probs,
             draft_probs,
-            num_draft_tokens=counts,
+            num_draft_tokens=step_counts,
             rng=generator,
             greedy=greedy,
         )
-        result.stats.update(step, counts)
+        result.stats.update(step, step_counts)
         still_active = []
         for i, b in enumerate(active):
             done = False
