@@ -46,14 +46,30 @@ fn py_error(py: Python<'_>, err: &CoreError) -> PyErr {
         "n" => None,
         _ => index.as_ref().and_then(|i| i.first().copied()),
     });
+    make_input_error(py, err.to_string(), err.arg(), index, row)
+}
+
+/// `specaccept.InputError(message, argument, index, row)`.
+fn make_input_error(
+    py: Python<'_>,
+    message: String,
+    arg: &str,
+    index: Option<Vec<usize>>,
+    row: Option<usize>,
+) -> PyErr {
     let made = py
         .import("specaccept._errors")
         .and_then(|m| m.getattr("InputError"))
-        .and_then(|class| class.call1((err.to_string(), err.arg(), index, row)));
+        .and_then(|class| class.call1((message.as_str(), arg, index, row)));
     match made {
         Ok(instance) => PyErr::from_value(instance),
-        Err(_) => PyValueError::new_err(err.to_string()),
+        Err(_) => PyValueError::new_err(message),
     }
+}
+
+/// An `InputError` about argument `arg` as a whole (a shape, a layout).
+fn input_error(arg: &str, message: String) -> PyErr {
+    Python::attach(|py| make_input_error(py, message, arg, None, None))
 }
 
 /// A fresh zeroed array of `shape`, or a `MemoryError` naming `arg`
@@ -121,10 +137,10 @@ fn ndarray_arg<'a, 'py, D: Dimension>(
     })?;
     if let Some(ndim) = D::NDIM {
         if arr.ndim() != ndim {
-            return Err(PyValueError::new_err(format!(
-                "{name} must be {ndim}-D, got shape {:?}",
-                arr.shape()
-            )));
+            return Err(input_error(
+                name,
+                format!("{name} must be {ndim}-D, got shape {:?}", arr.shape()),
+            ));
         }
     }
     if !arr.is_aligned() {
@@ -321,23 +337,26 @@ fn out_array<'py, 'a, D: Dimension>(
     }
     if let Some((first, last)) = byte_span(arr) {
         if let Some((other, _)) = taken.iter().find(|(_, (f, l))| first <= *l && *f <= last) {
-            return Err(PyValueError::new_err(format!(
-                "{name} shares memory with {other}; outputs need buffers of their own"
-            )));
+            return Err(input_error(
+                name,
+                format!("{name} shares memory with {other}; outputs need buffers of their own"),
+            ));
         }
         taken.push((name, (first, last)));
     }
     // SAFETY: `arr` is a live ndarray; its flags are plain data.
     let flags = unsafe { (*arr.as_array_ptr()).flags };
     if flags & numpy::npyffi::NPY_ARRAY_WRITEABLE == 0 {
-        return Err(PyValueError::new_err(format!(
-            "{name} is read-only; outputs need writeable buffers"
-        )));
+        return Err(input_error(
+            name,
+            format!("{name} is read-only; outputs need writeable buffers"),
+        ));
     }
     if overlaps_itself(arr) {
-        return Err(PyValueError::new_err(format!(
-            "{name} has elements that share memory (a stride-0 or overlapping view); outputs need one element per value"
-        )));
+        return Err(input_error(
+            name,
+            format!("{name} has elements that share memory (a stride-0 or overlapping view); outputs need one element per value"),
+        ));
     }
     Ok(arr.cast::<PyArray<i64, D>>()?.clone())
 }
@@ -548,7 +567,7 @@ fn verify<'py>(
     let greedy_rows = GreedyArg::extract(greedy)?;
     let greedy_view = greedy_rows.view();
     let &[batch, num_draft] = ids.view().shape() else {
-        return Err(PyValueError::new_err("draft_token_ids must be 2-D"));
+        return Err(input_error("draft_token_ids", "draft_token_ids must be 2-D".into()));
     };
     let plan = OutPlan {
         out,
@@ -594,16 +613,19 @@ fn split_draws(
 ) -> PyResult<(ArrayView2<'_, f64>, ArrayView1<'_, f64>)> {
     let split = batch.saturating_mul(num_draft);
     if Some(draws.len()) != split.checked_add(batch) {
-        return Err(PyValueError::new_err(format!(
-            "draws must hold B*K + B = {} values, got {}",
-            split.saturating_add(batch),
-            draws.len()
-        )));
+        return Err(input_error(
+            "draws",
+            format!(
+                "draws must hold B*K + B = {} values, got {}",
+                split.saturating_add(batch),
+                draws.len()
+            ),
+        ));
     }
     let (u, ru) = draws.split_at(Axis(0), split);
     let u = u
         .into_shape_with_order((batch, num_draft))
-        .map_err(|e| PyValueError::new_err(format!("draws: {e}")))?;
+        .map_err(|e| input_error("draws", format!("draws: {e}")))?;
     Ok((u, ru))
 }
 
@@ -1005,6 +1027,8 @@ mod _native {
 
     #[pymodule_export]
     const PARALLEL_MIN_ELEMENTS: usize = crate::threads::PARALLEL_MIN_ELEMENTS;
+    #[pymodule_export]
+    const MAX_THREADS_PER_CPU: usize = crate::threads::MAX_THREADS_PER_CPU;
     #[pymodule_export]
     const SUM_BLOCK: usize = crate::sample::SUM_BLOCK;
     #[pymodule_export]

@@ -291,7 +291,14 @@ def outcome(call: dict, verify: Callable = specaccept.verify) -> dict:
         report = {"type": "ok", "tokens": result.to_lists()}
     # Every exception is reported, panics included.
     except Exception as error:
-        report = {"type": type(error).__name__, "message": str(error)}
+        # specaccept's ValueErrors are InputErrors naming the argument; a bare
+        # ValueError is reported as such and fails the expectation.
+        name = type(error).__name__
+        if isinstance(error, specaccept.InputError) and error.argument:
+            name = "ValueError"
+        elif name == "ValueError":
+            name = "ValueError without an argument"
+        report = {"type": name, "message": str(error)}
     report["inputs_unchanged"] = all(
         np.array_equal(call[k], v, equal_nan=v.dtype.kind == "f") for k, v in before.items()
     )

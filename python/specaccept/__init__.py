@@ -25,7 +25,13 @@ from ._stats import (
     expected_speedup,
     expected_tokens_per_step,
 )
-from ._threads import PARALLEL_MIN_ELEMENTS, _apply_environment, get_num_threads, set_num_threads
+from ._threads import (
+    PARALLEL_MIN_ELEMENTS,
+    _apply_environment,
+    get_num_threads,
+    max_num_threads,
+    set_num_threads,
+)
 from ._tree import verify_tree
 
 __version__ = "0.1.0"
@@ -51,6 +57,7 @@ __all__ = [
     "expected_tokens_per_step",
     "generate",
     "get_num_threads",
+    "max_num_threads",
     "rejection_probability",
     "set_num_threads",
     "verify",

@@ -8,13 +8,14 @@ which reads every array in place and checks shapes and the values it reads.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _native
 from ._arrays import as_numpy, like_converter
+from ._errors import InputError
 from ._result import Verification, _verification
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
 RngLike = int | np.random.Generator | Sequence[np.random.Generator] | None
 
 _PROB_CHARS = "efd"  # float16, float32, float64: read in place
+_PROB_TYPES = tuple(np.dtype(c) for c in _PROB_CHARS)
 _ID_TYPES = (np.dtype(np.int32), np.dtype(np.int64))  # read in place
 
 
@@ -41,6 +43,8 @@ def _not_array(x: object, name: str, what: str) -> TypeError:
 
 def _floats(x: Any, name: str) -> np.ndarray:
     """``x`` as a float16/32/64 array: in place, or converted from another float dtype."""
+    if type(x) is np.ndarray and x.dtype in _PROB_TYPES and x.flags.aligned:
+        return x  # the serving loop's case, first
     x = as_numpy(x, name)
     if not isinstance(x, np.ndarray):
         raise _not_array(x, name, "float16, float32 or float64")
@@ -55,6 +59,8 @@ def _floats(x: Any, name: str) -> np.ndarray:
 
 def _ints(x: Any, name: str) -> np.ndarray:
     """``x`` as an int32/int64 array: in place, or converted from another integer dtype."""
+    if type(x) is np.ndarray and x.dtype in _ID_TYPES and x.flags.aligned:
+        return x  # the serving loop's case, first
     x = as_numpy(x, name)
     if not isinstance(x, np.ndarray):
         raise _not_array(x, name, "integers")
@@ -111,25 +117,24 @@ def _draw(
     need_uniforms: bool,
     need_recovery: bool,
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Draws the missing uniforms from ``rng`` in the order SPEC.md fixes."""
+    """Draws the missing uniforms from ``rng`` in the order docs/spec.md fixes."""
     if isinstance(rng, Sequence) and not isinstance(rng, (str, bytes)):
         if len(rng) != batch:
-            raise ValueError(
-                f"rng: a sequence of Generators must have one per row (B = {batch}), got {len(rng)}"
+            raise InputError(
+                f"rng: a sequence of Generators must have one per row (B = {batch}), got {len(rng)}",
+                argument="rng",
             )
         for b, g in enumerate(rng):
             if not isinstance(g, np.random.Generator):
                 raise TypeError(
                     f"rng[{b}] must be a numpy.random.Generator, got {type(g).__name__}"
                 )
-        uniforms = np.zeros((batch, num_draft)) if need_uniforms else None
-        recovery = np.zeros(batch) if need_recovery else None
+        uniforms = _zeros((batch, num_draft)) if need_uniforms else None
+        recovery = _zeros((batch,)) if need_recovery else None
         for b, g in enumerate(rng):
             k = num_draft if counts is None else int(counts[b])
             if not 0 <= k <= num_draft:
-                raise ValueError(
-                    f"num_draft_tokens[{b}] = {k} is outside [0, K] with K = {num_draft}"
-                )
+                continue  # a bad count: the native code names it (or isolates the row)
             # Row b's stream: its k_b acceptance uniforms, then its recovery uniform.
             if uniforms is not None:
                 uniforms[b, :k] = g.random(k)
@@ -137,13 +142,24 @@ def _draw(
                 recovery[b] = g.random()
         return uniforms, recovery
     g = _generator(rng)
+    split = batch * num_draft
     if need_uniforms and need_recovery:
         # One call, the same stream as g.random((B, K)) then g.random(B).
-        drawn = g.random(batch * num_draft + batch)
-        return drawn[: batch * num_draft].reshape(batch, num_draft), drawn[batch * num_draft :]
-    uniforms = g.random((batch, num_draft)) if need_uniforms else None
-    recovery = g.random(batch) if need_recovery else None
+        drawn = _random(g, split + batch)
+        return drawn[:split].reshape(batch, num_draft), drawn[split:]
+    uniforms = _random(g, split, (batch, num_draft)) if need_uniforms else None
+    recovery = _random(g, batch) if need_recovery else None
     return uniforms, recovery
+
+
+def _zeros(shape: tuple[int, ...]) -> np.ndarray:
+    try:
+        return np.zeros(shape)
+    except (MemoryError, ValueError):
+        raise MemoryError(
+            f"uniforms: {shape} float64 uniforms drawn from rng cannot be allocated; "
+            "the size comes from draft_token_ids [B, K]"
+        ) from None
 
 
 def verify(
@@ -158,6 +174,7 @@ def verify(
     greedy: bool | npt.ArrayLike = False,
     out: Verification | tuple[npt.NDArray[np.int64], ...] | None = None,
     like: Any = None,
+    errors: Literal["raise", "isolate"] = "raise",
 ) -> Verification:
     """Verify drafted tokens against the target model (speculative sampling).
 
@@ -211,23 +228,35 @@ def verify(
         out, as views of the same memory); default NumPy. Inputs may be NumPy
         arrays or any CPU array exporting DLPack or the buffer protocol (PyTorch,
         JAX, ...), read in place; arrays on an accelerator raise ``TypeError``.
+    errors : ``"raise"`` or ``"isolate"``
+        What a bad row does. ``"raise"`` (default): the call raises the first bad
+        row's :class:`InputError`. ``"isolate"``: each row with a bad value (an
+        id, a count, a uniform, a probability it reads) is marked instead: its
+        error is in ``result.errors[b]``, its tokens are ``-1`` and its counts 0,
+        and every other row gets exactly the tokens it gets in a batch without
+        the bad rows (given the same uniforms: pass ``uniforms`` or one Generator
+        per row to make a row's draws its own). Shape errors still raise.
 
     Returns
     -------
     Verification
         ``output_token_ids [B, K+1]`` (emitted tokens, ``-1`` padded),
-        ``num_accepted [B]``, ``num_emitted [B]``.
+        ``num_accepted [B]``, ``num_emitted [B]``, and ``errors`` (the isolated
+        rows, ``{row: InputError}``).
 
     Raises
     ------
     TypeError
         A non-array argument or an unsupported dtype (``out``: not int64).
-    ValueError
-        Wrong shapes, ``out`` read-only or overlapping an input, ids outside
-        ``[0, V)``, ``k_b`` outside ``[0, K]``, uniforms
+    InputError
+        (a ``ValueError``) Wrong shapes, ``out`` read-only or overlapping an
+        input, ids outside ``[0, V)``, ``k_b`` outside ``[0, K]``, uniforms
         outside ``[0, 1)``, probabilities that are read and are NaN, infinite,
         negative or (for ``p(x_t)``, ``q(x_t)``) above 1, or a row that must be
-        sampled but sums to 0. The message names the argument and the index.
+        sampled but sums to 0. ``argument``, ``index`` and ``row`` say where.
+    MemoryError
+        An output (or the uniforms drawn for it) too large to allocate, with
+        the argument whose size asks for it.
 
     Examples
     --------
@@ -240,86 +269,83 @@ def verify(
     (1, [0, 1])
     """
     convert = like_converter(like)
+    isolate = _isolating(errors)
     greedy_rows = _greedy(greedy)
     buffers = _out_buffers(out)
-    u, ru = uniforms, recovery_uniforms
-    if (
-        u is None
-        and ru is None
-        and type(rng) is np.random.Generator
-        and greedy_rows is not True
-        and type(draft_token_ids) is np.ndarray
-        and draft_token_ids.ndim == 2
-    ):
-        # The serving loop's case: one Generator call, split by the native code.
-        batch, num_draft = draft_token_ids.shape
-        draws = rng.random(batch * num_draft + batch)
-        try:
-            result = _native.verify(
-                draft_token_ids,
-                target_probs,
-                draft_probs,
-                num_draft_tokens,
-                None,
-                None,
-                greedy_rows,
-                buffers,
-                draws,
-            )
-            return _finish(result, convert)
-        except (TypeError, ValueError):
-            u, ru = draws[: batch * num_draft].reshape(batch, num_draft), draws[batch * num_draft :]
+    ids = _ints(draft_token_ids, "draft_token_ids")
+    target = _floats(target_probs, "target_probs")
+    draft = None if draft_probs is None else _floats(draft_probs, "draft_probs")
+    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
+    u = None if uniforms is None else _floats(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    draws = None
     if (u is None or ru is None) and greedy_rows is not True:
-        u, ru = _draw_missing(rng, draft_token_ids, num_draft_tokens, u, ru)
-    try:
-        # Arrays the native code reads in place go straight through.
-        result = _native.verify(
-            draft_token_ids,
-            target_probs,
-            draft_probs,
-            num_draft_tokens,
-            u,
-            ru,
-            greedy_rows,
-            buffers,
-        )
-    except (TypeError, ValueError):
-        # Convert what converts (other int/float dtypes, byte order, alignment),
-        # then let the native code name the first problem.
-        result = _native.verify(
-            _ints(draft_token_ids, "draft_token_ids"),
-            _floats(target_probs, "target_probs"),
-            None if draft_probs is None else _floats(draft_probs, "draft_probs"),
-            None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens"),
-            None if u is None else _floats(u, "uniforms"),
-            None if ru is None else _floats(ru, "recovery_uniforms"),
-            greedy_rows,
-            buffers,
-        )
+        if u is None and ru is None and type(rng) is np.random.Generator and ids.ndim == 2:
+            # The serving loop's case: one Generator call, split by the native code.
+            batch, num_draft = ids.shape
+            draws = _random(rng, batch * num_draft + batch)
+        else:
+            u, ru = _draw_missing(rng, ids, counts, u, ru)
+    # One call: the native code checks every shape and value it reads.
+    result = _native.verify(ids, target, draft, counts, u, ru, greedy_rows, buffers, draws, isolate)
     return _finish(result, convert)
 
 
-def _finish(result: tuple[Any, Any, Any], convert: Any) -> Verification:
-    if convert is None:
-        return _verification(*result)
-    return _verification(*(convert(a) for a in result))
+def _isolating(errors: Any) -> bool:
+    """``errors=``: ``"raise"`` (the first bad row fails the call) or ``"isolate"``."""
+    if errors == "raise" and isinstance(errors, str):
+        return False
+    if errors == "isolate" and isinstance(errors, str):
+        return True
+    if not isinstance(errors, str):
+        raise TypeError(f'errors must be "raise" or "isolate", got {type(errors).__name__}')
+    raise InputError(f'errors must be "raise" or "isolate", got {errors!r}', argument="errors")
+
+
+def _random(
+    g: np.random.Generator,
+    n: int,
+    shape: tuple[int, ...] | None = None,
+    source: str = "draft_token_ids [B, K]",
+) -> np.ndarray:
+    """``g.random(n)`` (reshaped), or a ``MemoryError`` naming where ``n`` comes from."""
+    try:
+        drawn = g.random(n)
+    except (MemoryError, ValueError):
+        raise MemoryError(
+            f"uniforms: the {n} uniforms ({n * 8} bytes) to draw from rng cannot be "
+            f"allocated; their count comes from {source}"
+        ) from None
+    return drawn if shape is None else drawn.reshape(shape)
+
+
+def _finish(result: tuple[Any, ...], convert: Any) -> Verification:
+    """The native result as a :class:`Verification`; a fourth item lists the
+    isolated rows as ``(row, InputError)``."""
+    arrays, bad = result[:3], (result[3] if len(result) == 4 else None)
+    if convert is not None:
+        arrays = tuple(convert(a) for a in arrays)
+    if bad is None:
+        return _verification(*arrays)
+    return _verification(*arrays, errors=dict(bad))
 
 
 def _draw_missing(
     rng: Any, draft_token_ids: Any, num_draft_tokens: Any, u: Any, ru: Any
 ) -> tuple[Any, Any]:
-    ids = draft_token_ids
-    if not (type(ids) is np.ndarray and ids.ndim == 2):
-        ids = _ints(ids, "draft_token_ids")
-        if ids.ndim != 2:
-            raise ValueError(f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}")
+    ids = _ints(draft_token_ids, "draft_token_ids")
+    if ids.ndim != 2:
+        raise InputError(
+            f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}", argument="draft_token_ids"
+        )
     counts = None
     if num_draft_tokens is not None and not isinstance(rng, np.random.Generator):
         # Only per-row Generators need the counts before the native call.
         counts = _ints(num_draft_tokens, "num_draft_tokens")
         if counts.shape != ids.shape[:1]:
-            raise ValueError(
-                f"num_draft_tokens: has shape {counts.shape}, expected {ids.shape[:1]} ([B])"
+            raise InputError(
+                f"num_draft_tokens: has shape {counts.shape}, expected {ids.shape[:1]} ([B])",
+                argument="num_draft_tokens",
             )
     drawn_u, drawn_ru = _draw(rng, ids.shape[0], ids.shape[1], counts, u is None, ru is None)
     return (drawn_u if u is None else u), (drawn_ru if ru is None else ru)
@@ -386,15 +412,12 @@ def verify_greedy(
     """
     convert = like_converter(like)
     buffers = _out_buffers(out)
-    try:
-        result = _native.verify_greedy(draft_token_ids, target_token_ids, num_draft_tokens, buffers)
-    except (TypeError, ValueError):
-        result = _native.verify_greedy(
-            _ints(draft_token_ids, "draft_token_ids"),
-            _ints(target_token_ids, "target_token_ids"),
-            None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens"),
-            buffers,
-        )
+    result = _native.verify_greedy(
+        _ints(draft_token_ids, "draft_token_ids"),
+        _ints(target_token_ids, "target_token_ids"),
+        None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens"),
+        buffers,
+    )
     return _finish(result, convert)
 
 
@@ -416,7 +439,9 @@ def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:
             names = ", ".join(
                 f"{name} {a.shape}" for a, (_, name) in zip(arrays, args, strict=True)
             )
-            raise ValueError(f"shapes do not broadcast together: {names}") from None
+            raise InputError(
+                f"shapes do not broadcast together: {names}", argument=args[0][1]
+            ) from None
     return arrays, scalar
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _native
-from ._api import RngLike, _draw_missing, _finish, _floats, _ints
+from ._api import RngLike, _draw_missing, _finish, _floats, _ints, _isolating
+from ._errors import InputError
 from ._arrays import as_numpy, like_converter
 from ._result import Verification
 
@@ -20,9 +21,12 @@ def _per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
     kind = "iu" if dtype is np.int64 else "iuf"
     if array.dtype.kind not in kind or array.ndim > 1:
         raise TypeError(f"{name} must be a number or a [B] array of numbers, got {array.dtype}")
-    if array.ndim == 0:
-        return np.full(batch, array, dtype=dtype)
-    return array.astype(dtype, copy=False)
+    if dtype is np.int64 and array.dtype.kind == "u" and array.size:
+        # Counts past int64 are as large as any: keep them large, not wrapped.
+        array = np.minimum(array, np.iinfo(np.int64).max)
+    array = array.astype(dtype, copy=False)
+    # A scalar for every row: a stride-0 view, whatever B is.
+    return np.broadcast_to(array, (batch,)) if array.ndim == 0 else array
 
 
 def verify_logits(
@@ -38,6 +42,7 @@ def verify_logits(
     recovery_uniforms: npt.ArrayLike | None = None,
     rng: RngLike = None,
     like: Any = None,
+    errors: Literal["raise", "isolate"] = "raise",
 ) -> Verification:
     """Verify drafted tokens from logits, with the engine's sampling transform.
 
@@ -79,6 +84,11 @@ def verify_logits(
     num_draft_tokens, uniforms, recovery_uniforms, rng, like
         As for :func:`verify`.
 
+    errors : ``"raise"`` or ``"isolate"``
+        As for :func:`verify`: with ``"isolate"`` a row with a bad value (its
+        logits, temperature, top-k, top-p, ids, count or uniforms) is marked in
+        ``result.errors`` and the other rows are verified as without it.
+
     Returns
     -------
     Verification
@@ -92,11 +102,14 @@ def verify_logits(
     [0]
     """
     convert = like_converter(like)
+    isolate = _isolating(errors)
     ids = _ints(draft_token_ids, "draft_token_ids")
     target = _floats(target_logits, "target_logits")
     draft = None if draft_logits is None else _floats(draft_logits, "draft_logits")
     if ids.ndim != 2:
-        raise ValueError(f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}")
+        raise InputError(
+            f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}", argument="draft_token_ids"
+        )
     batch = ids.shape[0]
     temperatures = _per_row(temperature, "temperature", batch, np.float64)
     top_ks = _per_row(top_k, "top_k", batch, np.int64)
@@ -106,5 +119,7 @@ def verify_logits(
     ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
     if (u is None or ru is None) and (temperatures != 0).any():
         u, ru = _draw_missing(rng, ids, counts, u, ru)
-    result = _native.verify_logits(ids, target, draft, temperatures, top_ks, top_ps, counts, u, ru)
+    result = _native.verify_logits(
+        ids, target, draft, temperatures, top_ks, top_ps, counts, u, ru, isolate
+    )
     return _finish(result, convert)

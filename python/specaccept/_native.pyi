@@ -7,11 +7,21 @@ normalised by ``specaccept._api`` (arrays of supported dtypes, uniforms drawn).
 import numpy as np
 import numpy.typing as npt
 
+from ._errors import InputError
+
 SUM_BLOCK: int
 SUM_LANES: int
 PARALLEL_MIN_ELEMENTS: int
+MAX_THREADS_PER_CPU: int
 
 _Chain = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
+# With isolate=True: the bad rows as (row, InputError), after the three arrays.
+_Isolated = tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    list[tuple[int, InputError]],
+]
 # (output_token_ids, num_accepted, num_emitted or None)
 _Out = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64] | None]
 
@@ -24,7 +34,9 @@ def verify(
     recovery_uniforms: npt.NDArray[np.floating] | None,
     greedy: bool | npt.NDArray[np.bool_],
     out: _Out | None = None,
-) -> _Chain: ...
+    draws: npt.NDArray[np.float64] | None = None,
+    isolate: bool = False,
+) -> _Chain | _Isolated: ...
 def verify_flat(
     draft_token_ids: npt.NDArray[np.int32 | np.int64],
     num_draft_tokens: npt.NDArray[np.int32 | np.int64],
@@ -35,7 +47,8 @@ def verify_flat(
     recovery_uniforms: npt.NDArray[np.floating] | None,
     greedy: bool | npt.NDArray[np.bool_],
     out: _Out | None = None,
-) -> _Chain: ...
+    isolate: bool = False,
+) -> _Chain | _Isolated: ...
 def verify_greedy(
     draft_token_ids: npt.NDArray[np.int32 | np.int64],
     target_token_ids: npt.NDArray[np.int32 | np.int64],
@@ -58,6 +71,7 @@ def accepted_prefix_length(
 ) -> npt.NDArray[np.int64]: ...
 def get_num_threads() -> int: ...
 def set_num_threads(n: int) -> None: ...
+def max_num_threads() -> int: ...
 def verify_tree(
     node_token_ids: npt.NDArray[np.int32 | np.int64],
     parent_ids: npt.NDArray[np.int32 | np.int64],
@@ -79,4 +93,5 @@ def verify_logits(
     num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None,
     uniforms: npt.NDArray[np.floating] | None,
     recovery_uniforms: npt.NDArray[np.floating] | None,
-) -> _Chain: ...
+    isolate: bool = False,
+) -> _Chain | _Isolated: ...

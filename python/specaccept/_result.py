@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,9 @@ import numpy.typing as npt
 from ._errors import InputError
 
 __all__ = ["TreeVerification", "Verification"]
+
+#: No isolated rows: the ``errors`` of every result verified without a bad row.
+_NO_ERRORS: Mapping[int, InputError] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -27,6 +32,9 @@ class Verification:
         ``n_b``, the accepted prefix length: drafts kept from the start of the row.
     num_emitted : ndarray of int64, shape ``[B]``
         ``n_b + 1``, the number of valid entries of ``output_token_ids[b]``.
+    errors : mapping of int to InputError
+        The rows set aside by ``errors="isolate"``, each with its error; such a
+        row's tokens are ``-1`` and its counts 0. Empty otherwise.
 
     Examples
     --------
@@ -39,6 +47,7 @@ class Verification:
     output_token_ids: npt.NDArray[np.int64]
     num_accepted: npt.NDArray[np.int64]
     num_emitted: npt.NDArray[np.int64]
+    errors: Mapping[int, InputError] = field(default_factory=lambda: _NO_ERRORS, kw_only=True)
 
     @property
     def batch_size(self) -> int:
@@ -187,15 +196,18 @@ _new = object.__new__
 _set_output_token_ids = Verification.output_token_ids.__set__  # type: ignore[attr-defined]
 _set_num_accepted = Verification.num_accepted.__set__  # type: ignore[attr-defined]
 _set_num_emitted = Verification.num_emitted.__set__  # type: ignore[attr-defined]
+_set_errors = Verification.errors.__set__  # type: ignore[attr-defined]
 
 
 def _verification(
     output_token_ids: npt.NDArray[np.int64],
     num_accepted: npt.NDArray[np.int64],
     num_emitted: npt.NDArray[np.int64],
+    errors: Mapping[int, InputError] | None = None,
 ) -> Verification:
     result = _new(Verification)
     _set_output_token_ids(result, output_token_ids)
     _set_num_accepted(result, num_accepted)
     _set_num_emitted(result, num_emitted)
+    _set_errors(result, _NO_ERRORS if not errors else MappingProxyType(errors))
     return result

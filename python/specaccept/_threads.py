@@ -12,13 +12,25 @@ from __future__ import annotations
 import os
 import warnings
 
-from . import _native
+import numpy as np
 
-__all__ = ["PARALLEL_MIN_ELEMENTS", "get_num_threads", "set_num_threads"]
+from . import _native
+from ._errors import InputError
+
+__all__ = [
+    "MAX_THREADS_PER_CPU",
+    "PARALLEL_MIN_ELEMENTS",
+    "get_num_threads",
+    "max_num_threads",
+    "set_num_threads",
+]
 
 #: Batches reading fewer probabilities than this (``V`` per row, ``(K+1) V`` per
 #: greedy row) stay on the calling thread.
 PARALLEL_MIN_ELEMENTS: int = _native.PARALLEL_MIN_ELEMENTS
+
+#: At most this many threads per CPU (see :func:`max_num_threads`).
+MAX_THREADS_PER_CPU: int = _native.MAX_THREADS_PER_CPU
 
 ENVIRONMENT_VARIABLE = "SPECACCEPT_NUM_THREADS"
 
@@ -51,11 +63,28 @@ def set_num_threads(n: int) -> None:
     1
     >>> specaccept.set_num_threads(before)
     """
+    if isinstance(n, np.integer):
+        n = int(n)
     if not isinstance(n, int) or isinstance(n, bool):
         raise TypeError(f"n must be an int, got {type(n).__name__}")
     if n < 1:
-        raise ValueError(f"n must be at least 1, got {n}")
+        raise InputError(f"n must be at least 1, got {n}", argument="n")
+    most = max_num_threads()
+    if n > most:
+        raise InputError(
+            f"n must be at most {most} ({MAX_THREADS_PER_CPU} per CPU), got {n}",
+            argument="n",
+        )
     _native.set_num_threads(n)
+
+
+def max_num_threads() -> int:
+    """The most threads :func:`set_num_threads` takes: ``MAX_THREADS_PER_CPU`` (8) per CPU.
+
+    More threads than that only add switching, and a huge count would start that
+    many OS threads on the next large batch.
+    """
+    return _native.max_num_threads()
 
 
 def _apply_environment() -> None:
@@ -74,4 +103,13 @@ def _apply_environment() -> None:
             stacklevel=3,
         )
         return
+    most = max_num_threads()
+    if n > most:
+        warnings.warn(
+            f"{ENVIRONMENT_VARIABLE}={value!r} is above the limit of {most} threads "
+            f"({MAX_THREADS_PER_CPU} per CPU); using {most}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        n = most
     _native.set_num_threads(n)

@@ -8,7 +8,8 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _native
-from ._api import RngLike, _floats, _generator, _greedy, _ints
+from ._api import RngLike, _floats, _generator, _greedy, _ints, _random
+from ._errors import InputError
 from ._arrays import like_converter
 from ._result import TreeVerification
 
@@ -85,7 +86,9 @@ def verify_tree(
     convert = like_converter(like)
     ids = _ints(node_token_ids, "node_token_ids")
     if ids.ndim != 2:
-        raise ValueError(f"node_token_ids must be 2-D [B, N], got shape {ids.shape}")
+        raise InputError(
+            f"node_token_ids must be 2-D [B, N], got shape {ids.shape}", argument="node_token_ids"
+        )
     parents = _ints(parent_ids, "parent_ids")
     if parents.ndim == 1 and parents.shape == ids.shape[1:]:
         parents = np.broadcast_to(parents, ids.shape)  # shared: a stride-0 view, no copy
@@ -96,8 +99,9 @@ def verify_tree(
     ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
     if (u is None or ru is None) and greedy_rows is not True:
         g = _generator(rng)
-        u = g.random(ids.shape) if u is None else u
-        ru = g.random(ids.shape[0]) if ru is None else ru
+        source = "node_token_ids [B, N]"
+        u = _random(g, ids.size, ids.shape, source) if u is None else u
+        ru = _random(g, ids.shape[0], None, source) if ru is None else ru
     result = _native.verify_tree(ids, parents, target, draft, u, ru, greedy_rows)
     if convert is not None:
         result = tuple(convert(a) for a in result)

@@ -31,13 +31,14 @@ Differences from vLLM, all on events of probability 0 or by design:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from .. import _native
-from .._api import _finish, _floats, _generator, _greedy, _ints
+from .._api import _finish, _floats, _generator, _greedy, _ints, _isolating, _random
+from .._errors import InputError
 from .._arrays import as_numpy, like_converter
 from .._result import Verification
 
@@ -49,7 +50,13 @@ PLACEHOLDER_TOKEN_ID = -1
 
 def _counts(num_draft_tokens: Any) -> np.ndarray:
     if isinstance(num_draft_tokens, (list, tuple)):  # vLLM keeps them in a list
-        num_draft_tokens = np.asarray(num_draft_tokens, dtype=np.int64).reshape(-1)
+        try:
+            num_draft_tokens = np.asarray(num_draft_tokens, dtype=np.int64).reshape(-1)
+        except (OverflowError, TypeError, ValueError):
+            raise InputError(
+                "num_draft_tokens must be a list of integers in the int64 range",
+                argument="num_draft_tokens",
+            ) from None
     return _ints(num_draft_tokens, "num_draft_tokens")
 
 
@@ -65,6 +72,7 @@ def verify(
     rng: Any = None,
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
+    errors: Literal["raise", "isolate"] = "raise",
 ) -> Verification:
     """Verify a step in vLLM's flat layout; the full :class:`~specaccept.Verification`.
 
@@ -72,6 +80,11 @@ def verify(
     ----------
     draft_token_ids : int array ``[T]``
         The drafts of all requests back to back, ``T = sum(num_draft_tokens)``.
+        ``PLACEHOLDER_TOKEN_ID`` (-1) pads a request's unused slots and ends its
+        drafts there, as in vLLM's sampler: the slots from it on are not read,
+        and if every draft before it is accepted, the next token is drawn from
+        the target's row at the placeholder's slot (its argmax when greedy)
+        instead of taking ``bonus_token_ids``.
     num_draft_tokens : int array or list ``[B]``
         Drafts per request (0 allowed).
     target_probs : float array ``[T, V]``
@@ -92,6 +105,10 @@ def verify(
         is the target's argmax, emit the argmax at the first mismatch.
     like : array or tensor, optional
         The framework of the results, as for :func:`specaccept.verify`.
+    errors : ``"raise"`` or ``"isolate"``
+        As for :func:`specaccept.verify`; an isolated request's error is in
+        ``result.errors[b]`` (``b`` the request; its ``index`` is into the flat
+        arrays) and its row is ``-1``.
 
     Returns
     -------
@@ -109,6 +126,7 @@ def verify(
     [[1, 2, 5], [3, 4, -1]]
     """
     convert = like_converter(like)
+    isolate = _isolating(errors)
     ids = _ints(draft_token_ids, "draft_token_ids")
     counts = _counts(num_draft_tokens)
     target = _floats(target_probs, "target_probs")
@@ -121,10 +139,12 @@ def verify(
     ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
     if (u is None or ru is None) and greedy_rows is not True:
         g = _generator(rng)
+        source = "draft_token_ids [T] and num_draft_tokens [B]"
         total = ids.shape[0] if ids.ndim == 1 else 0
-        u = g.random(total) if u is None else u
-        ru = g.random(counts.shape[0] if counts.ndim == 1 else 0) if ru is None else ru
-    result = _native.verify_flat(ids, counts, target, draft, bonus, u, ru, greedy_rows)
+        u = _random(g, total, None, source) if u is None else u
+        batch = counts.shape[0] if counts.ndim == 1 else 0
+        ru = _random(g, batch, None, source) if ru is None else ru
+    result = _native.verify_flat(ids, counts, target, draft, bonus, u, ru, greedy_rows, None, isolate)
     return _finish(result, convert)
 
 
