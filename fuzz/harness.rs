@@ -1,5 +1,6 @@
-//! The fuzz harness: arbitrary bytes become a batch for the core (verify, the
-//! flat layout, greedy ids, the acceptance rate, verify_logits and verify_tree), in any layout,
+//! The fuzz harness: arbitrary bytes become a batch for the core (verify, also
+//! isolating bad rows; the flat layout with vLLM's placeholders; greedy ids; the
+//! elementwise rule; the acceptance rate; verify_logits and verify_tree), in any layout,
 //! dtype and value (NaN, infinities, negatives, ids out of range, counts past K,
 //! uniforms outside [0, 1)). Every entry point must return `Ok` with the
 //! invariants below or `Err`, never panic; a panic is a finding.
@@ -15,6 +16,7 @@ use specaccept::chain::{
 use specaccept::error::RowErrors;
 use specaccept::logits::{self, LogitsInputs};
 use specaccept::rate;
+use specaccept::rule;
 use specaccept::tree::{self, TreeInputs, TreeOutputs};
 use specaccept::view::{FloatView, IntView, Prob};
 
@@ -203,6 +205,60 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         assert_eq!(out.ids, again.ids);
     }
 
+    // Isolating: each row's outcome is that row's alone (a bad row marked,
+    // a good row as verified by itself), whatever the other rows hold.
+    let mut slots = vec![None; batch];
+    let mut isolated = Outputs::new(batch, k);
+    let run = chain::verify(
+        &inputs,
+        &mut isolated.views(),
+        RowErrors::Isolate(&mut slots),
+    );
+    if run.is_ok() {
+        for (b, slot) in slots.iter().enumerate() {
+            let alone = ChainInputs {
+                draft_token_ids: IntView::I64(ids.slice(s![b..b + 1, ..])),
+                target_probs: inputs.target_probs.slice_move(s![b..b + 1, .., ..]),
+                draft_probs: inputs
+                    .draft_probs
+                    .map(|q| q.slice_move(s![b..b + 1, .., ..])),
+                num_draft_tokens: inputs
+                    .num_draft_tokens
+                    .map(|_| IntView::I64(counts_array.slice(s![b..b + 1]))),
+                uniforms: inputs
+                    .uniforms
+                    .map(|_| FloatView::F64(uniforms.slice(s![b..b + 1, ..]))),
+                recovery_uniforms: inputs
+                    .recovery_uniforms
+                    .map(|_| FloatView::F64(recovery.slice(s![b..b + 1]))),
+                greedy: match greedy {
+                    Greedy::PerRow(_) => Greedy::All(greedy_rows[b]),
+                    all => all,
+                },
+            };
+            let mut one = Outputs::new(1, k);
+            match (
+                chain::verify(&alone, &mut one.views(), RowErrors::Raise),
+                slot,
+            ) {
+                (Ok(()), None) => {
+                    assert_eq!(one.ids.row(0), isolated.ids.row(b), "row {b} as alone");
+                    assert_eq!(one.accepted[0], isolated.accepted[b]);
+                }
+                (Err(e), Some(kept)) => {
+                    // The same error, at row 0 of the one-row batch.
+                    assert_eq!(e.arg(), kept.arg(), "row {b}'s own error");
+                    assert_eq!(e.index().get(1..), kept.index().get(1..));
+                    assert_eq!(kept.index().first(), Some(&b));
+                    assert_eq!(kept.row(), Some(b));
+                    assert!(isolated.ids.row(b).iter().all(|&x| x == -1));
+                    assert_eq!((isolated.accepted[b], isolated.emitted[b]), (0, 0));
+                }
+                (alone, kept) => panic!("row {b}: alone {alone:?}, isolated {kept:?}"),
+            }
+        }
+    }
+
     // The flat layout over the same rows (the first k_b positions of each).
     let flat_counts: Vec<i64> = counts.iter().map(|&c| c.clamp(0, k as i64)).collect();
     let total: usize = flat_counts.iter().map(|&c| c as usize).sum();
@@ -213,7 +269,15 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         let (b, t) = rows[r];
         P::from_f64(p_values[[b, t, i]])
     });
-    let flat_ids = Array1::from_shape_fn(total, |r| ids[[rows[r].0, rows[r].1]]);
+    // Sometimes vLLM's placeholder (-1) ends a row's drafts early.
+    let flat_ids = Array1::from_shape_fn(total, |r| {
+        let (b, t) = rows[r];
+        if flags & 128 != 0 && (b + t) % 3 == 2 {
+            chain::PLACEHOLDER_TOKEN_ID
+        } else {
+            ids[[b, t]]
+        }
+    });
     let bonus = Array1::from_shape_fn(batch, |b| (b * 7 % vocab) as i64);
     let flat_counts = Array1::from(flat_counts);
     let flat_u = Array1::from_shape_fn(total, |r| uniforms[[rows[r].0, rows[r].1]]);
@@ -228,7 +292,53 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         greedy: Greedy::All(flags & 64 == 0),
     };
     let mut flat_out = Outputs::new(batch, k);
-    let _ = chain::verify_flat(&flat, &mut flat_out.views(), RowErrors::Raise);
+    if chain::verify_flat(&flat, &mut flat_out.views(), RowErrors::Raise).is_ok() {
+        // Each row keeps its drafts up to the first placeholder, then one token.
+        let mut start = 0;
+        for b in 0..batch {
+            let slot = flat_counts[b] as usize;
+            let drafts = (0..slot)
+                .position(|t| flat_ids[start + t] == chain::PLACEHOLDER_TOKEN_ID)
+                .unwrap_or(slot);
+            let n = flat_out.accepted[b] as usize;
+            assert!(n <= drafts, "row {b}: {n} accepted past its placeholder");
+            for t in 0..n {
+                assert_eq!(flat_out.ids[[b, t]], flat_ids[start + t]);
+            }
+            let next = flat_out.ids[[b, n]];
+            assert!(
+                next >= 0 && (next as usize) < vocab,
+                "row {b}: token {next}"
+            );
+            start += slot;
+        }
+    }
+
+    // The elementwise primitives over the gathered values of the same rows.
+    let p_flat = p_values.slice(s![.., ..k, ..]).to_owned().into_dyn();
+    let q_flat = q_values.view().into_dyn();
+    let u_flat = Array3::from_shape_fn(q_values.dim(), |(b, t, i)| {
+        uniforms[[b, t]] * (i % 2) as f64
+    })
+    .into_dyn();
+    let (pv, qv, uv) = (
+        FloatView::F64(p_flat.view()),
+        FloatView::F64(q_flat.view()),
+        FloatView::F64(u_flat.view()),
+    );
+    if let Ok(values) = rule::rejection_probability_array(&pv, &qv) {
+        assert_eq!(values.len(), p_flat.len());
+        assert!(
+            values.iter().all(|v| (0.0..=1.0).contains(v)),
+            "a probability"
+        );
+        if let Ok(mask) = rule::acceptance_mask_array(&pv, &qv, &uv) {
+            // Accepted outright (rejection probability 0) is accepted whatever u.
+            for (m, r) in mask.iter().zip(&values) {
+                assert!(*m || *r > 0.0, "rejected with rejection probability 0");
+            }
+        }
+    }
 
     // Greedy on ids, and the acceptance rate of the same rows.
     let targets =
@@ -396,7 +506,8 @@ fn run_logits<P: FromF64, Q: FromF64>(
             recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
         };
         let mut out = Outputs::new(batch, k);
-        let result = logits::verify_logits(&inputs, &mut out.views(), RowErrors::Raise).map(|()| out);
+        let result =
+            logits::verify_logits(&inputs, &mut out.views(), RowErrors::Raise).map(|()| out);
         result.map_err(|e| e.to_string())
     };
     let Ok(out) = run(&top_k) else {

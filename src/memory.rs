@@ -9,7 +9,11 @@ use crate::error::CoreError;
 
 /// Makes room for `n` elements in `buffer` (its length unchanged), or says
 /// which argument asked for too many.
-pub(crate) fn reserve<T>(buffer: &mut Vec<T>, n: usize, arg: &'static str) -> Result<(), CoreError> {
+pub(crate) fn reserve<T>(
+    buffer: &mut Vec<T>,
+    n: usize,
+    arg: &'static str,
+) -> Result<(), CoreError> {
     let more = n.saturating_sub(buffer.len());
     buffer
         .try_reserve(more)

@@ -6,13 +6,13 @@
 use half::f16;
 use ndarray::{ArrayD, ArrayView, ArrayView1, ArrayView2, Axis, Dimension, Ix1, Ix2, Ix3, IxDyn};
 use numpy::{
-    dtype, npyffi, Element, PyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods,
-    PyUntypedArray, PyUntypedArrayMethods,
+    dtype, npyffi, Element, PyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn,
+    PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods,
 };
 use pyo3::exceptions::{PyMemoryError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::IntoPyObjectExt;
 use pyo3::types::{PyBool, PyList};
+use pyo3::IntoPyObjectExt;
 
 use crate::chain::{self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs};
 use crate::error::{CoreError, RowErrors};
@@ -292,7 +292,10 @@ fn byte_span(arr: &Bound<'_, PyUntypedArray>) -> Option<(isize, isize)> {
             last = last.saturating_add(reach);
         }
     }
-    Some((first, last.saturating_add(arr.dtype().itemsize() as isize - 1)))
+    Some((
+        first,
+        last.saturating_add(arr.dtype().itemsize() as isize - 1),
+    ))
 }
 
 /// Whether two elements of `arr` share bytes (a stride-0 or crafted view):
@@ -567,7 +570,10 @@ fn verify<'py>(
     let greedy_rows = GreedyArg::extract(greedy)?;
     let greedy_view = greedy_rows.view();
     let &[batch, num_draft] = ids.view().shape() else {
-        return Err(input_error("draft_token_ids", "draft_token_ids must be 2-D".into()));
+        return Err(input_error(
+            "draft_token_ids",
+            "draft_token_ids must be 2-D".into(),
+        ));
     };
     let plan = OutPlan {
         out,
@@ -892,7 +898,9 @@ fn verify_greedy<'py>(
         ],
         isolate: false,
     };
-    plan.run(py, batch, num_draft, |out, _| chain::verify_greedy(&inputs, out))
+    plan.run(py, batch, num_draft, |out, _| {
+        chain::verify_greedy(&inputs, out)
+    })
 }
 
 fn shaped<'py, T: Element>(
@@ -988,7 +996,12 @@ fn accepted_prefix_length<'py>(
         IntArg::<Ix1>::extract(o, "num_draft_tokens")
     })?;
     let mask_view = mask.as_array();
-    let out = zeros::<i64, Ix1>(py, &[mask_view.shape()[0]], "accepted_prefix_length", "accepted [B, K]")?;
+    let out = zeros::<i64, Ix1>(
+        py,
+        &[mask_view.shape()[0]],
+        "accepted_prefix_length",
+        "accepted [B, K]",
+    )?;
     {
         // SAFETY: a fresh array, shared with nothing.
         let out_view = unsafe { out.as_array_mut() };
@@ -1020,8 +1033,8 @@ fn max_num_threads() -> usize {
 mod _native {
     #[pymodule_export]
     use super::{
-        acceptance_mask, acceptance_rate, accepted_prefix_length, get_num_threads,
-        max_num_threads, rejection_probability, set_num_threads, verify, verify_flat, verify_greedy, verify_logits,
+        acceptance_mask, acceptance_rate, accepted_prefix_length, get_num_threads, max_num_threads,
+        rejection_probability, set_num_threads, verify, verify_flat, verify_greedy, verify_logits,
         verify_tree,
     };
 

@@ -4,8 +4,8 @@
 
 use ndarray::IxDyn;
 
-use crate::memory;
 use crate::error::{show, CoreError};
+use crate::memory;
 use crate::view::{unravel, FloatView};
 
 /// Probability that a drafted token with target probability `p` and draft

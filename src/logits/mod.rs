@@ -462,8 +462,7 @@ fn verify_row<P: Prob, Q: Prob>(
         };
         (n, next)
     } else {
-        let (Some(uniforms), Some(recovery)) = (&inputs.uniforms, &inputs.recovery_uniforms)
-        else {
+        let (Some(uniforms), Some(recovery)) = (&inputs.uniforms, &inputs.recovery_uniforms) else {
             return Err(CoreError::shape(
                 "uniforms",
                 "uniforms and recovery_uniforms are required for rows verified by sampling",
