@@ -429,6 +429,407 @@ CASES: dict[str, tuple[str, str]] = {
     "cli: compare --bogus": ("cli('compare', '--bogus')", "ok"),
 }
 
+# A valid tree: root with two children (tokens 1 and 2); child 2 has a child (token 0).
+_TREE = (
+    "np.array([[0, 1, 2, 0]]), np.array([-1, 0, 0, 2]), "
+    "np.array([[[0.0, 0.0, 1.0], [1, 0, 0], [1.0, 0.0, 0.0], [0, 1, 0]]])"
+)
+_TREE_IDS = "np.array([[0, 1, 2, 0]])"
+_TREE_PARENTS = "np.array([-1, 0, 0, 2])"
+_TREE_P = "np.full((1, 4, 3), 1 / 3)"
+_LOGITS = "np.log(P())"
+
+CASES.update(
+    {
+        # --- verify_logits ---------------------------------------------------------------
+        "verify_logits: valid": (
+            f"ok_ver(sa.verify_logits(w(IDS()), w({_LOGITS}), w(np.log(Q())), rng=0))",
+            "ok",
+        ),
+        "verify_logits: filters": (
+            f"ok_ver(sa.verify_logits(w(IDS()), w({_LOGITS}), temperature=0.7, top_k=2,"
+            " top_p=0.9, rng=0))",
+            "ok",
+        ),
+        "verify_logits: greedy rows": (
+            f"ok_ver(sa.verify_logits(w(IDS()), w({_LOGITS}), temperature=0.0))",
+            "ok",
+        ),
+        "verify_logits: per-row settings": (
+            f"ok_ver(sa.verify_logits(IDS(), {_LOGITS}, temperature=w(np.array([0.0, 2.0])),"
+            " top_k=w(np.array([0, 1])), top_p=w(np.array([1.0, 0.5])), rng=0))",
+            "ok",
+        ),
+        "verify_logits: -inf masks": (
+            "l = np.log(P()); l[:, :, 4] = -np.inf\n"
+            "ok_ver(sa.verify_logits(w(np.array([[0, 1, 2], [3, 2, 0]])), w(l), rng=0))",
+            "ok",
+        ),
+        "verify_logits: negative temperature": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, temperature=-1.0, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: NaN temperature": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, temperature=np.nan, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: inf temperature": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, temperature=np.inf, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: tiny temperature": (
+            f"ok_ver(sa.verify_logits(IDS(), {_LOGITS}, temperature=1e-300, rng=0))",
+            "ok",
+        ),
+        "verify_logits: subnormal temperature": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, temperature=5e-324, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: temperature 2**2000": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, temperature=2**2000, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: temperature str": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, temperature='hot', rng=0)",
+            "TypeError",
+        ),
+        "verify_logits: temperature None": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, temperature=None, rng=0)",
+            "TypeError",
+        ),
+        "verify_logits: temperature wrong length": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, temperature=np.ones(3), rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: top_k negative": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, top_k=-1, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: top_k -2**63": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, top_k=-(2**63), rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: top_k 2**63": (
+            f"ok_ver(sa.verify_logits(IDS(), {_LOGITS}, top_k=2**63, rng=0))",
+            "ok|ValueError",
+        ),
+        "verify_logits: top_k 2**64": (
+            f"ok_ver(sa.verify_logits(IDS(), {_LOGITS}, top_k=2**64, rng=0))",
+            "ok|ValueError",
+        ),
+        "verify_logits: top_k 2**200": (
+            f"ok_ver(sa.verify_logits(IDS(), {_LOGITS}, top_k=2**200, rng=0))",
+            "ok|ValueError",
+        ),
+        "verify_logits: top_k float": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, top_k=1.5, rng=0)",
+            "TypeError",
+        ),
+        "verify_logits: top_k uint64 array above int64 max": (
+            f"ok_ver(sa.verify_logits(IDS(), {_LOGITS},"
+            " top_k=np.array([2**64 - 1, 1], np.uint64), rng=0))",
+            "ok|ValueError",
+        ),
+        "verify_logits: top_p 0": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, top_p=0.0, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: top_p 1.5": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, top_p=1.5, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: top_p NaN": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, top_p=np.nan, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: NaN logit": (
+            "l = np.log(P()); l[0, 0, 1] = np.nan\nsa.verify_logits(IDS(), w(l), rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: +inf logit": (
+            "l = np.log(P()); l[0, 0, 1] = np.inf\nsa.verify_logits(IDS(), w(l), rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: all -inf row": (
+            "l = np.log(P()); l[0, 0] = -np.inf\nsa.verify_logits(IDS(), w(l), rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: huge finite logits": (
+            "l = np.full((2, 4, 5), 1e308); l[:, :, 0] = -1e308\n"
+            "ok_ver(sa.verify_logits(IDS(), w(l), temperature=1e-300, rng=0))",
+            "ok",
+        ),
+        "verify_logits: id >= V": (
+            f"sa.verify_logits(np.array([[0, 1, 5], [0, 0, 0]]), {_LOGITS}, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: 1-D ids": (
+            f"sa.verify_logits(np.array([0, 1, 2]), {_LOGITS}, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: logits shape": (
+            "sa.verify_logits(IDS(), np.zeros((2, 3, 5)), rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: int logits": (
+            "sa.verify_logits(IDS(), np.zeros((2, 4, 5), np.int64), rng=0)",
+            "TypeError",
+        ),
+        "verify_logits: errors bogus": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, rng=0, errors='ignore')",
+            "ValueError",
+        ),
+        "verify_logits: errors isolate, NaN row": (
+            "l = np.log(P()); l[1, 0, :] = np.nan\n"
+            "r = sa.verify_logits(w(IDS()), w(l), rng=0, errors='isolate')\n"
+            "assert set(r.errors) == {1}, r.errors\n"
+            "assert r.errors[1].argument",
+            "ok",
+        ),
+        "verify_logits: huge stride-0 vocabulary": (
+            "ok_ver(sa.verify_logits(np.zeros((1, 1), np.int64),"
+            " np.broadcast_to(0.0, (1, 2, 2**29)), rng=0), 1, 1, 2**29)",
+            "ok|MemoryError",
+        ),
+        "verify_logits: huge stride-0 ids": (
+            "sa.verify_logits(huge_ids(1, 2**40), np.broadcast_to(0.0, (1, 2**40 + 1, 1)), rng=0)",
+            "MemoryError",
+        ),
+        # --- verify_tree ----------------------------------------------------------------
+        "verify_tree: docstring tree": (
+            f"r = sa.verify_tree({_TREE}, greedy=True)\n"
+            "assert r.output_token_ids.tolist() == [[2, 0, 1]], r\n"
+            "assert r.accepted_node_ids.tolist() == [[2, 3]], r",
+            "ok",
+        ),
+        "verify_tree: sampled": (
+            f"ok_tree(sa.verify_tree(w({_TREE_IDS}), w({_TREE_PARENTS}), w({_TREE_P}), rng=0),"
+            " 1, 3)",
+            "ok",
+        ),
+        "verify_tree: with draft probs": (
+            f"ok_tree(sa.verify_tree(w({_TREE_IDS}), w({_TREE_PARENTS}), w({_TREE_P}),"
+            f" w({_TREE_P}), rng=0), 1, 3)",
+            "ok",
+        ),
+        "verify_tree: root only": (
+            "ok_tree(sa.verify_tree(np.zeros((2, 1), np.int64), np.array([-1]),"
+            " np.full((2, 1, 3), 1 / 3), rng=0), 2, 3)",
+            "ok",
+        ),
+        "verify_tree: empty batch": (
+            "sa.verify_tree(np.zeros((0, 2), np.int64), np.array([-1, 0]), np.zeros((0, 2, 3)),"
+            " rng=0)",
+            "ok",
+        ),
+        "verify_tree: no nodes": (
+            "sa.verify_tree(np.zeros((1, 0), np.int64), np.zeros(0, np.int64),"
+            " np.zeros((1, 0, 3)), rng=0)",
+            "ok|ValueError",
+        ),
+        "verify_tree: forward parent": (
+            f"sa.verify_tree({_TREE_IDS}, np.array([-1, 0, 3, 2]), {_TREE_P}, rng=0)",
+            "ValueError",
+        ),
+        "verify_tree: self parent": (
+            f"sa.verify_tree({_TREE_IDS}, np.array([-1, 1, 0, 2]), {_TREE_P}, rng=0)",
+            "ValueError",
+        ),
+        "verify_tree: root with a parent": (
+            f"sa.verify_tree({_TREE_IDS}, np.array([0, 0, 0, 2]), {_TREE_P}, rng=0)",
+            "ValueError",
+        ),
+        "verify_tree: parent -2": (
+            f"sa.verify_tree({_TREE_IDS}, np.array([-1, 0, -2, 2]), {_TREE_P}, rng=0)",
+            "ValueError",
+        ),
+        "verify_tree: parent uint64 above int64 max": (
+            f"sa.verify_tree({_TREE_IDS}, np.array([2**64 - 1, 0, 0, 2], np.uint64),"
+            f" {_TREE_P}, rng=0)",
+            "ValueError",
+        ),
+        "verify_tree: parents shape": (
+            f"sa.verify_tree({_TREE_IDS}, np.array([-1, 0, 0]), {_TREE_P}, rng=0)",
+            "ValueError",
+        ),
+        "verify_tree: token >= V": (
+            f"sa.verify_tree(np.array([[0, 1, 3, 0]]), {_TREE_PARENTS}, {_TREE_P},"
+            " uniforms=np.full((1, 4), 0.99), recovery_uniforms=np.array([0.5]))",
+            "ValueError",
+        ),
+        "verify_tree: 1-D tokens": (
+            f"sa.verify_tree(np.array([0, 1, 2, 0]), {_TREE_PARENTS}, {_TREE_P}, rng=0)",
+            "ValueError",
+        ),
+        "verify_tree: str tokens": (
+            f"sa.verify_tree('tree', {_TREE_PARENTS}, {_TREE_P}, rng=0)",
+            "TypeError",
+        ),
+        "verify_tree: float parents": (
+            f"sa.verify_tree({_TREE_IDS}, np.array([-1.0, 0, 0, 2]), {_TREE_P}, rng=0)",
+            "TypeError",
+        ),
+        "verify_tree: NaN target": (
+            f"p = {_TREE_P}; p[0, 0] = np.nan\nsa.verify_tree({_TREE_IDS}, {_TREE_PARENTS},"
+            " w(p), rng=0)",
+            "ValueError",
+        ),
+        "verify_tree: uniforms shape": (
+            f"sa.verify_tree({_TREE}, uniforms=np.zeros((1, 3)), rng=0)",
+            "ValueError",
+        ),
+        "verify_tree: uniform 1.0": (
+            f"sa.verify_tree({_TREE_IDS}, {_TREE_PARENTS}, {_TREE_P}, uniforms=np.ones((1, 4)),"
+            " rng=0)",
+            "ValueError",
+        ),
+        "verify_tree: greedy wrong length": (
+            f"sa.verify_tree({_TREE}, greedy=np.array([True, True]))",
+            "ValueError",
+        ),
+        "verify_tree: rng str": (f"sa.verify_tree({_TREE}, rng='seed')", "TypeError"),
+        "verify_tree: huge stride-0 vocabulary": (
+            "ok_tree(sa.verify_tree(np.zeros((1, 2), np.int64), np.array([-1, 0]),"
+            " np.broadcast_to(2.0**-29, (1, 2, 2**29)), rng=0), 1, 2**29)",
+            "ok|MemoryError",
+        ),
+        "verify_tree: huge stride-0 nodes": (
+            "sa.verify_tree(huge_ids(1, 2**40), np.broadcast_to(np.int64(0), (1, 2**40)),"
+            " np.broadcast_to(0.5, (1, 2**40, 1)), rng=0)",
+            "ValueError|MemoryError",
+        ),
+        # --- acceptance_mask ---------------------------------------------------------------
+        "acceptance_mask: scalars": (
+            "assert bool(sa.acceptance_mask(0.6, 0.8, 0.74))"
+            " and not bool(sa.acceptance_mask(0.6, 0.8, 0.75))",
+            "ok",
+        ),
+        "acceptance_mask: arrays broadcast": (
+            "m = sa.acceptance_mask(w(np.full((2, 3), 0.5)), w(np.full(3, 0.6)), w(np.zeros((2, 1))))\n"
+            "assert m.shape == (2, 3) and m.dtype == bool",
+            "ok",
+        ),
+        "acceptance_mask: empty": (
+            "sa.acceptance_mask(np.zeros(0), np.zeros(0), np.zeros(0))",
+            "ok",
+        ),
+        "acceptance_mask: uniform 1.0": ("sa.acceptance_mask(0.5, 0.6, 1.0)", "ValueError"),
+        "acceptance_mask: uniform NaN": ("sa.acceptance_mask(0.5, 0.6, np.nan)", "ValueError"),
+        "acceptance_mask: negative q": ("sa.acceptance_mask(0.5, -0.6, 0.1)", "ValueError"),
+        "acceptance_mask: inf p": ("sa.acceptance_mask(np.inf, 0.6, 0.1)", "ValueError"),
+        "acceptance_mask: bool p": ("sa.acceptance_mask(True, 0.6, 0.1)", "TypeError"),
+        "acceptance_mask: None u": ("sa.acceptance_mask(0.5, 0.6, None)", "TypeError"),
+        "acceptance_mask: complex": ("sa.acceptance_mask(0.5, 0.6, 0.1 + 0j)", "TypeError"),
+        "acceptance_mask: int 2**64 p": ("sa.acceptance_mask(2**64, 0.6, 0.1)", "ValueError"),
+        "acceptance_mask: no broadcast": (
+            "sa.acceptance_mask(np.zeros(2), np.zeros(3), np.zeros(2))",
+            "ValueError",
+        ),
+        "acceptance_mask: huge stride-0": (
+            "sa.acceptance_mask(np.broadcast_to(0.5, (2**40,)), 0.5, 0.1)",
+            "MemoryError",
+        ),
+        # --- rejection_probability (more) ------------------------------------------------
+        "rejection_probability: arrays": (
+            "r = sa.rejection_probability(w(np.array([0.0, 0.5, 0.9])), w(np.array([0.5, 0.5, 0.1])))\n"
+            "assert r.tolist() == [1.0, 0.0, 0.0], r",
+            "ok",
+        ),
+        "rejection_probability: empty": ("sa.rejection_probability(np.zeros((0, 3)), 0.5)", "ok"),
+        "rejection_probability: negative": ("sa.rejection_probability(-0.1, 0.5)", "ValueError"),
+        "rejection_probability: -inf": ("sa.rejection_probability(0.5, -np.inf)", "ValueError"),
+        "rejection_probability: None": ("sa.rejection_probability(None, 0.5)", "TypeError"),
+        "rejection_probability: bool": ("sa.rejection_probability(0.5, False)", "TypeError"),
+        "rejection_probability: object array": (
+            "sa.rejection_probability(np.array([0.5], dtype=object), 0.5)",
+            "TypeError",
+        ),
+        "rejection_probability: 2**64": ("sa.rejection_probability(0.5, 2**64)", "ValueError"),
+        "rejection_probability: -2**63": ("sa.rejection_probability(-(2**63), 0.5)", "ValueError"),
+        "rejection_probability: no broadcast": (
+            "sa.rejection_probability(np.zeros((2, 2)), np.zeros(3))",
+            "ValueError",
+        ),
+        # --- acceptance_rate ---------------------------------------------------------------
+        "acceptance_rate: valid": (
+            "a = sa.acceptance_rate(w(P()), w(P()))\nassert np.allclose(a, 1.0), a",
+            "ok",
+        ),
+        "acceptance_rate: one row": (
+            "a = sa.acceptance_rate(np.array([0.6, 0.4, 0.0]), np.array([0.8, 0.1, 0.1]))\n"
+            "assert abs(float(a) - 0.7) < 1e-12, a",
+            "ok",
+        ),
+        "acceptance_rate: shape mismatch": (
+            "sa.acceptance_rate(np.zeros((2, 3)), np.zeros((2, 4)))",
+            "ValueError",
+        ),
+        "acceptance_rate: NaN": (
+            "p = P(); p[0, 0, 0] = np.nan\nsa.acceptance_rate(w(p), P())",
+            "ValueError",
+        ),
+        "acceptance_rate: negative": (
+            "p = P(); p[0, 0, 0] = -1.0\nsa.acceptance_rate(w(p), P())",
+            "ValueError",
+        ),
+        "acceptance_rate: int arrays": (
+            "sa.acceptance_rate(np.ones((2, 3), np.int64), np.ones((2, 3), np.int64))",
+            "TypeError",
+        ),
+        "acceptance_rate: lists": ("sa.acceptance_rate([0.5, 0.5], [0.5, 0.5])", "TypeError"),
+        "acceptance_rate: 0-d": (
+            "sa.acceptance_rate(np.float64(0.5), np.float64(0.5))",
+            "ValueError",
+        ),
+        "acceptance_rate: empty vocabulary": (
+            "a = sa.acceptance_rate(np.zeros((2, 0)), np.zeros((2, 0)))\nassert a.shape == (2,)",
+            "ok|ValueError",
+        ),
+        "acceptance_rate: huge stride-0 rows": (
+            "sa.acceptance_rate(np.broadcast_to(0.5, (2**40, 1)), np.broadcast_to(0.5, (2**40, 1)))",
+            "MemoryError",
+        ),
+        # --- accepted_prefix_length ----------------------------------------------------------
+        "accepted_prefix_length: valid": (
+            "n = sa.accepted_prefix_length(w(np.array([[True, False, True], [True, True, True]])),"
+            " w(np.array([3, 2])))\nassert n.tolist() == [1, 2], n",
+            "ok",
+        ),
+        "accepted_prefix_length: empty": (
+            "n = sa.accepted_prefix_length(np.zeros((0, 3), bool))\nassert n.shape == (0,)",
+            "ok",
+        ),
+        "accepted_prefix_length: int mask": (
+            "sa.accepted_prefix_length(np.array([[1, 0]]))",
+            "TypeError",
+        ),
+        "accepted_prefix_length: 1-D mask": (
+            "sa.accepted_prefix_length(np.array([True, False]))",
+            "ValueError",
+        ),
+        "accepted_prefix_length: count above K": (
+            "sa.accepted_prefix_length(np.array([[True, False]]), np.array([3]))",
+            "ValueError",
+        ),
+        "accepted_prefix_length: negative count": (
+            "sa.accepted_prefix_length(np.array([[True, False]]), np.array([-1]))",
+            "ValueError",
+        ),
+        "accepted_prefix_length: uint64 count above int64 max": (
+            "sa.accepted_prefix_length(np.array([[True, False]]), np.array([2**63], np.uint64))",
+            "ValueError",
+        ),
+        "accepted_prefix_length: counts shape": (
+            "sa.accepted_prefix_length(np.array([[True, False]]), np.array([1, 1]))",
+            "ValueError",
+        ),
+        "accepted_prefix_length: huge stride-0": (
+            "sa.accepted_prefix_length(np.broadcast_to(np.True_, (2**40, 1)))",
+            "MemoryError",
+        ),
+    }
+)
+
 # Cases run alone with SPECACCEPT_NUM_THREADS set to this value before import.
 ENV: dict[str, str] = {}
 for _value in ("0", "-1", "abc", "1e23", "99999999999999999999999", "1000000"):
