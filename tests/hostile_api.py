@@ -830,6 +830,386 @@ CASES.update(
     }
 )
 
+_STATS_DICT = (
+    "dict(num_steps=2, total_draft_tokens=6, num_accepted_tokens=4, num_emitted_tokens=6,"
+    " num_tried_tokens=5, drafted_per_position=[2, 2, 2], accepted_per_position=[2, 1, 1],"
+    " accepted_length_histogram=[0, 1, 0, 1])"
+)
+_FLASH = "np.array([[[0.1, 0.2, 0.3, 0.4], [0.2, 0.3, 0.4, 0.1]]]), np.array([[2, 1]], np.int32)"
+_FLASH_U = "np.array([[0.8823, 0.9150, 0.3829]])"
+_FLASH_P = "np.array([[[0.0, 0.1, 0.6, 0.3], [1.0, 0.0, 0.0, 0.0], [0.7, 0.1, 0.1, 0.1]]])"
+_VLLM = "np.array([1, 2, 3]), [2, 1], np.eye(8)[[1, 2, 3]], None, np.array([5, 4])"
+
+CASES.update(
+    {
+        # --- expected_tokens_per_step, expected_speedup, best_num_draft_tokens ------------
+        "expected_tokens_per_step: valid": (
+            "assert sa.expected_tokens_per_step(0.5, 1) == 1.5",
+            "ok",
+        ),
+        "expected_tokens_per_step: k 2**64": (
+            "assert sa.expected_tokens_per_step(0.5, 2**64) == 2.0",
+            "ok",
+        ),
+        "expected_tokens_per_step: a 1, k 2**200": (
+            "assert sa.expected_tokens_per_step(1.0, 2**200) > 1e60",
+            "ok",
+        ),
+        "expected_tokens_per_step: a 1, k 2**2000": (
+            "sa.expected_tokens_per_step(1.0, 2**2000)",
+            "ValueError",
+        ),
+        "expected_tokens_per_step: a NaN": ("sa.expected_tokens_per_step(np.nan, 4)", "ValueError"),
+        "expected_tokens_per_step: a -0.5": ("sa.expected_tokens_per_step(-0.5, 4)", "ValueError"),
+        "expected_tokens_per_step: a 2**64": (
+            "sa.expected_tokens_per_step(2**64, 4)",
+            "ValueError",
+        ),
+        "expected_tokens_per_step: a str": ("sa.expected_tokens_per_step('0.5', 4)", "TypeError"),
+        "expected_tokens_per_step: a bool": ("sa.expected_tokens_per_step(True, 4)", "TypeError"),
+        "expected_tokens_per_step: a array": (
+            "sa.expected_tokens_per_step(np.array([0.5]), 4)",
+            "TypeError|ok",
+        ),
+        "expected_tokens_per_step: k -1": ("sa.expected_tokens_per_step(0.5, -1)", "ValueError"),
+        "expected_tokens_per_step: k -2**63": (
+            "sa.expected_tokens_per_step(0.5, -(2**63))",
+            "ValueError",
+        ),
+        "expected_tokens_per_step: k float": ("sa.expected_tokens_per_step(0.5, 4.0)", "TypeError"),
+        "expected_tokens_per_step: k None": ("sa.expected_tokens_per_step(0.5, None)", "TypeError"),
+        "expected_speedup: valid": ("assert sa.expected_speedup(0.8, 4, 0.05) > 1", "ok"),
+        "expected_speedup: c 0, k 2**64": (
+            "assert sa.expected_speedup(0.5, 2**64, 0.0) == 2.0",
+            "ok",
+        ),
+        "expected_speedup: c huge, k 2**200": (
+            "assert 0 <= sa.expected_speedup(1.0, 2**200, 1e300) < 1",
+            "ok",
+        ),
+        "expected_speedup: c negative": ("sa.expected_speedup(0.5, 4, -1.0)", "ValueError"),
+        "expected_speedup: c inf": ("sa.expected_speedup(0.5, 4, np.inf)", "ValueError"),
+        "expected_speedup: c NaN": ("sa.expected_speedup(0.5, 4, np.nan)", "ValueError"),
+        "expected_speedup: c 2**2000": ("sa.expected_speedup(0.5, 4, 2**2000)", "ValueError"),
+        "expected_speedup: c str": ("sa.expected_speedup(0.5, 4, 'cheap')", "TypeError"),
+        "expected_speedup: k 2**64, a 1, c 0": (
+            "s = sa.expected_speedup(1.0, 2**64, 0.0)\nassert s > 1e19, s",
+            "ok",
+        ),
+        "best_num_draft_tokens: valid": (
+            "assert sa.best_num_draft_tokens(0.8, 0.05) == 8",
+            "ok",
+        ),
+        "best_num_draft_tokens: max_k 2**200": (
+            "assert 0 <= sa.best_num_draft_tokens(0.9, 0.01, 2**200) < 10**4",
+            "ok",
+        ),
+        "best_num_draft_tokens: a 1, max_k 2**64": (
+            "assert sa.best_num_draft_tokens(1.0, 0.5, 2**64) == 2**64",
+            "ok",
+        ),
+        "best_num_draft_tokens: tiny c, max_k 2**64": (
+            "k = sa.best_num_draft_tokens(0.999999, 1e-300, 2**64)\nassert 0 < k <= 2**64, k",
+            "ok",
+        ),
+        "best_num_draft_tokens: c 0, max_k 2**63": (
+            "k = sa.best_num_draft_tokens(0.5, 0.0, 2**63)\nassert 0 < k <= 2**63, k",
+            "ok",
+        ),
+        "best_num_draft_tokens: max_k 0": (
+            "assert sa.best_num_draft_tokens(0.9, 0.1, 0) == 0",
+            "ok",
+        ),
+        "best_num_draft_tokens: max_k -2**63": (
+            "sa.best_num_draft_tokens(0.5, 0.1, -(2**63))",
+            "ValueError",
+        ),
+        "best_num_draft_tokens: max_k float": (
+            "sa.best_num_draft_tokens(0.5, 0.1, 64.0)",
+            "TypeError",
+        ),
+        "best_num_draft_tokens: a NaN": ("sa.best_num_draft_tokens(np.nan, 0.1)", "ValueError"),
+        "best_num_draft_tokens: c -inf": ("sa.best_num_draft_tokens(0.5, -np.inf)", "ValueError"),
+        "best_num_draft_tokens: c None": ("sa.best_num_draft_tokens(0.5, None)", "TypeError"),
+        # --- threads ---------------------------------------------------------------------
+        "set_num_threads: -1": ("sa.set_num_threads(-1)", "ValueError"),
+        "set_num_threads: -2**63": ("sa.set_num_threads(-(2**63))", "ValueError"),
+        "set_num_threads: 2**200": ("sa.set_num_threads(2**200)", "ValueError"),
+        "set_num_threads: str": ("sa.set_num_threads('2')", "TypeError"),
+        "set_num_threads: None": ("sa.set_num_threads(None)", "TypeError"),
+        "set_num_threads: bool": ("sa.set_num_threads(True)", "TypeError"),
+        "set_num_threads: max_num_threads + 1": (
+            "sa.set_num_threads(sa.max_num_threads() + 1)",
+            "ValueError",
+        ),
+        "set_num_threads: np.int64(1)": (
+            "sa.set_num_threads(np.int64(1)); assert sa.get_num_threads() == 1",
+            "ok",
+        ),
+        "set_num_threads: uint64 max": (
+            "sa.set_num_threads(np.uint64(2**64 - 1))",
+            "ValueError",
+        ),
+        "set_num_threads: max_num_threads": (
+            "n = sa.max_num_threads(); sa.set_num_threads(n)\n"
+            "assert sa.get_num_threads() == n\n"
+            "ok_ver(sa.verify(IDS(), P(), rng=0))",
+            "ok",
+        ),
+        "get_num_threads: sane": (
+            "assert 1 <= sa.get_num_threads() <= sa.max_num_threads() < 2**20",
+            "ok",
+        ),
+        "get_num_threads: an argument": ("sa.get_num_threads(1)", "TypeError"),
+        "max_num_threads: an argument": ("sa.max_num_threads(1)", "TypeError"),
+        # --- Verification, TreeVerification ---------------------------------------------------
+        "Verification.tokens: valid and negative row": (
+            "r = sa.verify_greedy(np.array([[5, 7]]), np.array([[5, 9, 2]]))\n"
+            "assert r.tokens(0).tolist() == r.tokens(-1).tolist() == [5, 9]",
+            "ok",
+        ),
+        "Verification.tokens: row B": (
+            "sa.verify_greedy(np.array([[5, 7]]), np.array([[5, 9, 2]])).tokens(1)",
+            "ValueError",
+        ),
+        "Verification.tokens: row -B-1": (
+            "sa.verify_greedy(np.array([[5, 7]]), np.array([[5, 9, 2]])).tokens(-2)",
+            "ValueError",
+        ),
+        "Verification.tokens: row 2**64": (
+            "sa.verify_greedy(np.array([[5, 7]]), np.array([[5, 9, 2]])).tokens(2**64)",
+            "ValueError",
+        ),
+        "Verification.tokens: row -2**200": (
+            "sa.verify_greedy(np.array([[5, 7]]), np.array([[5, 9, 2]])).tokens(-(2**200))",
+            "ValueError",
+        ),
+        "Verification.tokens: row float": (
+            "sa.verify_greedy(np.array([[5, 7]]), np.array([[5, 9, 2]])).tokens(0.0)",
+            "TypeError",
+        ),
+        "Verification.tokens: row str": (
+            "sa.verify_greedy(np.array([[5, 7]]), np.array([[5, 9, 2]])).tokens('0')",
+            "TypeError",
+        ),
+        "Verification.tokens: row None": (
+            "sa.verify_greedy(np.array([[5, 7]]), np.array([[5, 9, 2]])).tokens(None)",
+            "TypeError",
+        ),
+        "Verification.tokens: empty batch": (
+            "sa.Verification.empty(0, 2).tokens(0)",
+            "ValueError",
+        ),
+        "Verification.to_lists: corrupt num_emitted": (
+            "sa.Verification(np.zeros((1, 2), np.int64), np.zeros(1, np.int64),"
+            " np.array([99])).to_lists()",
+            "ValueError",
+        ),
+        "Verification.to_lists: negative num_emitted": (
+            "sa.Verification(np.zeros((1, 2), np.int64), np.zeros(1, np.int64),"
+            " np.array([-1])).to_lists()",
+            "ValueError",
+        ),
+        "Verification.to_lists: None fields": (
+            "sa.Verification(None, None, None).to_lists()",
+            "TypeError",
+        ),
+        "Verification.to_lists: float num_emitted": (
+            "sa.Verification(np.zeros((1, 2), np.int64), np.zeros(1, np.int64),"
+            " np.array([np.nan])).to_lists()",
+            "TypeError|ValueError",
+        ),
+        "Verification.batch_size: 0-d arrays": (
+            "sa.Verification(np.int64(0), np.int64(0), np.int64(0)).batch_size",
+            "TypeError",
+        ),
+        "Verification.empty: valid": (
+            "o = sa.Verification.empty(3, 2)\n"
+            "assert o.output_token_ids.shape == (3, 3) and o.num_accepted.shape == (3,)",
+            "ok",
+        ),
+        "Verification.empty: zero": (
+            "assert sa.Verification.empty(0, 0).output_token_ids.shape == (0, 1)",
+            "ok",
+        ),
+        "Verification.empty: negative batch": ("sa.Verification.empty(-1, 2)", "ValueError"),
+        "Verification.empty: negative K": ("sa.Verification.empty(1, -2)", "ValueError"),
+        "Verification.empty: batch 2**64": ("sa.Verification.empty(2**64, 1)", "ValueError"),
+        "Verification.empty: K 2**63 - 1": ("sa.Verification.empty(1, 2**63 - 1)", "ValueError"),
+        "Verification.empty: batch 2**40": ("sa.Verification.empty(2**40, 0)", "MemoryError"),
+        "Verification.empty: 2**31 by 2**31": (
+            "sa.Verification.empty(2**31, 2**31)",
+            "MemoryError",
+        ),
+        "Verification.empty: float size": ("sa.Verification.empty(1.0, 2)", "TypeError"),
+        "Verification.empty: bool size": ("sa.Verification.empty(1, True)", "TypeError"),
+        "TreeVerification: tokens": (
+            f"r = sa.verify_tree({_TREE}, greedy=True)\n"
+            "assert r.tokens(0).tolist() == [2, 0, 1]\nassert r.to_lists() == [[2, 0, 1]]",
+            "ok",
+        ),
+        "TreeVerification: row out of range": (
+            f"sa.verify_tree({_TREE}, greedy=True).tokens(1)",
+            "ValueError",
+        ),
+        # --- AcceptanceStats -----------------------------------------------------------------
+        "AcceptanceStats: update valid": (
+            "s = stats()\nassert s.num_accepted_tokens == 4 and s.accepted_length_histogram"
+            " == [0, 1, 0, 1]",
+            "ok",
+        ),
+        "AcceptanceStats: update with counts": (
+            "s = sa.AcceptanceStats()\n"
+            "r = sa.verify_greedy(np.array([[3, 4, 5]]), np.array([[3, 4, 5, 6]]),"
+            " num_draft_tokens=np.array([2]))\n"
+            "s.update(r, w(np.array([2])))\nassert s.total_draft_tokens == 2",
+            "ok",
+        ),
+        "AcceptanceStats: update counts above K": (
+            "s = sa.AcceptanceStats()\n"
+            "s.update(sa.verify_greedy(np.array([[3]]), np.array([[3, 4]])), np.array([5]))",
+            "ValueError",
+        ),
+        "AcceptanceStats: update uint64 counts": (
+            "s = sa.AcceptanceStats()\n"
+            "s.update(sa.verify_greedy(np.array([[3]]), np.array([[3, 4]])),"
+            " np.array([2**63 + 1], np.uint64))",
+            "ValueError",
+        ),
+        "AcceptanceStats: update float counts": (
+            "s = sa.AcceptanceStats()\n"
+            "s.update(sa.verify_greedy(np.array([[3]]), np.array([[3, 4]])), np.array([1.0]))",
+            "TypeError",
+        ),
+        "AcceptanceStats: update refused leaves stats": (
+            "s = stats(); before = s.to_dict()\n"
+            "try:\n    s.update(sa.verify_greedy(np.array([[3]]), np.array([[3, 4]])),"
+            " np.array([5]))\nexcept ValueError:\n    pass\n"
+            "assert s.to_dict() == before",
+            "ok",
+        ),
+        "AcceptanceStats: update corrupt result": (
+            "r = sa.Verification(np.zeros((1, 2), np.int64), np.array([-3]), np.array([1]))\n"
+            "sa.AcceptanceStats().update(r)",
+            "ValueError",
+        ),
+        "AcceptanceStats: update result of floats": (
+            "r = sa.Verification(np.zeros((1, 2)), np.zeros(1), np.ones(1))\n"
+            "sa.AcceptanceStats().update(r)",
+            "TypeError",
+        ),
+        "AcceptanceStats: update zero-width result": (
+            "r = sa.Verification(np.zeros((1, 0), np.int64), np.zeros(1, np.int64),"
+            " np.ones(1, np.int64))\nsa.AcceptanceStats().update(r)",
+            "ValueError",
+        ),
+        "AcceptanceStats: update str": ("sa.AcceptanceStats().update('result')", "TypeError"),
+        "AcceptanceStats: merge": (
+            "s = stats() + stats()\nassert s.num_steps == 4",
+            "ok",
+        ),
+        "AcceptanceStats: merge None": ("stats().merge(None)", "TypeError"),
+        "AcceptanceStats: merge dict": ("stats() + stats().to_dict()", "TypeError"),
+        "AcceptanceStats: merge past 2**63 - 1": (
+            "sa.AcceptanceStats(num_steps=2**63 - 1).merge(sa.AcceptanceStats(num_steps=1))",
+            "ValueError",
+        ),
+        "AcceptanceStats: json round trip": (
+            "s = stats()\nassert sa.AcceptanceStats.from_json(s.to_json()) == s",
+            "ok",
+        ),
+        "AcceptanceStats: json bytes": (
+            "s = stats()\nassert sa.AcceptanceStats.from_json(s.to_json().encode()) == s",
+            "ok",
+        ),
+        "AcceptanceStats: from_dict valid": (
+            f"s = sa.AcceptanceStats.from_dict(w({_STATS_DICT}))\nassert s.num_steps == 2",
+            "ok",
+        ),
+        "AcceptanceStats: from_dict old key": (
+            f"d = {_STATS_DICT}; d['num_draft_tokens'] = d.pop('total_draft_tokens')\n"
+            "assert sa.AcceptanceStats.from_dict(w(d)).total_draft_tokens == 6",
+            "ok",
+        ),
+        "AcceptanceStats: from_dict empty": ("sa.AcceptanceStats.from_dict({})", "ValueError"),
+        "AcceptanceStats: from_dict None": ("sa.AcceptanceStats.from_dict(None)", "TypeError"),
+        "AcceptanceStats: from_dict list": ("sa.AcceptanceStats.from_dict([1, 2])", "TypeError"),
+        "AcceptanceStats: from_dict negative count": (
+            f"d = {_STATS_DICT}; d['num_steps'] = -1\nsa.AcceptanceStats.from_dict(w(d))",
+            "ValueError",
+        ),
+        "AcceptanceStats: from_dict 2**64 count": (
+            f"d = {_STATS_DICT}; d['num_tried_tokens'] = 2**64\nsa.AcceptanceStats.from_dict(w(d))",
+            "ValueError",
+        ),
+        "AcceptanceStats: from_dict str count": (
+            f"d = {_STATS_DICT}; d['num_steps'] = '2'\nsa.AcceptanceStats.from_dict(w(d))",
+            "TypeError",
+        ),
+        "AcceptanceStats: from_dict float count": (
+            f"d = {_STATS_DICT}; d['num_steps'] = 2.0\nsa.AcceptanceStats.from_dict(w(d))",
+            "TypeError",
+        ),
+        "AcceptanceStats: from_dict None in list": (
+            f"d = {_STATS_DICT}; d['drafted_per_position'] = [2, None, 2]\n"
+            "sa.AcceptanceStats.from_dict(w(d))",
+            "TypeError",
+        ),
+        "AcceptanceStats: from_dict list is a str": (
+            f"d = {_STATS_DICT}; d['accepted_per_position'] = '211'\n"
+            "sa.AcceptanceStats.from_dict(w(d))",
+            "TypeError",
+        ),
+        "AcceptanceStats: from_dict mismatched lists": (
+            f"d = {_STATS_DICT}; d['accepted_per_position'] = [2, 1]\n"
+            "sa.AcceptanceStats.from_dict(w(d))",
+            "ValueError",
+        ),
+        "AcceptanceStats: from_dict short histogram": (
+            f"d = {_STATS_DICT}; d['accepted_length_histogram'] = [0, 1]\n"
+            "sa.AcceptanceStats.from_dict(w(d))",
+            "ValueError",
+        ),
+        "AcceptanceStats: from_json not JSON": (
+            "sa.AcceptanceStats.from_json('nope')",
+            "ValueError",
+        ),
+        "AcceptanceStats: from_json bad UTF-8": (
+            "sa.AcceptanceStats.from_json(b'\\xff\\xfe{')",
+            "ValueError",
+        ),
+        "AcceptanceStats: from_json a list": ("sa.AcceptanceStats.from_json('[]')", "TypeError"),
+        "AcceptanceStats: from_json None": ("sa.AcceptanceStats.from_json(None)", "TypeError"),
+        "AcceptanceStats: from_json nested dicts": (
+            "sa.AcceptanceStats.from_json('{\"a\": ' * 100000 + '1' + '}' * 100000)",
+            "ValueError",
+        ),
+        "AcceptanceStats: from_json 1e400 count": (
+            f"d = json.dumps({_STATS_DICT}).replace('\"num_steps\": 2', '\"num_steps\": 1e400')\n"
+            "sa.AcceptanceStats.from_json(d)",
+            "TypeError",
+        ),
+        "AcceptanceStats: from_json 5000-digit count": (
+            f"d = json.dumps({_STATS_DICT}).replace('\"num_steps\": 2', '\"num_steps\": ' + '9' * 5000)\n"
+            "sa.AcceptanceStats.from_json(d)",
+            "ValueError",
+        ),
+        "AcceptanceStats: from_json NaN count": (
+            f"d = json.dumps({_STATS_DICT}).replace('\"num_steps\": 2', '\"num_steps\": NaN')\n"
+            "sa.AcceptanceStats.from_json(d)",
+            "TypeError",
+        ),
+        "AcceptanceStats: constructor negative": (
+            "sa.AcceptanceStats(num_steps=-1)",
+            "ValueError",
+        ),
+        "AcceptanceStats: summary of empty": (
+            "d = sa.AcceptanceStats().summary()\nassert math.isnan(d['alpha'])",
+            "ok",
+        ),
+    }
+)
+
 # Cases run alone with SPECACCEPT_NUM_THREADS set to this value before import.
 ENV: dict[str, str] = {}
 for _value in ("0", "-1", "abc", "1e23", "99999999999999999999999", "1000000"):
