@@ -7,6 +7,8 @@ hang, or a modified input."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -610,3 +612,117 @@ def test_a_drafter_that_modifies_its_sequences_does_not_change_the_run():
     assert prompts == [[1], [2, 3]]
     assert all(0 <= t < 5 for row in out.tokens for t in row)
     assert [len(t) for t in out.tokens] == [4, 4]
+
+
+# --------------------------------------------------------------------------
+# __main__: the command line refuses bad options with argparse's exit 2
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["example", "--k", "0"], "--k"),
+        (["example", "--k", str(2**62)], "--k"),
+        (["example", "--batch", str(2**62)], "--batch"),
+        (["example", "--batch", "-1"], "--batch"),
+        (["example", "--seed", "-1"], "--seed"),
+        (["example", "--seed", "1e3"], "--seed"),
+        (["demo", "--k", str(2**62)], "--k"),
+        (["demo", "--max-new-tokens", str(2**62)], "--max-new-tokens"),
+        (["demo", "--max-new-tokens", "0"], "--max-new-tokens"),
+        (["demo", "--samples", str(10**11)], "--samples"),
+        (["demo", "--target-order", "0"], "--target-order"),
+        (["demo", "--draft-order", str(10**9)], "--draft-order"),
+        (["demo", "--seed", "-5"], "--seed"),
+        (["demo", "--prompt", "   "], "--prompt"),
+        (["check", "--samples", str(10**11)], "--samples"),
+        (["check", "--show", "-5"], "--show"),
+        (["check", "--k", str(2**62)], "--k"),
+        (["bench", "--budget", "-1"], "--budget"),
+        (["bench", "--budget", "nan"], "--budget"),
+        (["bench", "--budget", "inf"], "--budget"),
+        (["bench", "--out", "/dev/null/results.json"], "--out"),
+        (["bench", "--out", "."], "--out"),
+        (["bench", "--plot", "/dev/null/plot.png"], "--plot"),
+        (["--bogus"], "--bogus"),
+    ],
+)
+def test_command_line_refuses_bad_options_with_exit_2(argv, option, capsys):
+    from specaccept.__main__ import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert option in err and "Traceback" not in err
+
+
+def test_command_line_bad_option_in_a_child_process_has_no_traceback():
+    run = subprocess.run(
+        [sys.executable, "-m", "specaccept", "demo", "--max-new-tokens", str(2**62)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2 and "--max-new-tokens" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+# --------------------------------------------------------------------------
+# ngram: the built-in models refuse bad arguments by name
+# --------------------------------------------------------------------------
+
+
+def small_model(order=2):
+    from specaccept.ngram import NGramModel, Vocabulary, tokenize
+
+    text = "the cat sat. the cat ran."
+    vocab = Vocabulary.from_tokens(tokenize(text))
+    return NGramModel(order, vocab.encode(text), vocab), vocab
+
+
+@pytest.mark.parametrize(
+    ("order", "error"),
+    [(0, InputError), (65, InputError), (10**9, InputError), (1.5, TypeError), (True, TypeError)],
+)
+def test_ngram_order_is_checked_up_front(order, error):
+    start = time.perf_counter()
+    with pytest.raises(error, match="order"):
+        small_model(order)
+    assert time.perf_counter() - start < 1
+
+
+def test_ngram_order_past_the_text_trains_quickly():
+    model, _ = small_model(60)
+    assert model.next_token_probs([[1, 2]], 1).shape == (1, 1, model.vocab_size)
+
+
+@pytest.mark.parametrize(
+    ("token_ids", "error"), [([-1, 2], InputError), ([99, 2], InputError), ([1.5], TypeError)]
+)
+def test_ngram_training_ids_are_checked(token_ids, error):
+    from specaccept.ngram import NGramModel
+
+    _, vocab = small_model()
+    with pytest.raises(error, match="token_ids"):
+        NGramModel(2, token_ids, vocab)
+
+
+@pytest.mark.parametrize(
+    ("num_positions", "error"),
+    [(-1, InputError), (2**62, InputError), (1.5, TypeError), (None, TypeError)],
+)
+def test_ngram_next_token_probs_checks_before_allocating(num_positions, error):
+    model, _ = small_model()
+    with pytest.raises(error, match=r"num_positions|sequences"):
+        model.next_token_probs([[1, 2]], num_positions)
+
+
+@pytest.mark.parametrize(
+    ("ids", "error"), [([99], InputError), ([-1], InputError), ([1.5], TypeError)]
+)
+def test_vocabulary_decode_refuses_ids_outside_it(ids, error):
+    _, vocab = small_model()
+    with pytest.raises(error, match=r"ids\[0\]"):
+        vocab.decode(ids)

@@ -8,9 +8,11 @@ that speculative sampling is lossless), ``bench`` (the benchmark suite, quick),
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -208,15 +210,97 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# Bounds of the numeric options: this is a demonstration, and a value past them
+# would only allocate or loop for hours before failing (argparse refuses it, exit 2).
+MAX_EXAMPLE_BATCH = 1024
+MAX_EXAMPLE_K = 256
+MAX_K = 1024
+MAX_NEW_TOKENS = 100_000
+MAX_CONTINUATIONS = 1000
+MAX_CHECK_SAMPLES = 1_000_000
+MAX_ORDER = 16  # training takes seconds per order (8 s at 16 on the shipped text)
+MAX_BUDGET_S = 3600.0
+
+
+def _int_in(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an int in ``[low, high]`` (no upper bound when ``high`` is None)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r:.40}") from None
+        if value < low or (high is not None and value > high):
+            bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"must be an int {bound}, got {text:.40}")
+        return value
+
+    parse.__name__ = "int"
+    return parse
+
+
+def _budget(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r:.40}") from None
+    if not (math.isfinite(value) and 0.0 < value <= MAX_BUDGET_S):
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds in (0, {MAX_BUDGET_S:g}], got {text:.40}"
+        )
+    return value
+
+
+def _writable(text: str) -> str:
+    """An argparse type: a file path (not a directory); see :func:`_probe_writable`."""
+    if not text or os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"must name a file, got {text!r:.80}")
+    return text
+
+
+def _probe_writable(path: str) -> str | None:
+    """Why ``path`` cannot be written (``None``: it can), found by creating its
+    directories and opening it, before minutes of benchmarking; a file that did
+    not exist is removed again."""
+    existed = os.path.exists(path)
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "a"):
+            pass
+        if not existed:
+            os.remove(path)
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
+
+
+def _prompt(text: str) -> str:
+    from .ngram import tokenize
+
+    if not tokenize(text):
+        raise argparse.ArgumentTypeError("must contain at least one word or mark")
+    return text
+
+
 def _model_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompt", default="Anne Elliot was", help="text to continue")
-    parser.add_argument("--k", type=int, default=4, help="tokens drafted per step (default 4)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument(
-        "--target-order", type=int, default=4, help="n of the target n-gram (default 4)"
+        "--prompt", type=_prompt, default="Anne Elliot was", help="text to continue"
     )
     parser.add_argument(
-        "--draft-order", type=int, default=2, help="n of the draft n-gram (default 2)"
+        "--k", type=_int_in(0, MAX_K), default=4, help="tokens drafted per step (default 4)"
+    )
+    parser.add_argument("--seed", type=_int_in(0), default=0, help="random seed (default 0)")
+    parser.add_argument(
+        "--target-order",
+        type=_int_in(1, MAX_ORDER),
+        default=4,
+        help="n of the target n-gram (default 4)",
+    )
+    parser.add_argument(
+        "--draft-order",
+        type=_int_in(1, MAX_ORDER),
+        default=2,
+        help="n of the draft n-gram (default 2)",
     )
 
 
@@ -232,9 +316,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="verify a built-in batch and show the acceptance rule at work (the default)",
         description="Verify a built-in batch and print accepted prefix lengths and emitted tokens.",
     )
-    example.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    example.add_argument("--batch", type=int, default=4, help="batch rows B (default 4)")
-    example.add_argument("--k", type=int, default=4, help="drafted tokens per row K (default 4)")
+    example.add_argument("--seed", type=_int_in(0), default=0, help="random seed (default 0)")
+    example.add_argument(
+        "--batch",
+        type=_int_in(0, MAX_EXAMPLE_BATCH),
+        default=4,
+        help="batch rows B (default 4)",
+    )
+    example.add_argument(
+        "--k",
+        type=_int_in(1, MAX_EXAMPLE_K),
+        default=4,
+        help="drafted tokens per row K (default 4)",
+    )
     example.set_defaults(run=_example)
 
     demo = commands.add_parser(
@@ -247,8 +341,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     )
     _model_options(demo)
-    demo.add_argument("--max-new-tokens", type=int, default=40, help="per continuation")
-    demo.add_argument("--samples", type=int, default=3, help="sampled continuations (default 3)")
+    demo.add_argument(
+        "--max-new-tokens",
+        type=_int_in(1, MAX_NEW_TOKENS),
+        default=40,
+        help="per continuation",
+    )
+    demo.add_argument(
+        "--samples",
+        type=_int_in(1, MAX_CONTINUATIONS),
+        default=3,
+        help="sampled continuations (default 3)",
+    )
     demo.set_defaults(run=_demo)
 
     check = commands.add_parser(
@@ -261,8 +365,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     )
     _model_options(check)
-    check.add_argument("--samples", type=int, default=4000, help="samples per method")
-    check.add_argument("--show", type=int, default=10, help="tokens listed (default 10)")
+    check.add_argument(
+        "--samples",
+        type=_int_in(1, MAX_CHECK_SAMPLES),
+        default=4000,
+        help="samples per method",
+    )
+    check.add_argument("--show", type=_int_in(0), default=10, help="tokens listed (default 10)")
     check.set_defaults(run=_check)
 
     bench = commands.add_parser(
@@ -271,21 +380,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="specaccept against NumPy, PyTorch (when installed) and the memory floor.",
     )
     bench.add_argument("--full", action="store_true", help="the full suite (minutes)")
-    bench.add_argument("--plot", metavar="FILE", help="write the batch-size plot (matplotlib)")
-    bench.add_argument("--budget", type=float, default=None, help="seconds per measurement")
-    bench.add_argument("--out", metavar="FILE.json", help="where to write the results")
+    bench.add_argument(
+        "--plot", type=_writable, metavar="FILE", help="write the batch-size plot (matplotlib)"
+    )
+    bench.add_argument("--budget", type=_budget, default=None, help="seconds per measurement")
+    bench.add_argument(
+        "--out", type=_writable, metavar="FILE.json", help="where to write the results"
+    )
     bench.set_defaults(run=_bench)
 
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args(["example", *(argv or [])])
-    if getattr(args, "k", 1) < (1 if args.command == "example" else 0):
-        parser.error("--k must be >= 1")
-    if args.command == "example" and args.batch < 0:
-        parser.error("--batch must be >= 0")
-    for option in ("samples", "max_new_tokens"):
-        if getattr(args, option, 1) < 1:
-            parser.error(f"--{option.replace('_', '-')} must be >= 1")
+    for option in ("out", "plot"):
+        path = getattr(args, option, None)
+        problem = None if path is None else _probe_writable(path)
+        if problem is not None:
+            commands.choices[args.command].error(
+                f"argument --{option}: cannot write {path!r:.80}: {problem}"
+            )
     return args.run(args)
 
 

@@ -28,6 +28,8 @@ from importlib import resources
 
 import numpy as np
 
+from ._errors import InputError
+
 __all__ = ["NGramModel", "Vocabulary", "builtin_models", "builtin_text"]
 
 # Words (with an inner apostrophe), numbers, single punctuation marks, and a
@@ -37,6 +39,8 @@ PARAGRAPH = "\n\n"
 UNKNOWN = "<unk>"
 _NO_SPACE_BEFORE = set(".,;:!?)'") | {PARAGRAPH}
 _NO_SPACE_AFTER = set("(") | {PARAGRAPH}
+#: The largest n-gram order: training builds one table per context length.
+MAX_ORDER = 64
 
 
 def builtin_text() -> str:
@@ -86,7 +90,15 @@ class Vocabulary:
         """Token ids back to text, with the usual spacing around punctuation."""
         out: list[str] = []
         quote_open = False  # straight quotes alternate: opening, then closing
-        for i in ids:
+        for n, i in enumerate(ids):
+            if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+                raise TypeError(f"ids[{n}] must be an int token id, got {type(i).__name__}")
+            if not 0 <= i < len(self.tokens):
+                raise InputError(
+                    f"ids[{n}] = {i} is outside [0, V) with V = {len(self.tokens)}",
+                    argument="ids",
+                    index=(n,),
+                )
             token = self.tokens[int(i)]
             closing = token == '"' and quote_open
             after_opening = bool(out) and out[-1] == '"' and quote_open
@@ -111,7 +123,8 @@ class NGramModel:
     Parameters
     ----------
     order : int
-        ``n``: the model conditions on the last ``n - 1`` tokens (1 = unigram).
+        ``n``: the model conditions on the last ``n - 1`` tokens (1 = unigram; at
+        most ``MAX_ORDER = 64``).
     token_ids : sequence of int
         The training text as ids of ``vocabulary``.
     vocabulary : Vocabulary
@@ -128,19 +141,44 @@ class NGramModel:
     """
 
     def __init__(self, order: int, token_ids: Sequence[int], vocabulary: Vocabulary):
+        if isinstance(order, (bool, np.bool_)) or not isinstance(order, (int, np.integer)):
+            raise TypeError(f"order must be an int, got {type(order).__name__}")
         if order < 1:
-            raise ValueError(f"order must be at least 1, got {order}")
-        self.order = order
+            raise InputError(f"order must be at least 1, got {order}", argument="order")
+        if order > MAX_ORDER:
+            raise InputError(
+                f"order must be at most {MAX_ORDER}, got {order} (a table per context length: "
+                "time and memory grow with it)",
+                argument="order",
+            )
+        if not isinstance(vocabulary, Vocabulary):
+            raise TypeError(f"vocabulary must be a Vocabulary, got {type(vocabulary).__name__}")
+        self.order = int(order)
         self.vocabulary = vocabulary
         self.vocab_size = len(vocabulary)
-        ids = np.asarray(token_ids, dtype=np.int64)
+        ids = np.asarray(token_ids)
+        if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+            raise TypeError(
+                f"token_ids must be a sequence of int token ids, got {ids.dtype} of shape "
+                f"{ids.shape}"
+            )
+        bad = np.flatnonzero((ids < 0) | (ids >= self.vocab_size))
+        if bad.size:
+            i = int(bad[0])
+            raise InputError(
+                f"token_ids[{i}] = {ids[i]} is outside [0, V) with V = {self.vocab_size}",
+                argument="token_ids",
+                index=(i,),
+            )
+        ids = ids.astype(np.int64)
         counts = np.bincount(ids, minlength=self.vocab_size).astype(np.float64)
         self._unigram = (counts + 0.01) / (counts.sum() + 0.01 * self.vocab_size)
         # For each context length m = 1 .. order-1: context -> (next ids, counts).
         self._tables: list[dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]]] = []
         self._cache: dict[tuple[int, ...], np.ndarray] = {}
         seq = ids.tolist()
-        for m in range(1, order):
+        # Contexts longer than the text never occur: no tables past it.
+        for m in range(1, min(self.order, len(seq) + 1)):
             following: dict[tuple[int, ...], Counter[int]] = defaultdict(Counter)
             for i in range(m, len(seq)):
                 following[tuple(seq[i - m : i])][seq[i]] += 1
@@ -189,15 +227,26 @@ class NGramModel:
         """The protocol of :func:`specaccept.generate`: ``[B, num_positions, V]``, entry
         ``[b, j]`` the distribution of the token after
         ``sequences[b][: len(sequences[b]) - num_positions + 1 + j]``."""
-        out = np.empty((len(sequences), num_positions, self.vocab_size))
-        for b, seq in enumerate(sequences):
-            seq = list(seq)
-            first = len(seq) - num_positions + 1
-            if first < 0:
-                raise ValueError(
+        if isinstance(num_positions, (bool, np.bool_)) or not isinstance(
+            num_positions, (int, np.integer)
+        ):
+            raise TypeError(f"num_positions must be an int, got {type(num_positions).__name__}")
+        if num_positions < 0:
+            raise InputError(
+                f"num_positions must be >= 0, got {num_positions}", argument="num_positions"
+            )
+        rows = [list(seq) for seq in sequences]
+        for b, seq in enumerate(rows):  # every row checked before the output is allocated
+            if len(seq) - num_positions + 1 < 0:
+                raise InputError(
                     f"sequences[{b}] has {len(seq)} tokens, fewer than num_positions - 1 = "
-                    f"{num_positions - 1}"
+                    f"{num_positions - 1}",
+                    argument="sequences",
+                    row=b,
                 )
+        out = np.empty((len(rows), int(num_positions), self.vocab_size))
+        for b, seq in enumerate(rows):
+            first = len(seq) - num_positions + 1
             for j in range(num_positions):
                 out[b, j] = self.distribution(seq[: first + j])
         return out
