@@ -1210,6 +1210,391 @@ CASES.update(
     }
 )
 
+CASES.update(
+    {
+        # --- compat.vllm ------------------------------------------------------------------
+        "vllm.verify: valid greedy": (
+            f"r = vllm.verify({_VLLM}, greedy=True)\n"
+            "assert r.output_token_ids.tolist() == [[1, 2, 5], [3, 4, -1]], r",
+            "ok",
+        ),
+        "vllm.verify: valid sampled": (
+            "r = vllm.verify(w(np.array([1, 2, 3])), w(np.array([2, 1])), w(probs(3, 8)),"
+            " w(probs(3, 8, seed=1)), w(np.array([[5], [4]])), rng=0)\n"
+            "assert r.output_token_ids.shape == (2, 3)\n"
+            "assert all(((0 <= r.tokens(b)) & (r.tokens(b) < 8)).all() for b in range(2))",
+            "ok",
+        ),
+        "vllm.verify: zero drafts": (
+            "r = vllm.verify(np.zeros(0, np.int64), [0], np.zeros((0, 8)), None, np.array([3]),"
+            " rng=0)\nassert r.to_lists() == [[3]], r",
+            "ok",
+        ),
+        "vllm.verify: empty step": (
+            "r = vllm.verify(np.zeros(0, np.int64), [], np.zeros((0, 8)), None,"
+            " np.zeros(0, np.int64), rng=0)\nassert r.output_token_ids.shape[0] == 0",
+            "ok",
+        ),
+        "vllm.verify: counts sum above T": (
+            "vllm.verify(np.array([1, 2, 3]), [2, 2], np.eye(8)[[1, 2, 3]], None,"
+            " np.array([5, 4]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: counts sum below T": (
+            "vllm.verify(np.array([1, 2, 3]), [1, 1], np.eye(8)[[1, 2, 3]], None,"
+            " np.array([5, 4]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: negative count": (
+            "vllm.verify(np.array([1, 2, 3]), [4, -1], np.eye(8)[[1, 2, 3]], None,"
+            " np.array([5, 4]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: count 2**64": (
+            "vllm.verify(np.array([1]), [2**64], np.eye(8)[[1]], None, np.array([5]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: count -2**63": (
+            "vllm.verify(np.array([1]), [-(2**63), 1], np.eye(8)[[1]], None,"
+            " np.array([5, 4]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: counts uint64 max": (
+            "vllm.verify(np.array([1]), np.array([2**64 - 1], np.uint64), np.eye(8)[[1]], None,"
+            " np.array([5]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: counts list of str": (
+            "vllm.verify(np.array([1]), ['1'], np.eye(8)[[1]], None, np.array([5]), rng=0)",
+            "TypeError|ValueError",
+        ),
+        "vllm.verify: counts list of floats": (
+            "vllm.verify(np.array([1]), [1.5], np.eye(8)[[1]], None, np.array([5]), rng=0)",
+            "TypeError|ValueError",
+        ),
+        "vllm.verify: counts None": (
+            "vllm.verify(np.array([1]), None, np.eye(8)[[1]], None, np.array([5]), rng=0)",
+            "TypeError",
+        ),
+        "vllm.verify: counts nested list": (
+            "vllm.verify(np.array([1]), [[1]], np.eye(8)[[1]], None, np.array([5]), rng=0)",
+            "ok|ValueError",
+        ),
+        "vllm.verify: id >= V": (
+            "vllm.verify(np.array([8]), [1], np.eye(8)[[1]], None, np.array([5]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: id -2": (
+            "vllm.verify(np.array([-2]), [1], np.eye(8)[[1]], None, np.array([5]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: id uint64 above int64 max": (
+            "vllm.verify(np.array([2**63], np.uint64), [1], np.eye(8)[[1]], None,"
+            " np.array([5]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: 2-D ids": (
+            "vllm.verify(np.array([[1]]), [1], np.eye(8)[[1]], None, np.array([5]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: bonus id >= V": (
+            "vllm.verify(np.array([1]), [1], np.eye(8)[[1]], None, np.array([8]), greedy=True)",
+            "ValueError",
+        ),
+        "vllm.verify: bonus shape": (
+            "vllm.verify(np.array([1]), [1], np.eye(8)[[1]], None, np.array([[5, 6]]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: bonus list": (
+            "vllm.verify(np.array([1]), [1], np.eye(8)[[1]], None, [5], rng=0)",
+            "TypeError",
+        ),
+        "vllm.verify: bonus float": (
+            "vllm.verify(np.array([1]), [1], np.eye(8)[[1]], None, np.array([5.0]), rng=0)",
+            "TypeError",
+        ),
+        "vllm.verify: target 1-D": (
+            "vllm.verify(np.array([1]), [1], np.eye(8)[1], None, np.array([5]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: draft shape": (
+            "vllm.verify(np.array([1]), [1], np.eye(8)[[1]], np.eye(7)[[1]], np.array([5]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify: uniforms length": (
+            "vllm.verify(np.array([1]), [1], np.eye(8)[[1]], None, np.array([5]),"
+            " uniforms=np.zeros(2), recovery_uniforms=np.zeros(1))",
+            "ValueError",
+        ),
+        "vllm.verify: rng str": (
+            "vllm.verify(np.array([1]), [1], np.eye(8)[[1]], None, np.array([5]), rng='x')",
+            "TypeError",
+        ),
+        "vllm.verify: errors bogus": (
+            f"vllm.verify({_VLLM}, rng=0, errors='skip')",
+            "ValueError",
+        ),
+        "vllm.verify: errors isolate": (
+            "r = vllm.verify(w(np.array([1, 2, 9])), [2, 1], w(np.eye(8)[[1, 2, 3]]), None,"
+            " w(np.array([5, 4])), rng=0, errors='isolate')\n"
+            "assert set(r.errors) == {1} and r.errors[1].argument, r.errors\n"
+            "assert r.to_lists()[0] == [1, 2, 5], r",
+            "ok",
+        ),
+        "vllm.verify: placeholder first": (
+            "r = vllm.verify(np.array([-1, 4]), [2], probs(2, 8), None, np.array([7]), rng=0)\n"
+            "assert int(r.num_accepted[0]) == 0 and len(r.tokens(0)) == 1",
+            "ok",
+        ),
+        "vllm.verify: huge stride-0 drafts": (
+            "vllm.verify(np.broadcast_to(np.int64(0), (2**40,)), [2**40],"
+            " np.broadcast_to(0.5, (2**40, 1)), None, np.array([0]), greedy=True)",
+            "MemoryError",
+        ),
+        "vllm.verify: huge stride-0 drafts, sampled": (
+            "vllm.verify(np.broadcast_to(np.int64(0), (2**40,)), [2**40],"
+            " np.broadcast_to(0.5, (2**40, 1)), None, np.array([0]), rng=0)",
+            "MemoryError",
+        ),
+        "vllm.rejection_sample: valid": (
+            "o = vllm.rejection_sample(np.array([1, 2, 3]), [3], np.eye(8)[[1, 5, 3]], None,"
+            " np.array([[4]]), greedy=True)\n"
+            "assert o.dtype == np.int32 and o.tolist() == [[1, 5, -1, -1]], o",
+            "ok",
+        ),
+        "vllm.rejection_sample: count 2**63": (
+            "vllm.rejection_sample(np.array([0]), [2**63], np.ones((1, 2)) / 2, None,"
+            " np.array([[0]]), rng=0)",
+            "ValueError",
+        ),
+        "vllm.rejection_sample: like str": (
+            f"vllm.rejection_sample({_VLLM}, rng=0, like='torch')",
+            "TypeError",
+        ),
+        "vllm.parse_output: valid": (
+            "assert vllm.parse_output(w(np.array([[1, 5, -1], [3, 4, 9]])), vocab_size=8)"
+            " == [[1, 5], [3, 4]]",
+            "ok",
+        ),
+        "vllm.parse_output: empty": (
+            "assert vllm.parse_output(np.zeros((0, 3), np.int64), 8) == []",
+            "ok",
+        ),
+        "vllm.parse_output: vocab 2**200": (
+            "assert vllm.parse_output(np.array([[1, 2, -1]]), 2**200) == [[1, 2]]",
+            "ok",
+        ),
+        "vllm.parse_output: vocab negative": (
+            "vllm.parse_output(np.array([[1, 2, -1]]), -1)",
+            "ok|ValueError",
+        ),
+        "vllm.parse_output: vocab str": ("vllm.parse_output(np.array([[1, 2]]), '8')", "TypeError"),
+        "vllm.parse_output: vocab None": (
+            "vllm.parse_output(np.array([[1, 2]]), None)",
+            "TypeError",
+        ),
+        "vllm.parse_output: vocab float": (
+            "vllm.parse_output(np.array([[1, 2]]), 8.5)",
+            "TypeError",
+        ),
+        "vllm.parse_output: 1-D": ("vllm.parse_output(np.array([1, 2, -1]), 8)", "ValueError"),
+        "vllm.parse_output: 0-d": ("vllm.parse_output(np.int64(3), 8)", "TypeError|ValueError"),
+        "vllm.parse_output: 3-D": (
+            "vllm.parse_output(np.zeros((2, 2, 2), np.int64), 8)",
+            "ValueError",
+        ),
+        "vllm.parse_output: str": ("vllm.parse_output('abc', 8)", "TypeError"),
+        "vllm.parse_output: None": ("vllm.parse_output(None, 8)", "TypeError"),
+        "vllm.parse_output: floats": ("vllm.parse_output(np.array([[1.0, 2.5]]), 8)", "TypeError"),
+        "vllm.parse_output: object array": (
+            "vllm.parse_output(np.array([[1, None]], dtype=object), 8)",
+            "TypeError",
+        ),
+        "vllm.parse_output: huge stride-0": (
+            "vllm.parse_output(np.broadcast_to(np.int64(-1), (2**40, 1)), 8)",
+            "MemoryError",
+        ),
+        # --- compat.flashinfer ------------------------------------------------------------
+        "flashinfer: docstring example": (
+            f"ids, acc, em = flashinfer.chain_speculative_sampling({_FLASH}, w({_FLASH_U}),"
+            f" w({_FLASH_P}))\n"
+            "assert (ids.tolist(), acc.tolist(), em.tolist()) == ([[2, 0, -1]], [1], [1])",
+            "ok",
+        ),
+        "flashinfer: adds to given counts": (
+            "a, e = np.array([10], np.int64), np.array([20], np.int64)\n"
+            f"flashinfer.chain_speculative_sampling({_FLASH}, {_FLASH_U}, {_FLASH_P}, a, e)\n"
+            "assert (a.tolist(), e.tolist()) == ([11], [21]), (a, e)",
+            "ok",
+        ),
+        "flashinfer: 1-D ids": (
+            "flashinfer.chain_speculative_sampling(np.full((1, 1, 2), 0.5), np.array([0]),"
+            " np.zeros((1, 2)), np.full((1, 2, 2), 0.5))",
+            "ValueError",
+        ),
+        "flashinfer: uniform_samples shape": (
+            f"flashinfer.chain_speculative_sampling({_FLASH}, np.zeros((1, 2)), {_FLASH_P})",
+            "ValueError",
+        ),
+        "flashinfer: uniform_samples NaN": (
+            f"flashinfer.chain_speculative_sampling({_FLASH}, np.full((1, 3), np.nan), {_FLASH_P})",
+            "ValueError",
+        ),
+        "flashinfer: id >= V": (
+            "flashinfer.chain_speculative_sampling(np.full((1, 2, 4), 0.25), np.array([[2, 4]]),"
+            f" {_FLASH_U}, {_FLASH_P})",
+            "ValueError",
+        ),
+        "flashinfer: negative id": (
+            "flashinfer.chain_speculative_sampling(np.full((1, 2, 4), 0.25), np.array([[-1, 0]]),"
+            f" {_FLASH_U}, {_FLASH_P})",
+            "ValueError",
+        ),
+        "flashinfer: draft_probs None": (
+            f"flashinfer.chain_speculative_sampling(None, np.array([[2, 1]]), {_FLASH_U},"
+            f" {_FLASH_P})",
+            "TypeError",
+        ),
+        "flashinfer: draft_probs shape": (
+            "flashinfer.chain_speculative_sampling(np.full((1, 1, 4), 0.25), np.array([[2, 1]]),"
+            f" {_FLASH_U}, {_FLASH_P})",
+            "ValueError",
+        ),
+        "flashinfer: target_probs shape": (
+            f"flashinfer.chain_speculative_sampling({_FLASH}, {_FLASH_U}, np.full((1, 2, 4), 0.25))",
+            "ValueError",
+        ),
+        "flashinfer: count buffer shape": (
+            f"flashinfer.chain_speculative_sampling({_FLASH}, {_FLASH_U}, {_FLASH_P},"
+            " np.zeros(2, np.int64))",
+            "ValueError",
+        ),
+        "flashinfer: count buffer read-only": (
+            "a = np.zeros(1, np.int64); a.flags.writeable = False\n"
+            f"flashinfer.chain_speculative_sampling({_FLASH}, {_FLASH_U}, {_FLASH_P}, a)",
+            "ValueError",
+        ),
+        "flashinfer: count buffer float": (
+            f"flashinfer.chain_speculative_sampling({_FLASH}, {_FLASH_U}, {_FLASH_P}, np.zeros(1))",
+            "TypeError",
+        ),
+        "flashinfer: count buffer str": (
+            f"flashinfer.chain_speculative_sampling({_FLASH}, {_FLASH_U}, {_FLASH_P}, 'counts')",
+            "TypeError",
+        ),
+        "flashinfer: count buffer aliases the ids": (
+            "ids = np.array([[2, 1]], np.int64)\n"
+            f"flashinfer.chain_speculative_sampling({_FLASH.split(', np.array')[0]}, w(ids),"
+            f" {_FLASH_U}, {_FLASH_P}, ids[0, :1])",
+            "ValueError",
+        ),
+        "flashinfer: empty batch": (
+            "o = flashinfer.chain_speculative_sampling(np.zeros((0, 2, 4)),"
+            " np.zeros((0, 2), np.int64), np.zeros((0, 3)), np.zeros((0, 3, 4)))\n"
+            "assert o[0].shape == (0, 3)",
+            "ok",
+        ),
+        "flashinfer: huge stride-0": (
+            "flashinfer.chain_speculative_sampling(np.broadcast_to(1.0, (1, 2**40, 1)),"
+            " huge_ids(1, 2**40), np.broadcast_to(0.5, (1, 2**40 + 1)),"
+            " np.broadcast_to(1.0, (1, 2**40 + 1, 1)))",
+            "MemoryError",
+        ),
+        # --- reference: same exception types as the native functions ----------------------
+        "reference.verify: valid": (
+            "ok_ver(reference.verify(w(IDS()), w(P()), w(Q()), rng=0))",
+            "ok",
+        ),
+        "reference.verify: id >= V": (
+            "reference.verify(np.array([[0, 1, 2], [3, 5, 0]]), P(), Q(), rng=0)",
+            "ValueError",
+        ),
+        "reference.verify: str ids": ("reference.verify('abc', P(), rng=0)", "TypeError"),
+        "reference.verify: NaN uniform": (
+            "u = U(); u[0, 0] = np.nan\nreference.verify(IDS(), P(), Q(), uniforms=u, rng=0)",
+            "ValueError",
+        ),
+        "reference.verify: count above K": (
+            "reference.verify(IDS(), P(), num_draft_tokens=np.array([4, 0]), rng=0)",
+            "ValueError",
+        ),
+        "reference.verify: target shape": ("reference.verify(IDS(), P(k=2), rng=0)", "ValueError"),
+        "reference.verify: out aliases the ids": (
+            "ids = np.zeros((2, 4), np.int64)\n"
+            "reference.verify(ids[:, :3], P(), rng=0, out=(ids, np.zeros(2, np.int64)))",
+            "ValueError",
+        ),
+        "reference.verify: rng str": ("reference.verify(IDS(), P(), rng='x')", "TypeError"),
+        "reference.verify_greedy: valid": (
+            "r = reference.verify_greedy(np.array([[3, 4, 5]]), np.array([[3, 4, 9, 6]]))\n"
+            "assert r.to_lists() == [[3, 4, 9]]",
+            "ok",
+        ),
+        "reference.verify_greedy: shape mismatch": (
+            "reference.verify_greedy(np.array([[3, 4, 5]]), np.array([[3, 4, 5]]))",
+            "ValueError",
+        ),
+        "reference.verify_greedy: huge stride-0": (
+            "reference.verify_greedy(huge_ids(1, 2**40), huge_ids(1, 2**40 + 1))",
+            "MemoryError",
+        ),
+        "reference.verify_tree: forward parent": (
+            f"reference.verify_tree({_TREE_IDS}, np.array([-1, 0, 3, 2]), {_TREE_P}, rng=0)",
+            "ValueError",
+        ),
+        "reference.verify_tree: token >= V": (
+            f"reference.verify_tree(np.array([[0, 1, 3, 0]]), {_TREE_PARENTS}, {_TREE_P},"
+            " uniforms=np.full((1, 4), 0.99), recovery_uniforms=np.array([0.5]))",
+            "ValueError",
+        ),
+        "reference.verify_tree: valid": (
+            f"r = reference.verify_tree({_TREE}, greedy=True)\n"
+            "assert r.output_token_ids.tolist() == [[2, 0, 1]]",
+            "ok",
+        ),
+        "reference.verify_logits: top_p 0": (
+            f"reference.verify_logits(IDS(), {_LOGITS}, top_p=0.0, rng=0)",
+            "ValueError",
+        ),
+        "reference.verify_logits: NaN logit": (
+            "l = np.log(P()); l[0, 0, 1] = np.nan\nreference.verify_logits(IDS(), l, rng=0)",
+            "ValueError",
+        ),
+        "reference.verify_logits: temperature str": (
+            f"reference.verify_logits(IDS(), {_LOGITS}, temperature='hot', rng=0)",
+            "TypeError",
+        ),
+        "reference.verify_logits: valid": (
+            f"ok_ver(reference.verify_logits(w(IDS()), w({_LOGITS}), top_k=2, rng=0))",
+            "ok",
+        ),
+        "reference.rejection_probability: 2**2000": (
+            "reference.rejection_probability(2**2000, 0.5)",
+            "ValueError",
+        ),
+        "reference.rejection_probability: NaN": (
+            "reference.rejection_probability(np.nan, 0.5)",
+            "ValueError",
+        ),
+        "reference.rejection_probability: str": (
+            "reference.rejection_probability('a', 0.5)",
+            "TypeError",
+        ),
+        "reference.acceptance_mask: uniform 1.0": (
+            "reference.acceptance_mask(0.5, 0.6, 1.0)",
+            "ValueError",
+        ),
+        "reference.acceptance_mask: None": (
+            "reference.acceptance_mask(0.5, None, 0.1)",
+            "TypeError",
+        ),
+        "reference.acceptance_mask: valid": (
+            "assert bool(reference.acceptance_mask(0.6, 0.8, 0.74))",
+            "ok",
+        ),
+    }
+)
+
 # Cases run alone with SPECACCEPT_NUM_THREADS set to this value before import.
 ENV: dict[str, str] = {}
 for _value in ("0", "-1", "abc", "1e23", "99999999999999999999999", "1000000"):
