@@ -108,13 +108,18 @@ def cli(*args, ok=False):
 class Model:
     """A tiny language model: fixed next-token probabilities over ``vocab_size`` tokens."""
 
-    def __init__(self, vocab_size=4, answer=None):
+    def __init__(self, vocab_size=4, answer=None, onehot=None):
         self.vocab_size = vocab_size
         self.answer = answer
+        self.onehot = onehot
 
     def next_token_probs(self, sequences, num_positions):
-        if self.answer is not None:
+        if self.answer is not None or self.onehot == "none":
             return self.answer
+        if self.onehot is not None:
+            out = np.zeros((len(sequences), num_positions, self.vocab_size))
+            out[:, :, self.onehot] = 1.0
+            return out
         return np.full((len(sequences), num_positions, self.vocab_size), 1.0 / self.vocab_size)
 
 
@@ -149,6 +154,7 @@ ARGUMENT_NAMES = (
     "prompts",
     "max_new_tokens",
     "k",
+    "vocab_size",
 )
 _NAMED = re.compile(r"\b(" + "|".join(ARGUMENT_NAMES) + r")\b")
 
@@ -1590,6 +1596,212 @@ CASES.update(
         ),
         "reference.acceptance_mask: valid": (
             "assert bool(reference.acceptance_mask(0.6, 0.8, 0.74))",
+            "ok",
+        ),
+    }
+)
+
+CASES.update(
+    {
+        # --- generate --------------------------------------------------------------------
+        "generate: valid sampled": (
+            "prompts = w([[0, 1], [2]])\n"
+            "g = sa.generate(Model(), Model(), prompts, k=2, max_new_tokens=5, rng=0)\n"
+            "assert [len(t) for t in g.tokens] == [5, 5], g.tokens\n"
+            "assert all(0 <= x < 4 for t in g.tokens for x in t)",
+            "ok",
+        ),
+        "generate: valid greedy": (
+            "g = sa.generate(Model(), Model(), [[0]], k=3, max_new_tokens=4, greedy=True)\n"
+            "assert len(g.tokens[0]) == 4",
+            "ok",
+        ),
+        "generate: no prompts": (
+            "assert sa.generate(Model(), Model(), [], k=2, max_new_tokens=3, rng=0).tokens == []",
+            "ok",
+        ),
+        "generate: prompts from a generator": (
+            "g = sa.generate(Model(), Model(), ([0] for _ in range(2)), k=1, max_new_tokens=2,"
+            " rng=0)\nassert len(g.tokens) == 2",
+            "ok",
+        ),
+        "generate: k 2**64": (
+            "g = sa.generate(Model(), Model(), [[0]], k=2**64, max_new_tokens=3, rng=0)\n"
+            "assert len(g.tokens[0]) == 3",
+            "ok",
+        ),
+        "generate: max_new_tokens 2**64 with eos": (
+            "m = Model(onehot=2)\n"
+            "g = sa.generate(m, m, [[0]], k=2, max_new_tokens=2**64, eos_token_id=2, rng=0)\n"
+            "assert g.tokens[0][-1] == 2",
+            "ok",
+        ),
+        "generate: k and max_new_tokens 2**40": (
+            "sa.generate(Model(), Model(), [[0]], k=2**40, max_new_tokens=2**40, rng=0)",
+            "MemoryError",
+        ),
+        "generate: k -1": ("sa.generate(Model(), Model(), [[0]], k=-1, rng=0)", "ValueError"),
+        "generate: k -2**63": (
+            "sa.generate(Model(), Model(), [[0]], k=-(2**63), rng=0)",
+            "ValueError",
+        ),
+        "generate: k float": ("sa.generate(Model(), Model(), [[0]], k=2.0, rng=0)", "TypeError"),
+        "generate: k bool": ("sa.generate(Model(), Model(), [[0]], k=True, rng=0)", "TypeError"),
+        "generate: max_new_tokens -1": (
+            "sa.generate(Model(), Model(), [[0]], max_new_tokens=-1, rng=0)",
+            "ValueError",
+        ),
+        "generate: max_new_tokens str": (
+            "sa.generate(Model(), Model(), [[0]], max_new_tokens='5', rng=0)",
+            "TypeError",
+        ),
+        "generate: eos str": (
+            "sa.generate(Model(), Model(), [[0]], eos_token_id='eos', rng=0)",
+            "TypeError",
+        ),
+        "generate: eos -1": (
+            "sa.generate(Model(), Model(), [[0]], max_new_tokens=2, eos_token_id=-1, rng=0)",
+            "ok|ValueError",
+        ),
+        "generate: eos 2**64": (
+            "sa.generate(Model(), Model(), [[0]], max_new_tokens=2, eos_token_id=2**64, rng=0)",
+            "ok|ValueError",
+        ),
+        "generate: greedy str": (
+            "sa.generate(Model(), Model(), [[0]], greedy='yes', rng=0)",
+            "TypeError",
+        ),
+        "generate: rng str": ("sa.generate(Model(), Model(), [[0]], rng='seed')", "TypeError"),
+        "generate: rng negative": ("sa.generate(Model(), Model(), [[0]], rng=-1)", "ValueError"),
+        "generate: progress int": (
+            "sa.generate(Model(), Model(), [[0]], progress=5, rng=0)",
+            "TypeError",
+        ),
+        "generate: prompts str": ("sa.generate(Model(), Model(), 'abc', rng=0)", "TypeError"),
+        "generate: prompts None": ("sa.generate(Model(), Model(), None, rng=0)", "TypeError"),
+        "generate: empty prompt": ("sa.generate(Model(), Model(), [[]], rng=0)", "ValueError"),
+        "generate: negative token": ("sa.generate(Model(), Model(), [[-1]], rng=0)", "ValueError"),
+        "generate: token 2**64": ("sa.generate(Model(), Model(), [[2**64]], rng=0)", "ValueError"),
+        "generate: float token": ("sa.generate(Model(), Model(), [[1.0]], rng=0)", "TypeError"),
+        "generate: bool token": ("sa.generate(Model(), Model(), [[True]], rng=0)", "TypeError"),
+        "generate: target None": ("sa.generate(None, Model(), [[0]], rng=0)", "TypeError"),
+        "generate: draft str": ("sa.generate(Model(), 'draft', [[0]], rng=0)", "TypeError"),
+        "generate: vocab_size str": (
+            "sa.generate(Model(vocab_size='4'), Model(), [[0]], rng=0)",
+            "TypeError",
+        ),
+        "generate: vocab_size 0": (
+            "sa.generate(Model(vocab_size=0), Model(vocab_size=0), [[0]], rng=0)",
+            "ValueError",
+        ),
+        "generate: vocab_size 2**64": (
+            "sa.generate(Model(vocab_size=2**64), Model(vocab_size=2**64), [[0]], k=2, rng=0)",
+            "ValueError|MemoryError",
+        ),
+        "generate: vocabularies differ": (
+            "sa.generate(Model(4), Model(5), [[0]], rng=0)",
+            "ValueError",
+        ),
+        "generate: model answers the wrong shape": (
+            "sa.generate(Model(answer=np.full((1, 1, 3), 1 / 3)), Model(), [[0]], rng=0)",
+            "ValueError",
+        ),
+        "generate: model answers a str": (
+            "sa.generate(Model(), Model(answer='probs'), [[0]], rng=0)",
+            "TypeError",
+        ),
+        "generate: model answers None": (
+            "sa.generate(Model(), Model(answer=None, onehot='none'), [[0]], rng=0)",
+            "TypeError",
+        ),
+        "generate: model answers ints": (
+            "sa.generate(Model(), Model(answer=np.ones((1, 1, 4), np.int64)), [[0]], rng=0)",
+            "TypeError",
+        ),
+        "generate: model answers NaN": (
+            "sa.generate(Model(answer=np.full((1, 3, 4), np.nan)), Model(), [[0]], k=2, rng=0)",
+            "ValueError",
+        ),
+        "generate: model answers negative": (
+            "sa.generate(Model(), Model(answer=np.full((1, 1, 4), -0.25)), [[0]], k=2, rng=0)",
+            "ValueError",
+        ),
+        "generate: drafter token out of range": (
+            "class D:\n"
+            "    vocab_size = 4\n"
+            "    def propose(self, sequences, k, rng, greedy):\n"
+            "        return np.full((len(sequences), k), 9), np.full((len(sequences), k, 4), 0.25)\n"
+            "sa.generate(Model(), D(), [[0]], k=2, rng=0)",
+            "ValueError",
+        ),
+        "generate: drafter answers None": (
+            "class D:\n"
+            "    vocab_size = 4\n"
+            "    def propose(self, sequences, k, rng, greedy):\n"
+            "        return None\n"
+            "sa.generate(Model(), D(), [[0]], k=2, rng=0)",
+            "TypeError",
+        ),
+        # --- CLI ----------------------------------------------------------------------------
+        "cli: unknown flag": ("cli('--bogus')", "ok"),
+        "cli: demo --k -1": ("cli('demo', '--k', '-1')", "ok"),
+        "cli: demo --k abc": ("cli('demo', '--k', 'abc')", "ok"),
+        "cli: demo --max-new-tokens huge": (
+            "cli('demo', '--max-new-tokens', '99999999999999999999999')",
+            "ok",
+        ),
+        "cli: demo --k huge": ("cli('demo', '--k', str(2**64), '--max-new-tokens', '3')", "ok"),
+        "cli: example --batch huge": ("cli('example', '--batch', '99999999999999999999')", "ok"),
+        "cli: example --k huge": ("cli('example', '--k', '99999999999999999999')", "ok"),
+        "cli: example --batch -1": ("cli('example', '--batch', '-1')", "ok"),
+        "cli: example --seed -1": ("cli('example', '--seed', '-1')", "ok"),
+        "cli: example --seed huge": ("cli('example', '--seed', str(2**200), ok=True)", "ok"),
+        "cli: check --samples 0": ("cli('check', '--samples', '0')", "ok"),
+        "cli: check --samples huge": ("cli('check', '--samples', '99999999999999999999')", "ok"),
+        "cli: bench --budget nan": ("cli('bench', '--budget', 'nan')", "ok"),
+        "cli: bench --budget -1": ("cli('bench', '--budget', '-1')", "ok"),
+        # --- like=, array-likes -----------------------------------------------------------------
+        "verify: like int": ("sa.verify(IDS(), P(), rng=0, like=5)", "TypeError"),
+        "verify: memoryview probs": (
+            "ok_ver(sa.verify(IDS(), memoryview(P()), rng=0))",
+            "ok",
+        ),
+        "verify: bytes ids": ("sa.verify(b'abc', P(), rng=0)", "TypeError"),
+        "verify: array interface without data": (
+            "class A:\n"
+            "    __array_interface__ = {'shape': (2**40, 2**20), 'typestr': '<i8', 'version': 3}\n"
+            "sa.verify(A(), P(), rng=0)",
+            "ValueError|MemoryError",
+        ),
+        "verify: __dlpack_device__ bogus": (
+            "class T:\n"
+            "    def __dlpack__(self, **kw):\n"
+            "        raise RuntimeError('no')\n"
+            "    def __dlpack_device__(self):\n"
+            "        return 'cpu'\n"
+            "sa.verify(T(), P(), rng=0)",
+            "TypeError",
+        ),
+        "verify: dlpack on an accelerator": (
+            "class T:\n"
+            "    def __dlpack__(self, **kw):\n"
+            "        raise RuntimeError('no')\n"
+            "    def __dlpack_device__(self):\n"
+            "        return (2, 0)\n"
+            "sa.verify(IDS(), T(), rng=0)",
+            "TypeError",
+        ),
+        "verify: byte-swapped float probs": (
+            "ok_ver(sa.verify(w(IDS()), w(P().astype('>f8')), rng=0))",
+            "ok",
+        ),
+        "verify: longdouble probs": (
+            "ok_ver(sa.verify(w(IDS()), w(P().astype(np.longdouble)), rng=0))",
+            "ok",
+        ),
+        "verify: uint8 ids": ("ok_ver(sa.verify(w(IDS().astype(np.uint8)), w(P()), rng=0))", "ok"),
+        "verify: Fortran order probs": (
+            "ok_ver(sa.verify(w(IDS()), w(np.asfortranarray(P())), w(Q()[:, :, ::-1]), rng=0))",
             "ok",
         ),
     }
