@@ -1807,6 +1807,57 @@ CASES.update(
     }
 )
 
+CASES.update(
+    {
+        "verify out: aliases the target probabilities": (
+            "p = P(); o = p.reshape(2, 20).view(np.int64)[:, :4]\n"
+            "sa.verify(w(IDS()), w(p), rng=0, out=(o, np.zeros(2, np.int64)))",
+            "ValueError",
+        ),
+        "verify out: num_accepted aliases the counts": (
+            "c = np.array([3, 1])\n"
+            "sa.verify(w(IDS()), w(P()), num_draft_tokens=w(c), rng=0,"
+            " out=(np.zeros((2, 4), np.int64), c))",
+            "ValueError",
+        ),
+        "verify out: num_emitted is num_accepted": (
+            "o = sa.Verification.empty(2, 3)\n"
+            "sa.verify(w(IDS()), w(P()), rng=0, out=(o.output_token_ids, o.num_accepted,"
+            " o.num_accepted))",
+            "ValueError",
+        ),
+        "verify out: Verification of another size": (
+            "sa.verify(IDS(), P(), rng=0, out=sa.Verification.empty(3, 3))",
+            "ValueError",
+        ),
+        "verify out: list of lists": (
+            "sa.verify(IDS(), P(), rng=0, out=[[0] * 4] * 2)",
+            "TypeError",
+        ),
+        "verify_greedy: out Verification": (
+            "o = sa.Verification.empty(1, 2)\n"
+            "r = sa.verify_greedy(w(np.array([[5, 7]])), w(np.array([[5, 9, 2]])), out=o)\n"
+            "assert r.output_token_ids is o.output_token_ids and r.to_lists() == [[5, 9]]",
+            "ok",
+        ),
+        "verify_greedy: out ids alias draft": (
+            "d = np.zeros((1, 3), np.int64)\n"
+            "sa.verify_greedy(d[:, :2], np.array([[0, 0, 1]]), out=(d, np.zeros(1, np.int64)))",
+            "ValueError",
+        ),
+        "verify_greedy: empty": (
+            "r = sa.verify_greedy(np.zeros((0, 2), np.int64), np.zeros((0, 3), np.int64))\n"
+            "assert r.output_token_ids.shape == (0, 3)",
+            "ok",
+        ),
+        "verify_greedy: str": ("sa.verify_greedy('ab', 'abc')", "TypeError"),
+        "verify_greedy: negative count": (
+            "sa.verify_greedy(np.array([[3]]), np.array([[3, 4]]), num_draft_tokens=np.array([-1]))",
+            "ValueError",
+        ),
+    }
+)
+
 # Cases run alone with SPECACCEPT_NUM_THREADS set to this value before import.
 ENV: dict[str, str] = {}
 for _value in ("0", "-1", "abc", "1e23", "99999999999999999999999", "1000000"):
@@ -1857,6 +1908,8 @@ def run_cases(case_ids: list[str]) -> None:
         report: dict = {"case": case, "inputs_unchanged": None}
         if setup_error is not None:
             report.update(outcome="setup-failed", message=setup_error[:300])
+        elif case not in CASES:
+            report.update(outcome="unknown case", message="")
         else:
             watched: list = []
             base["_watched"] = watched  # where the setup's w() records inputs
