@@ -6,7 +6,6 @@ target model exactly. The work runs in Rust over NumPy buffers read in place;
 :mod:`specaccept.reference` is the pure-Python oracle it matches token for token.
 """
 
-from ._errors import InputError
 from ._api import (
     RngLike,
     acceptance_mask,
@@ -16,6 +15,7 @@ from ._api import (
     verify,
     verify_greedy,
 )
+from ._errors import InputError
 from ._generate import Drafter, Generation, LanguageModel, generate
 from ._logits import verify_logits
 from ._result import TreeVerification, Verification

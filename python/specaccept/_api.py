@@ -35,6 +35,7 @@ RngLike = int | np.random.Generator | Sequence[np.random.Generator] | None
 _PROB_CHARS = "efd"  # float16, float32, float64: read in place
 _PROB_TYPES = tuple(np.dtype(c) for c in _PROB_CHARS)
 _ID_TYPES = (np.dtype(np.int32), np.dtype(np.int64))  # read in place
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def _not_array(x: object, name: str, what: str) -> TypeError:
@@ -69,9 +70,16 @@ def _ints(x: Any, name: str) -> np.ndarray:
         return x
     if dt.kind not in "iu":
         raise TypeError(f"{name} must have an integer dtype, got {dt}")
-    if dt.kind == "u" and dt.itemsize == 8 and x.size and int(x.max()) > np.iinfo(np.int64).max:
-        # Values past int64 cannot be ids; keep them out of range rather than wrapping.
-        return np.where(x > np.iinfo(np.int64).max, np.iinfo(np.int64).max, x).astype(np.int64)
+    if dt.kind == "u" and dt.itemsize == 8 and x.size and int(x.max()) > _INT64_MAX:
+        # Past int64 no id, count or output fits: refuse rather than wrap or clamp.
+        index = tuple(int(i) for i in np.unravel_index(int(np.argmax(x > _INT64_MAX)), x.shape))
+        shown = ", ".join(map(str, index))
+        raise InputError(
+            f"{name}[{shown}] = {int(x[index])} is above the int64 range (2**63 - 1)",
+            argument=name,
+            index=index,
+            row=index[0] if x.ndim >= 2 else None,  # [B, ...]: the request
+        )
     return x.astype(np.int64)
 
 
@@ -99,9 +107,11 @@ def _greedy(greedy: Any) -> bool | np.ndarray:
 def _generator(rng: Any) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
-    if rng is None or (
-        isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_))
-    ):
+    if rng is None:
+        return np.random.default_rng()
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)):
+        if rng < 0:
+            raise InputError(f"rng: a seed must be >= 0, got {rng}", argument="rng")
         return np.random.default_rng(rng)
     raise TypeError(
         "rng must be None, an int seed, a numpy.random.Generator or a sequence of B "
@@ -428,7 +438,15 @@ def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:
         if isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(
             x, (bool, np.bool_)
         ):
-            x = np.asarray(x, dtype=np.float64 if isinstance(x, (int, np.integer)) else None)
+            try:
+                x = np.asarray(x, dtype=np.float64 if isinstance(x, (int, np.integer)) else None)
+            except OverflowError:
+                # An int past float64's range: no probability or uniform.
+                raise InputError(
+                    f"{name}: an int of {x.bit_length()} bits is past float64's range "
+                    "(probabilities and uniforms lie in [0, 1])",
+                    argument=name,
+                ) from None
         arrays.append(_floats(x, name))
     scalar = all(a.ndim == 0 for a in arrays)
     shapes = {a.shape for a in arrays}

@@ -9,14 +9,23 @@ import numpy.typing as npt
 
 from . import _native
 from ._api import RngLike, _draw_missing, _finish, _floats, _ints, _isolating
-from ._errors import InputError
 from ._arrays import as_numpy, like_converter
+from ._errors import InputError
 from ._result import Verification
 
 __all__ = ["verify_logits"]
 
 
 def _per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 63:
+        # A Python int past int64: top-k that large keeps everything; a float
+        # parameter that large has no float64 value.
+        if dtype is np.int64 and value > 0:
+            value = np.iinfo(np.int64).max
+        else:
+            raise InputError(
+                f"{name} = an int of {value.bit_length()} bits: outside its range", argument=name
+            )
     array = np.asarray(as_numpy(value, name))
     kind = "iu" if dtype is np.int64 else "iuf"
     if array.dtype.kind not in kind or array.ndim > 1:

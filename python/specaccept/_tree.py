@@ -9,8 +9,8 @@ import numpy.typing as npt
 
 from . import _native
 from ._api import RngLike, _floats, _generator, _greedy, _ints, _random
-from ._errors import InputError
 from ._arrays import like_converter
+from ._errors import InputError
 from ._result import TreeVerification
 
 __all__ = ["verify_tree"]

@@ -38,8 +38,8 @@ import numpy.typing as npt
 
 from .. import _native
 from .._api import _finish, _floats, _generator, _greedy, _ints, _isolating, _random
-from .._errors import InputError
 from .._arrays import as_numpy, like_converter
+from .._errors import InputError
 from .._result import Verification
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "parse_output", "rejection_sample", "verify"]
@@ -50,11 +50,16 @@ PLACEHOLDER_TOKEN_ID = -1
 
 def _counts(num_draft_tokens: Any) -> np.ndarray:
     if isinstance(num_draft_tokens, (list, tuple)):  # vLLM keeps them in a list
+        if not all(
+            isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_))
+            for k in num_draft_tokens
+        ):
+            raise TypeError("num_draft_tokens must be a list of ints")
         try:
             num_draft_tokens = np.asarray(num_draft_tokens, dtype=np.int64).reshape(-1)
-        except (OverflowError, TypeError, ValueError):
+        except OverflowError:
             raise InputError(
-                "num_draft_tokens must be a list of integers in the int64 range",
+                "num_draft_tokens: a count is outside the int64 range",
                 argument="num_draft_tokens",
             ) from None
     return _ints(num_draft_tokens, "num_draft_tokens")
@@ -144,7 +149,9 @@ def verify(
         u = _random(g, total, None, source) if u is None else u
         batch = counts.shape[0] if counts.ndim == 1 else 0
         ru = _random(g, batch, None, source) if ru is None else ru
-    result = _native.verify_flat(ids, counts, target, draft, bonus, u, ru, greedy_rows, None, isolate)
+    result = _native.verify_flat(
+        ids, counts, target, draft, bonus, u, ru, greedy_rows, None, isolate
+    )
     return _finish(result, convert)
 
 
@@ -202,6 +209,20 @@ def parse_output(output_token_ids: npt.ArrayLike, vocab_size: int) -> list[list[
     >>> vllm.parse_output(np.array([[1, 5, -1], [3, 4, 9]]), vocab_size=8)
     [[1, 5], [3, 4]]
     """
-    ids = np.asarray(as_numpy(output_token_ids, "output_token_ids"))
-    valid = (ids != PLACEHOLDER_TOKEN_ID) & (ids < vocab_size)
+    ids = _ints(output_token_ids, "output_token_ids")
+    if ids.ndim != 2:
+        raise InputError(
+            f"output_token_ids must be 2-D [B, max_spec_len + 1], got shape {ids.shape}",
+            argument="output_token_ids",
+        )
+    if not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, (bool, np.bool_)):
+        raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+    try:
+        valid = (ids != PLACEHOLDER_TOKEN_ID) & (ids < vocab_size)
+    except MemoryError:
+        # The lists returned would be larger still.
+        raise MemoryError(
+            f"output_token_ids: the tokens of {ids.shape[0]} rows of {ids.shape[1]} "
+            "cannot be gathered in this process's memory"
+        ) from None
     return [row[mask].tolist() for row, mask in zip(ids, valid, strict=True)]
