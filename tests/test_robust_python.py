@@ -726,3 +726,16 @@ def test_vocabulary_decode_refuses_ids_outside_it(ids, error):
     _, vocab = small_model()
     with pytest.raises(error, match=r"ids\[0\]"):
         vocab.decode(ids)
+
+
+@pytest.mark.parametrize("text", ["nope", b"\xff\xfe{", '{"num_steps": 1' + "0" * 5000 + "}"])
+def test_from_json_errors_are_input_errors_naming_the_text(text):
+    with pytest.raises(InputError) as error:
+        AcceptanceStats.from_json(text)
+    assert error.value.argument == "text"
+
+
+def test_from_dict_missing_keys_names_the_first():
+    with pytest.raises(InputError) as error:
+        AcceptanceStats.from_dict({})
+    assert error.value.argument == "num_steps"

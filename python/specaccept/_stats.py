@@ -551,7 +551,9 @@ class AcceptanceStats:
                 values[k] = data[_OLD_KEYS[k]]
         missing = [k for k in fields if k not in values]
         if missing:
-            raise ValueError(f"AcceptanceStats.from_dict: missing {', '.join(missing)}")
+            raise InputError(
+                f"AcceptanceStats.from_dict: missing {', '.join(missing)}", argument=missing[0]
+            )
         return cls(**values)
 
     def to_json(self) -> str:
@@ -568,6 +570,11 @@ class AcceptanceStats:
             raise InputError(
                 "AcceptanceStats.from_json: the JSON nests too deeply", argument="text"
             ) from None
+        except ValueError as error:  # not JSON, not UTF-8, or a number past int's digits
+            raise InputError(
+                f"AcceptanceStats.from_json: text is not JSON of the statistics: {error}",
+                argument="text",
+            ) from error
         return cls.from_dict(data)
 
     def summary(self) -> dict[str, Any]:
