@@ -739,3 +739,132 @@ def test_from_dict_missing_keys_names_the_first():
     with pytest.raises(InputError) as error:
         AcceptanceStats.from_dict({})
     assert error.value.argument == "num_steps"
+
+
+# --------------------------------------------------------------------------
+# compat.flashinfer: the count buffers it adds into
+# --------------------------------------------------------------------------
+
+
+def flashinfer_call(**changes):
+    from specaccept.compat import flashinfer
+
+    args = dict(
+        draft_probs=np.array([[[0.1, 0.2, 0.3, 0.4], [0.2, 0.3, 0.4, 0.1]]]),
+        draft_token_ids=np.array([[2, 1]], dtype=np.int64),
+        uniform_samples=np.array([[0.8823, 0.9150, 0.3829]]),
+        target_probs=np.array([[[0.0, 0.1, 0.6, 0.3], [1.0, 0.0, 0.0, 0.0], [0.7, 0.1, 0.1, 0.1]]]),
+    )
+    args.update(changes)
+    return flashinfer.chain_speculative_sampling(**args), args
+
+
+@pytest.mark.parametrize(
+    "alias",
+    [
+        lambda a: a["draft_token_ids"][:, 0],
+        lambda a: a["draft_token_ids"].ravel()[1:],
+        lambda a: a["draft_token_ids"].view(np.int64)[0, :1],
+    ],
+)
+@pytest.mark.parametrize(
+    "which", ["maybe_output_accepted_token_num", "maybe_output_emitted_draft_token_num"]
+)
+def test_flashinfer_count_buffer_aliasing_the_ids_is_refused_naming_both(alias, which):
+    from specaccept.compat import flashinfer
+
+    ids = np.array([[2, 1]], dtype=np.int64)
+    args = dict(
+        draft_probs=np.array([[[0.1, 0.2, 0.3, 0.4], [0.2, 0.3, 0.4, 0.1]]]),
+        draft_token_ids=ids,
+        uniform_samples=np.array([[0.8823, 0.9150, 0.3829]]),
+        target_probs=np.array([[[0.0, 0.1, 0.6, 0.3], [1.0, 0.0, 0.0, 0.0], [0.7, 0.1, 0.1, 0.1]]]),
+    )
+    args[which] = alias(args)
+    with pytest.raises(InputError, match=rf"{which} shares memory with draft_token_ids") as error:
+        flashinfer.chain_speculative_sampling(**args)
+    assert error.value.argument == which
+    assert ids.tolist() == [[2, 1]], "the input is unchanged"
+
+
+def test_flashinfer_count_buffers_aliasing_each_other_or_the_uniforms_are_refused():
+    shared = np.zeros(1, dtype=np.int64)
+    with pytest.raises(InputError, match="shares memory with maybe_output_accepted_token_num"):
+        flashinfer_call(
+            maybe_output_accepted_token_num=shared, maybe_output_emitted_draft_token_num=shared
+        )
+    assert shared.tolist() == [0], "nothing written when the second buffer is refused"
+    u = np.array([[0.8823, 0.9150, 0.3829]])
+    with pytest.raises(InputError, match="shares memory with uniform_samples"):
+        flashinfer_call(uniform_samples=u, maybe_output_accepted_token_num=u[0, :1].view(np.int64))
+
+
+def test_flashinfer_refusing_the_second_buffer_leaves_the_first_unchanged():
+    first = np.array([10], dtype=np.int64)
+    with pytest.raises(InputError, match="maybe_output_emitted_draft_token_num"):
+        flashinfer_call(
+            maybe_output_accepted_token_num=first,
+            maybe_output_emitted_draft_token_num=np.zeros(2, dtype=np.int64),
+        )
+    assert first.tolist() == [10]
+
+
+@pytest.mark.parametrize(
+    ("buffer", "error"),
+    [
+        (np.zeros(1), TypeError),
+        ("counts", TypeError),
+        (np.zeros(2, dtype=np.int64), InputError),
+        (np.zeros((1, 1), dtype=np.int64), InputError),
+    ],
+)
+def test_flashinfer_count_buffer_of_the_wrong_kind_is_named(buffer, error):
+    with pytest.raises(error, match="maybe_output_accepted_token_num"):
+        flashinfer_call(maybe_output_accepted_token_num=buffer)
+
+
+def test_flashinfer_read_only_count_buffer_is_an_input_error():
+    buffer = np.zeros(1, dtype=np.int64)
+    buffer.flags.writeable = False
+    with pytest.raises(InputError, match="read-only"):
+        flashinfer_call(maybe_output_accepted_token_num=buffer)
+
+
+def test_flashinfer_values_verify_does_not_read_are_checked_for_the_non_causal_count():
+    # Position 0 is rejected (p(x_0) = 0), so verify never reads position 1; the
+    # non-causal count does, and names the bad p(x_1) as target_probs.
+    p = np.array([[[0.1, 0.1, 0.0, 0.8], [0.0, 1.5, 0.0, 0.0], [0.7, 0.1, 0.1, 0.1]]])
+    with pytest.raises(InputError, match=r"target_probs\[0, 1, 1\] = 1\.5") as error:
+        flashinfer_call(target_probs=p)
+    assert (error.value.argument, error.value.index, error.value.row) == (
+        "target_probs",
+        (0, 1, 1),
+        0,
+    )
+    p[0, 1, 1] = 0.5
+    with pytest.raises(InputError, match=r"uniform_samples\[0, 1\]") as error:
+        flashinfer_call(target_probs=p, uniform_samples=np.array([[0.5, np.nan, 0.5]]))
+    assert error.value.argument == "uniform_samples"
+
+
+@pytest.mark.parametrize(
+    ("changes", "argument"),
+    [
+        ({"draft_token_ids": np.array([0])}, "draft_token_ids"),
+        ({"uniform_samples": np.zeros((1, 2))}, "uniform_samples"),
+    ],
+)
+def test_flashinfer_shape_errors_are_input_errors(changes, argument):
+    with pytest.raises(InputError) as error:
+        flashinfer_call(**changes)
+    assert error.value.argument == argument
+
+
+def test_flashinfer_names_a_bad_recovery_column_as_uniform_samples():
+    with pytest.raises(InputError, match=r"uniform_samples\[0, 2\] = 1\.5") as error:
+        flashinfer_call(uniform_samples=np.array([[0.5, 0.5, 1.5]]))
+    assert (error.value.argument, error.value.index, error.value.row) == (
+        "uniform_samples",
+        (0, 2),
+        0,
+    )

@@ -40,6 +40,7 @@ import numpy.typing as npt
 
 from .._api import _floats, _ints, acceptance_mask, verify
 from .._arrays import as_numpy, like_converter
+from .._errors import InputError
 
 __all__ = ["chain_speculative_sampling"]
 
@@ -67,6 +68,9 @@ def chain_speculative_sampling(
     target_probs : float array ``[B, K+1, V]``
     maybe_output_accepted_token_num, maybe_output_emitted_draft_token_num : int arrays ``[B]``, optional
         When given, the counts are added to them in place (and they are returned).
+        They must be writeable and share no memory with an input or with each
+        other (an :class:`~specaccept.InputError` naming both otherwise); both are
+        checked before anything is written.
     deterministic : bool
         Accepted for compatibility; the result is always deterministic.
     like : array or tensor, optional
@@ -94,37 +98,83 @@ def chain_speculative_sampling(
     if like is None and not isinstance(target_probs, np.ndarray):
         like = target_probs
     convert = like_converter(like)
+    inputs = {
+        "draft_probs": draft_probs,
+        "draft_token_ids": draft_token_ids,
+        "uniform_samples": uniform_samples,
+        "target_probs": target_probs,
+    }
     ids = _ints(draft_token_ids, "draft_token_ids")
     p = _floats(target_probs, "target_probs")
     q = _floats(draft_probs, "draft_probs")
     u = _floats(uniform_samples, "uniform_samples")
     if ids.ndim != 2:
-        raise ValueError(f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}")
+        raise InputError(
+            f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}", argument="draft_token_ids"
+        )
     batch, num_draft = ids.shape
     if u.shape != (batch, num_draft + 1):
-        raise ValueError(
-            f"uniform_samples: has shape {u.shape}, expected {(batch, num_draft + 1)} ([B, K+1])"
+        raise InputError(
+            f"uniform_samples: has shape {u.shape}, expected {(batch, num_draft + 1)} ([B, K+1])",
+            argument="uniform_samples",
         )
-    result = verify(ids, p, q, uniforms=u[:, :num_draft], recovery_uniforms=u[:, num_draft])
-    # Non-causal: every position tested on its own, with its own uniform.
+    # The count buffers, all checked before anything is computed or written.
+    seen = [
+        (name, a)
+        for name, a in (
+            ("draft_token_ids", ids),
+            ("target_probs", p),
+            ("draft_probs", q),
+            ("uniform_samples", u),
+        )
+    ]
+    seen += [
+        (name, a)
+        for name, a in ((n, as_numpy(x, n)) for n, x in inputs.items())
+        if isinstance(a, np.ndarray)
+    ]
+    buffers = []
+    for given, name in (
+        (maybe_output_accepted_token_num, "maybe_output_accepted_token_num"),
+        (maybe_output_emitted_draft_token_num, "maybe_output_emitted_draft_token_num"),
+    ):
+        buffers.append(None if given is None else _count_buffer(given, name, batch, seen))
+        if given is not None:
+            seen.append((name, buffers[-1]))
+    try:
+        result = verify(ids, p, q, uniforms=u[:, :num_draft], recovery_uniforms=u[:, num_draft])
+    except InputError as error:
+        raise _as_uniform_samples(error, num_draft) from None
+    # Non-causal: every position tested on its own, with its own uniform. verify
+    # checked every id and shape; the values it did not read are checked here.
     rows = np.arange(batch)[:, None]
     positions = np.arange(num_draft)[None, :]
     gathered_p = p[rows, positions, ids]
     gathered_q = q[rows, positions, ids]
-    accepted = acceptance_mask(gathered_p, gathered_q, u[:, :num_draft]).sum(axis=1)
+    _check_read(gathered_p, ids, "target_probs")
+    _check_read(gathered_q, ids, "draft_probs")
+    tests = u[:, :num_draft]
+    bad = ~((tests >= 0.0) & (tests < 1.0))
+    if bad.any():
+        b, t = (int(i) for i in np.argwhere(bad)[0])
+        raise InputError(
+            f"uniform_samples[{b}, {t}] = {float(tests[b, t])!r}: a uniform draw must lie in "
+            "[0, 1)",
+            argument="uniform_samples",
+            index=(b, t),
+            row=b,
+        )
+    accepted = acceptance_mask(gathered_p, gathered_q, tests).sum(axis=1)
     emitted = result.num_accepted
     counts = []
-    for given, value, name in (
-        (maybe_output_accepted_token_num, accepted, "maybe_output_accepted_token_num"),
-        (maybe_output_emitted_draft_token_num, emitted, "maybe_output_emitted_draft_token_num"),
+    for given, buffer, value in (
+        (maybe_output_accepted_token_num, buffers[0], accepted),
+        (maybe_output_emitted_draft_token_num, buffers[1], emitted),
     ):
-        if given is None:
+        if buffer is None:
             counts.append(value.astype(np.int32))
             continue
-        target = as_numpy(given, name)
-        if not isinstance(target, np.ndarray) or target.shape != (batch,):
-            raise ValueError(f"{name} must be an integer array of shape ({batch},)")
-        target += value.astype(target.dtype)  # FlashInfer adds in place
+        buffer += value.astype(buffer.dtype)  # FlashInfer adds in place
         counts.append(given)
     output_token_ids = result.output_token_ids.astype(np.int32)
     if convert is None:
@@ -133,3 +183,59 @@ def chain_speculative_sampling(
         c if not isinstance(c, np.ndarray) else convert(c)
         for c in (output_token_ids, counts[0], counts[1])
     )  # type: ignore[return-value]
+
+
+def _count_buffer(
+    given: Any, name: str, batch: int, seen: list[tuple[str, np.ndarray]]
+) -> np.ndarray:
+    """An output count buffer: a writeable integer array ``[B]`` that shares no
+    memory with an input or the other buffer (FlashInfer adds to it in place)."""
+    buffer = as_numpy(given, name)
+    if not isinstance(buffer, np.ndarray):
+        raise TypeError(
+            f"{name} must be an integer array of shape ({batch},), got {type(given).__name__}"
+        )
+    if buffer.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {buffer.dtype}")
+    if buffer.shape != (batch,):
+        raise InputError(f"{name} must be an integer array of shape ({batch},)", argument=name)
+    if not buffer.flags.writeable:
+        raise InputError(f"{name} is read-only; outputs need writeable buffers", argument=name)
+    for other, array in seen:
+        if np.may_share_memory(buffer, array):
+            raise InputError(
+                f"{name} shares memory with {other}; outputs need buffers of their own",
+                argument=name,
+            )
+    return buffer
+
+
+def _as_uniform_samples(error: InputError, num_draft: int) -> InputError:
+    """verify's error about the uniforms it was given, named as this function's
+    ``uniform_samples`` (``recovery_uniforms[b]`` is ``uniform_samples[b, K]``)."""
+    message = str(error)
+    if error.argument == "uniforms" and message.startswith("uniforms"):
+        message = "uniform_samples" + message[len("uniforms") :]
+        index = error.index
+    elif error.argument == "recovery_uniforms" and error.index is not None:
+        b = error.index[0]
+        message = f"uniform_samples[{b}, {num_draft}]" + message.partition("]")[2]
+        index = (b, num_draft)
+    else:
+        return error
+    return InputError(message, argument="uniform_samples", index=index, row=error.row)
+
+
+def _check_read(gathered: np.ndarray, ids: np.ndarray, name: str) -> None:
+    """``p(x_t)`` or ``q(x_t)`` of every position: each in ``[0, 1]``."""
+    bad = ~((gathered >= 0.0) & (gathered <= 1.0))
+    if bad.any():
+        b, t = (int(i) for i in np.argwhere(bad)[0])
+        x = int(ids[b, t])
+        raise InputError(
+            f"{name}[{b}, {t}, {x}] = {float(gathered[b, t])!r}: the probability of a drafted "
+            "token must lie in [0, 1]",
+            argument=name,
+            index=(b, t, x),
+            row=b,
+        )
