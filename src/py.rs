@@ -183,6 +183,47 @@ fn is<T: Element>(arr: &Bound<'_, PyUntypedArray>) -> bool {
     arr.dtype().is_equiv_to(&dtype::<T>(arr.py()))
 }
 
+pyo3::create_exception!(
+    _native,
+    NotInPlace,
+    PyTypeError,
+    "An input the native code cannot read in place (not an ndarray, another dtype, \
+     byte order or alignment), found before any work: the Python layer converts \
+     the inputs and calls again."
+);
+
+/// An input array of a dtype `supported` accepts, native byte order, aligned
+/// and of rank `D`. What a conversion fixes (another type or dtype, alignment)
+/// is [`NotInPlace`], and the dtype is checked before the rank.
+fn input_arg<'a, 'py, D: Dimension>(
+    obj: &'a Bound<'py, PyAny>,
+    name: &str,
+    dtypes: &str,
+    supported: impl Fn(&Bound<'py, PyUntypedArray>) -> bool,
+) -> PyResult<&'a Bound<'py, PyUntypedArray>> {
+    let Ok(arr) = obj.cast::<PyUntypedArray>() else {
+        return Err(NotInPlace::new_err(format!(
+            "{name} must be a numpy.ndarray, got {}",
+            type_name(obj)
+        )));
+    };
+    if !supported(arr) {
+        return Err(NotInPlace::new_err(format!(
+            "{name} must have dtype {dtypes} (native byte order), got {}",
+            arr.dtype()
+        )));
+    }
+    ndarray_arg::<D>(obj, name).map_err(|err| {
+        Python::attach(|py| {
+            if err.get_type(py).is(py.get_type::<PyTypeError>()) {
+                NotInPlace::new_err(err.value(py).to_string()) // unaligned
+            } else {
+                err
+            }
+        })
+    })
+}
+
 /// A borrowed float array of any probability dtype.
 enum FloatArg<'py, D: Dimension> {
     F16(Input<'py, f16, D>),
@@ -192,7 +233,9 @@ enum FloatArg<'py, D: Dimension> {
 
 impl<'py, D: Dimension> FloatArg<'py, D> {
     fn extract(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
-        let arr = ndarray_arg::<D>(obj, name)?;
+        let arr = input_arg::<D>(obj, name, "float16, float32 or float64", |a| {
+            is::<f64>(a) || is::<f32>(a) || is::<f16>(a)
+        })?;
         if is::<f64>(arr) {
             Ok(FloatArg::F64(borrow(arr, name)?))
         } else if is::<f32>(arr) {
@@ -200,10 +243,7 @@ impl<'py, D: Dimension> FloatArg<'py, D> {
         } else if is::<f16>(arr) {
             Ok(FloatArg::F16(borrow(arr, name)?))
         } else {
-            Err(PyTypeError::new_err(format!(
-                "{name} must have dtype float16, float32 or float64 (native byte order), got {}",
-                arr.dtype()
-            )))
+            unreachable!("input_arg checked the dtype")
         }
     }
 
@@ -224,16 +264,15 @@ enum IntArg<'py, D: Dimension> {
 
 impl<'py, D: Dimension> IntArg<'py, D> {
     fn extract(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
-        let arr = ndarray_arg::<D>(obj, name)?;
+        let arr = input_arg::<D>(obj, name, "int32 or int64", |a| {
+            is::<i64>(a) || is::<i32>(a)
+        })?;
         if is::<i64>(arr) {
             Ok(IntArg::I64(borrow(arr, name)?))
         } else if is::<i32>(arr) {
             Ok(IntArg::I32(borrow(arr, name)?))
         } else {
-            Err(PyTypeError::new_err(format!(
-                "{name} must have dtype int32 or int64 (native byte order), got {}",
-                arr.dtype()
-            )))
+            unreachable!("input_arg checked the dtype")
         }
     }
 
@@ -489,6 +528,17 @@ struct OutPlan<'a, 'py> {
     isolate: bool,
 }
 
+/// The inputs `out` must not overlap, listed only when there is an `out`.
+fn given<'a, 'py>(
+    out: Option<&Bound<'py, PyAny>>,
+    inputs: impl FnOnce() -> Vec<(&'static str, Option<&'a Bound<'py, PyAny>>)>,
+) -> Vec<(&'static str, Option<&'a Bound<'py, PyAny>>)> {
+    match out {
+        Some(o) if !o.is_none() => inputs(),
+        _ => Vec::new(),
+    }
+}
+
 impl<'py> OutPlan<'_, 'py> {
     /// Allocates (or checks) the outputs of a `[B, K]` batch and runs `work`.
     fn run(
@@ -577,15 +627,17 @@ fn verify<'py>(
     };
     let plan = OutPlan {
         out,
-        inputs: vec![
-            ("draft_token_ids", Some(draft_token_ids)),
-            ("target_probs", Some(target_probs)),
-            ("draft_probs", draft_probs),
-            ("num_draft_tokens", num_draft_tokens),
-            ("uniforms", uniforms),
-            ("recovery_uniforms", recovery_uniforms),
-            ("greedy", Some(greedy)),
-        ],
+        inputs: given(out, || {
+            vec![
+                ("draft_token_ids", Some(draft_token_ids)),
+                ("target_probs", Some(target_probs)),
+                ("draft_probs", draft_probs),
+                ("num_draft_tokens", num_draft_tokens),
+                ("uniforms", uniforms),
+                ("recovery_uniforms", recovery_uniforms),
+                ("greedy", Some(greedy)),
+            ]
+        }),
         isolate,
     };
     let (ids, counts) = (ids.view(), counts.as_ref().map(IntArg::view));
@@ -690,16 +742,18 @@ fn verify_flat<'py>(
     let counts_view = counts.view();
     let plan = OutPlan {
         out,
-        inputs: vec![
-            ("draft_token_ids", Some(draft_token_ids)),
-            ("num_draft_tokens", Some(num_draft_tokens)),
-            ("target_probs", Some(target_probs)),
-            ("draft_probs", draft_probs),
-            ("bonus_token_ids", Some(bonus_token_ids)),
-            ("uniforms", uniforms),
-            ("recovery_uniforms", recovery_uniforms),
-            ("greedy", Some(greedy)),
-        ],
+        inputs: given(out, || {
+            vec![
+                ("draft_token_ids", Some(draft_token_ids)),
+                ("num_draft_tokens", Some(num_draft_tokens)),
+                ("target_probs", Some(target_probs)),
+                ("draft_probs", draft_probs),
+                ("bonus_token_ids", Some(bonus_token_ids)),
+                ("uniforms", uniforms),
+                ("recovery_uniforms", recovery_uniforms),
+                ("greedy", Some(greedy)),
+            ]
+        }),
         isolate,
     };
     macro_rules! run {
@@ -891,11 +945,13 @@ fn verify_greedy<'py>(
     let (batch, num_draft) = inputs.dims()?;
     let plan = OutPlan {
         out,
-        inputs: vec![
-            ("draft_token_ids", Some(draft_token_ids)),
-            ("target_token_ids", Some(target_token_ids)),
-            ("num_draft_tokens", num_draft_tokens),
-        ],
+        inputs: given(out, || {
+            vec![
+                ("draft_token_ids", Some(draft_token_ids)),
+                ("target_token_ids", Some(target_token_ids)),
+                ("num_draft_tokens", num_draft_tokens),
+            ]
+        }),
         isolate: false,
     };
     plan.run(py, batch, num_draft, |out, _| {
@@ -1037,6 +1093,9 @@ mod _native {
         rejection_probability, set_num_threads, verify, verify_flat, verify_greedy, verify_logits,
         verify_tree,
     };
+
+    #[pymodule_export]
+    use super::NotInPlace;
 
     #[pymodule_export]
     const PARALLEL_MIN_ELEMENTS: usize = crate::threads::PARALLEL_MIN_ELEMENTS;

@@ -282,34 +282,67 @@ def verify(
     isolate = _isolating(errors)
     greedy_rows = _greedy(greedy)
     buffers = _out_buffers(out)
-    ids = _ints(draft_token_ids, "draft_token_ids")
-    target = _floats(target_probs, "target_probs")
-    draft = None if draft_probs is None else _floats(draft_probs, "draft_probs")
-    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
-    u = None if uniforms is None else _floats(uniforms, "uniforms")
-    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
-    draws = None
+    ids, u, ru, draws = draft_token_ids, uniforms, recovery_uniforms, None
     if (u is None or ru is None) and greedy_rows is not True:
-        if u is None and ru is None and type(rng) is np.random.Generator and ids.ndim == 2:
+        if u is None and ru is None and type(rng) is np.random.Generator:
             # The serving loop's case: one Generator call, split by the native code.
-            batch, num_draft = ids.shape
-            draws = _random(rng, batch * num_draft + batch)
-        else:
-            u, ru = _draw_missing(rng, ids, counts, u, ru)
-    # One call: the native code checks every shape and value it reads.
-    result = _native.verify(ids, target, draft, counts, u, ru, greedy_rows, buffers, draws, isolate)
+            if type(ids) is not np.ndarray:
+                ids = _ints(ids, "draft_token_ids")
+            if ids.ndim == 2:
+                batch, num_draft = ids.shape
+                draws = _random(rng, batch * num_draft + batch)
+        if draws is None:
+            u, ru = _draw_missing(rng, ids, num_draft_tokens, u, ru)
+    try:
+        # Arrays the native code reads in place go straight through; it refuses
+        # any other before it does any work (NotInPlace), and they are converted.
+        result = _native.verify(
+            ids,
+            target_probs,
+            draft_probs,
+            num_draft_tokens,
+            u,
+            ru,
+            greedy_rows,
+            buffers,
+            draws,
+            isolate,
+        )
+    except _native.NotInPlace:
+        args = _converted((ids, target_probs, draft_probs, num_draft_tokens, u, ru))
+        result = _native.verify(*args, greedy_rows, buffers, draws, isolate)
     return _finish(result, convert)
+
+
+# The arguments of verify() the native code reads, in order: (name, holds ids,
+# may be None).
+_CHAIN_ARGUMENTS = (
+    ("draft_token_ids", True, False),
+    ("target_probs", False, False),
+    ("draft_probs", False, True),
+    ("num_draft_tokens", True, True),
+    ("uniforms", False, True),
+    ("recovery_uniforms", False, True),
+)
+
+
+def _converted(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """verify()'s arrays converted to what the native code reads in place."""
+    return tuple(
+        None if x is None and optional else (_ints(x, name) if ints else _floats(x, name))
+        for x, (name, ints, optional) in zip(args, _CHAIN_ARGUMENTS, strict=True)
+    )
 
 
 def _isolating(errors: Any) -> bool:
     """``errors=``: ``"raise"`` (the first bad row fails the call) or ``"isolate"``."""
-    if errors == "raise" and isinstance(errors, str):
-        return False
-    if errors == "isolate" and isinstance(errors, str):
-        return True
     if not isinstance(errors, str):
         raise TypeError(f'errors must be "raise" or "isolate", got {type(errors).__name__}')
-    raise InputError(f'errors must be "raise" or "isolate", got {errors!r}', argument="errors")
+    if errors == "raise":
+        return False
+    if errors == "isolate":
+        return True
+    raise InputError(f'errors must be "raise" or "isolate", got {errors!r:.40}', argument="errors")
 
 
 def _random(
@@ -332,12 +365,12 @@ def _random(
 def _finish(result: tuple[Any, ...], convert: Any) -> Verification:
     """The native result as a :class:`Verification`; a fourth item lists the
     isolated rows as ``(row, InputError)``."""
+    if convert is None and len(result) == 3:
+        return _verification(*result)  # the serving loop's case, first
     arrays, bad = result[:3], (result[3] if len(result) == 4 else None)
     if convert is not None:
         arrays = tuple(convert(a) for a in arrays)
-    if bad is None:
-        return _verification(*arrays)
-    return _verification(*arrays, errors=dict(bad))
+    return _verification(*arrays, errors=None if bad is None else dict(bad))
 
 
 def _draw_missing(
@@ -422,12 +455,15 @@ def verify_greedy(
     """
     convert = like_converter(like)
     buffers = _out_buffers(out)
-    result = _native.verify_greedy(
-        _ints(draft_token_ids, "draft_token_ids"),
-        _ints(target_token_ids, "target_token_ids"),
-        None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens"),
-        buffers,
-    )
+    try:
+        result = _native.verify_greedy(draft_token_ids, target_token_ids, num_draft_tokens, buffers)
+    except _native.NotInPlace:  # found before any work: convert, then the one call
+        result = _native.verify_greedy(
+            _ints(draft_token_ids, "draft_token_ids"),
+            _ints(target_token_ids, "target_token_ids"),
+            None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens"),
+            buffers,
+        )
     return _finish(result, convert)
 
 

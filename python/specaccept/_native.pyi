@@ -14,6 +14,9 @@ SUM_LANES: int
 PARALLEL_MIN_ELEMENTS: int
 MAX_THREADS_PER_CPU: int
 
+class NotInPlace(TypeError):
+    """An input not readable in place, found before any work: convert and call again."""
+
 _Chain = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
 # With isolate=True: the bad rows as (row, InputError), after the three arrays.
 _Isolated = tuple[

@@ -209,5 +209,5 @@ def _verification(
     _set_output_token_ids(result, output_token_ids)
     _set_num_accepted(result, num_accepted)
     _set_num_emitted(result, num_emitted)
-    _set_errors(result, _NO_ERRORS if not errors else MappingProxyType(errors))
+    _set_errors(result, MappingProxyType(errors) if errors else _NO_ERRORS)
     return result
