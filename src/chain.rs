@@ -4,33 +4,19 @@
 //! bonus token where every draft was accepted. Also the accepted-prefix scan and
 //! greedy verification on precomputed target ids.
 
-use std::marker::PhantomData;
-
 use ndarray::{s, ArrayView1, ArrayView2, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2};
 
+use crate::checks::{
+    check_counts_shape, check_gathered, check_token, check_uniform, draft_len, expect_shape, Pos,
+    RowAt,
+};
 use crate::error::{CoreError, RowErrors};
 use crate::memory;
-use crate::rule::{check_gathered, check_uniform, is_accepted};
-use crate::sample::{self, ResidualWeights, RowAt, TargetWeights, SUM_BLOCK};
+use crate::rule::is_accepted;
+use crate::sample::{argmax_of, sample_residual, sample_target, zero_row, SUM_BLOCK};
 use crate::threads;
+pub use crate::view::Greedy;
 use crate::view::{FloatView, IntView, Prob};
-
-/// Which rows are verified greedily (by argmax) instead of by sampling.
-#[derive(Clone, Copy)]
-pub enum Greedy<'a> {
-    All(bool),
-    PerRow(ArrayView1<'a, bool>),
-}
-
-impl Greedy<'_> {
-    #[inline]
-    pub(crate) fn row(&self, b: usize) -> bool {
-        match self {
-            Greedy::All(g) => *g,
-            Greedy::PerRow(g) => g[b],
-        }
-    }
-}
 
 /// The inputs of `verify`, as SPEC.md section 2 names them.
 pub struct ChainInputs<'a, P, Q> {
@@ -100,52 +86,6 @@ pub struct ChainDims {
     pub vocab: usize,
 }
 
-pub(crate) fn expect_shape(
-    arg: &'static str,
-    shape: &[usize],
-    expected: &[usize],
-    what: &str,
-) -> Result<(), CoreError> {
-    if shape == expected {
-        Ok(())
-    } else {
-        Err(CoreError::shape(
-            arg,
-            format!("has shape {shape:?}, expected {expected:?} ({what})"),
-        ))
-    }
-}
-
-/// `k_b`, checked against `[0, K]`.
-pub(crate) fn draft_len(
-    num_draft_tokens: Option<&IntView<'_, Ix1>>,
-    b: usize,
-    k_max: usize,
-) -> Result<usize, CoreError> {
-    let Some(counts) = num_draft_tokens else {
-        return Ok(k_max);
-    };
-    let k = counts.get(b);
-    if k < 0 || k as u64 > k_max as u64 {
-        return Err(CoreError::value(
-            "num_draft_tokens",
-            &[b],
-            format!("= {k} is outside [0, K] with K = {k_max}"),
-        ));
-    }
-    Ok(k as usize)
-}
-
-fn check_counts_shape(
-    num_draft_tokens: Option<&IntView<'_, Ix1>>,
-    batch: usize,
-) -> Result<(), CoreError> {
-    match num_draft_tokens {
-        Some(counts) => expect_shape("num_draft_tokens", counts.shape(), &[batch], "[B]"),
-        None => Ok(()),
-    }
-}
-
 impl<P: Prob, Q: Prob> ChainInputs<'_, P, Q> {
     /// Checks every shape against `draft_token_ids [B, K]` and `target_probs [B, K+1, V]`.
     pub fn dims(&self) -> Result<ChainDims, CoreError> {
@@ -201,39 +141,6 @@ fn check_outputs(out: &ChainOutputs<'_>, batch: usize, num_draft: usize) -> Resu
         "[B]",
     )?;
     expect_shape("out.num_emitted", out.num_emitted.shape(), &[batch], "[B]")
-}
-
-/// Where row `b`'s drafted position `t` lives, to name it in error messages:
-/// `[b, t]` in the padded layout, `[start_b + t]` in the flat one.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Pos {
-    Padded { b: usize, t: usize },
-    Flat { row: usize },
-}
-
-impl Pos {
-    /// The index of the position (`element: None`: a draft id, a uniform, a
-    /// probability row) or of element `i` of its probability row, on the stack:
-    /// the hot loop builds one per drafted position.
-    pub(crate) fn buf(self, element: Option<usize>) -> ([usize; 3], usize) {
-        let (mut buf, mut len) = match self {
-            Pos::Padded { b, t } => ([b, t, 0], 2),
-            Pos::Flat { row } => ([row, 0, 0], 1),
-        };
-        if let Some(i) = element {
-            buf[len] = i;
-            len += 1;
-        }
-        (buf, len)
-    }
-    pub(crate) fn index(self) -> Vec<usize> {
-        let (buf, len) = self.buf(None);
-        buf[..len].to_vec()
-    }
-    pub(crate) fn element(self, i: usize) -> Vec<usize> {
-        let (buf, len) = self.buf(Some(i));
-        buf[..len].to_vec()
-    }
 }
 
 /// What verifying one row reads, whatever the layout of the batch.
@@ -524,23 +431,6 @@ pub fn mark_failed(out: &mut ChainOutputs<'_>, b: usize) {
     out.num_emitted[b] = 0;
 }
 
-/// A token id, checked against `[0, V)`.
-pub(crate) fn check_token(
-    arg: &'static str,
-    index: &[usize],
-    x: i64,
-    vocab: usize,
-) -> Result<usize, CoreError> {
-    if x < 0 || x as u64 >= vocab as u64 {
-        return Err(CoreError::value(
-            arg,
-            index,
-            format!("= {x} is outside [0, V) with V = {vocab}"),
-        ));
-    }
-    Ok(x as usize)
-}
-
 /// Verifies row `b`, writes its emitted tokens and `-1` padding, returns `n_b`.
 fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
     chain: &C,
@@ -671,94 +561,6 @@ fn missing_uniforms() -> CoreError {
         "uniforms",
         "uniforms and recovery_uniforms are required for rows verified by sampling",
     )
-}
-
-pub(crate) fn argmax_of<P: Prob>(row: ArrayView1<'_, P>, at: RowAt) -> Result<usize, CoreError> {
-    match row.as_slice() {
-        Some(contiguous) => sample::argmax(contiguous, at),
-        None => sample::argmax(row, at),
-    }
-}
-
-pub(crate) fn zero_row(at: RowAt) -> CoreError {
-    CoreError::value(
-        at.arg,
-        &at.pos.index(),
-        "sums to 0, but a token must be sampled from it".to_string(),
-    )
-}
-
-/// A draw from `p` (with `excluded` zeroed: the one-hot residual); `None` if it sums to 0.
-pub(crate) fn sample_target<P: Prob>(
-    row: ArrayView1<'_, P>,
-    excluded: Option<usize>,
-    at: RowAt,
-    u: f64,
-    scratch: &mut Vec<f64>,
-) -> Result<Option<usize>, CoreError> {
-    match row.as_slice() {
-        Some(p) => sample::sample(
-            &TargetWeights {
-                p,
-                excluded,
-                at,
-                _elem: PhantomData,
-            },
-            u,
-            scratch,
-        ),
-        None => sample::sample(
-            &TargetWeights {
-                p: row,
-                excluded,
-                at,
-                _elem: PhantomData,
-            },
-            u,
-            scratch,
-        ),
-    }
-}
-
-fn sample_residual<P: Prob, Q: Prob>(
-    p: ArrayView1<'_, P>,
-    q: ArrayView1<'_, Q>,
-    pos: Pos,
-    u: f64,
-    scratch: &mut Vec<f64>,
-) -> Result<Option<usize>, CoreError> {
-    let p_at = RowAt {
-        arg: "target_probs",
-        pos,
-    };
-    let q_at = RowAt {
-        arg: "draft_probs",
-        pos,
-    };
-    match (p.as_slice(), q.as_slice()) {
-        (Some(p), Some(q)) => sample::sample(
-            &ResidualWeights {
-                p,
-                q,
-                p_at,
-                q_at,
-                _elem: PhantomData,
-            },
-            u,
-            scratch,
-        ),
-        _ => sample::sample(
-            &ResidualWeights {
-                p,
-                q,
-                p_at,
-                q_at,
-                _elem: PhantomData,
-            },
-            u,
-            scratch,
-        ),
-    }
 }
 
 /// Accepted prefix length per row of a `[B, K]` acceptance mask: the number of

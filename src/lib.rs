@@ -18,8 +18,15 @@
 //! - [`chain`]: chain verification (`verify`), greedy verification on ids
 //!   (`verify_greedy`) and the accepted-prefix scan; [`threads`] decides when
 //!   rows run in parallel.
+//!
+//! Shared by all of them: [`checks`] (the input checks, and where a value
+//! lives so errors can name it), [`view`] (the input views: any dtype, any
+//! strides), [`error`] (the one error type, and what a bad row does to a
+//! batch) and [`memory`] (fallible buffers: a size too large is an error, not
+//! an abort). The contract they implement is `docs/spec.md`.
 
 pub mod chain;
+pub mod checks;
 pub mod error;
 pub mod logits;
 pub mod memory;

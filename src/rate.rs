@@ -8,66 +8,25 @@ use std::marker::PhantomData;
 
 use ndarray::{ArrayView1, ArrayViewD, ArrayViewMut1, Axis};
 
-use crate::error::{show, CoreError};
+use crate::error::CoreError;
 use crate::memory;
-use crate::sample::{self, Weights, SUM_BLOCK};
-use crate::simd::{Kernel, Overlap, PairOp};
+use crate::sample::{self, Locate, PairWeights, SUM_BLOCK};
+use crate::simd::Overlap;
 use crate::threads;
-use crate::view::{unravel, Prob, Row};
+use crate::view::{unravel, Prob};
 
-/// `w = min(p, q)` over one row; errors name `[leading index..., i]`.
-struct OverlapWeights<'s, P, Q, RP, RQ> {
-    p: RP,
-    q: RQ,
+/// Row `row` of the leading axes: errors name `[leading index..., i]`.
+#[derive(Clone, Copy)]
+struct RateRow<'s> {
     row: usize,
     leading: &'s [usize],
-    _elem: PhantomData<(P, Q)>,
 }
 
-impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> OverlapWeights<'_, P, Q, RP, RQ> {
-    fn bad(&self, arg: &'static str, i: usize, v: f64) -> CoreError {
+impl Locate for RateRow<'_> {
+    fn element(self, i: usize) -> Vec<usize> {
         let mut index = unravel(self.row, self.leading);
         index.push(i);
-        CoreError::value(
-            arg,
-            &index,
-            format!(
-                "= {}: probabilities must be finite and non-negative",
-                show(v)
-            ),
-        )
-    }
-}
-
-impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> Weights for OverlapWeights<'_, P, Q, RP, RQ> {
-    #[inline(always)]
-    fn len(&self) -> usize {
-        self.p.len()
-    }
-    #[inline(always)]
-    fn block_sum<K: Kernel>(&self, start: usize, end: usize) -> (f64, bool) {
-        match (self.p.contiguous(), self.q.contiguous()) {
-            (Some(p), Some(q)) => K::pair::<Overlap, _, _>(&p[start..end], &q[start..end]),
-            _ => (sample::lane_sum(start, end, |i| self.weight(i)), false),
-        }
-    }
-    fn check(&self, start: usize, end: usize) -> Result<(), CoreError> {
-        // The first bad value in reading order: p_i, then q_i.
-        let valid = |v: f64| (0.0..=f64::MAX).contains(&v);
-        for i in start..end {
-            let (p, q) = (self.p.at(i).to_f64(), self.q.at(i).to_f64());
-            if !valid(p) {
-                return Err(self.bad("target_probs", i, p));
-            }
-            if !valid(q) {
-                return Err(self.bad("draft_probs", i, q));
-            }
-        }
-        Ok(())
-    }
-    #[inline(always)]
-    fn weight(&self, i: usize) -> f64 {
-        Overlap::apply(self.p.at(i).to_f64(), self.q.at(i).to_f64())
+        index
     }
 }
 
@@ -78,23 +37,22 @@ fn row_rate<P: Prob, Q: Prob>(
     leading: &[usize],
     scratch: &mut Vec<f64>,
 ) -> Result<f64, CoreError> {
+    let at = RateRow { row, leading };
     match (p.as_slice(), q.as_slice()) {
         (Some(p), Some(q)) => sample::sum_blocks(
-            &OverlapWeights {
+            &PairWeights::<Overlap, _, _, _, _, _> {
                 p,
                 q,
-                row,
-                leading,
+                at,
                 _elem: PhantomData,
             },
             scratch,
         ),
         _ => sample::sum_blocks(
-            &OverlapWeights {
+            &PairWeights::<Overlap, _, _, _, _, _> {
                 p,
                 q,
-                row,
-                leading,
+                at,
                 _elem: PhantomData,
             },
             scratch,

@@ -4,7 +4,8 @@
 
 use ndarray::IxDyn;
 
-use crate::error::{show, CoreError};
+use crate::checks::{check_gathered, check_uniform};
+use crate::error::CoreError;
 use crate::memory;
 use crate::view::{unravel, FloatView};
 
@@ -32,37 +33,6 @@ pub fn is_accepted(p: f64, q: f64, u: f64) -> bool {
         true
     } else {
         u < p / q
-    }
-}
-
-/// A gathered probability `p(x_t)` or `q(x_t)` must lie in `[0, 1]` (NaN fails).
-#[inline]
-pub(crate) fn check_gathered(v: f64, arg: &'static str, index: &[usize]) -> Result<f64, CoreError> {
-    if (0.0..=1.0).contains(&v) {
-        Ok(v)
-    } else {
-        Err(CoreError::value(
-            arg,
-            index,
-            format!(
-                "= {}: the probability of a drafted token must lie in [0, 1]",
-                show(v)
-            ),
-        ))
-    }
-}
-
-/// A uniform draw must lie in `[0, 1)` (NaN fails).
-#[inline]
-pub(crate) fn check_uniform(u: f64, arg: &'static str, index: &[usize]) -> Result<f64, CoreError> {
-    if (0.0..1.0).contains(&u) {
-        Ok(u)
-    } else {
-        Err(CoreError::value(
-            arg,
-            index,
-            format!("= {}: a uniform draw must lie in [0, 1)", show(u)),
-        ))
     }
 }
 

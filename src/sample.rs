@@ -20,35 +20,16 @@
 
 use std::marker::PhantomData;
 
-use crate::chain::Pos;
-use crate::error::{show, CoreError};
+use ndarray::ArrayView1;
+
+use crate::checks::{bad_probability, Pos, RowAt};
+use crate::error::CoreError;
 use crate::simd::{self, combine_lanes, Kernel, PairOp, Portable, Residual};
 use crate::view::{Prob, Row};
 
 /// Elements per block of the canonical summation.
 pub const SUM_BLOCK: usize = 256;
 pub use crate::simd::SUM_LANES;
-
-/// Which probability row is being read: for error messages.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RowAt {
-    pub arg: &'static str,
-    pub pos: Pos,
-}
-
-impl RowAt {
-    /// The error for value `v` at element `i` of this row.
-    pub(crate) fn bad_value(self, i: usize, v: f64) -> CoreError {
-        CoreError::value(
-            self.arg,
-            &self.pos.element(i),
-            format!(
-                "= {}: probabilities must be finite and non-negative",
-                show(v)
-            ),
-        )
-    }
-}
 
 /// Checks that `row[start..end]` holds finite, non-negative values.
 #[inline]
@@ -149,16 +130,38 @@ impl Weights for BufferWeights<'_> {
     }
 }
 
-/// `w = max(0, p - q)`: the residual after a rejection with draft probabilities.
-pub(crate) struct ResidualWeights<P, Q, RP, RQ> {
-    pub p: RP,
-    pub q: RQ,
-    pub p_at: RowAt,
-    pub q_at: RowAt,
-    pub _elem: PhantomData<(P, Q)>,
+/// Where element `i` of a row lives, to name a bad value in an error.
+pub(crate) trait Locate: Copy {
+    fn element(self, i: usize) -> Vec<usize>;
 }
 
-impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> Weights for ResidualWeights<P, Q, RP, RQ> {
+impl Locate for Pos {
+    fn element(self, i: usize) -> Vec<usize> {
+        Pos::element(self, i)
+    }
+}
+
+/// `w = O(p, q)` elementwise over a target row `p` and a draft row `q`: the
+/// residual `max(0, p - q)` after a rejection ([`Residual`]) or the overlap
+/// `min(p, q)` of the acceptance rate (`Overlap`). A bad value is reported in
+/// the order the reference reads them, `p_i` then `q_i`, as `target_probs` or
+/// `draft_probs` at `at.element(i)`.
+pub(crate) struct PairWeights<O, P, Q, RP, RQ, L> {
+    pub p: RP,
+    pub q: RQ,
+    pub at: L,
+    pub _elem: PhantomData<(O, P, Q)>,
+}
+
+impl<O, P, Q, RP, RQ, L> Weights for PairWeights<O, P, Q, RP, RQ, L>
+where
+    O: PairOp,
+    P: Prob,
+    Q: Prob,
+    RP: Row<P>,
+    RQ: Row<Q>,
+    L: Locate,
+{
     #[inline(always)]
     fn len(&self) -> usize {
         self.p.len()
@@ -166,22 +169,27 @@ impl<P: Prob, Q: Prob, RP: Row<P>, RQ: Row<Q>> Weights for ResidualWeights<P, Q,
     #[inline(always)]
     fn block_sum<K: Kernel>(&self, start: usize, end: usize) -> (f64, bool) {
         match (self.p.contiguous(), self.q.contiguous()) {
-            (Some(p), Some(q)) => K::pair::<Residual, _, _>(&p[start..end], &q[start..end]),
+            (Some(p), Some(q)) => K::pair::<O, _, _>(&p[start..end], &q[start..end]),
             _ => (lane_sum(start, end, |i| self.weight(i)), false),
         }
     }
     #[inline]
     fn check(&self, start: usize, end: usize) -> Result<(), CoreError> {
-        // Report the first bad value in the order the reference reads them: p_i, then q_i.
+        let valid = |v: f64| (0.0..=f64::MAX).contains(&v);
         for i in start..end {
-            check_probs(self.p, self.p_at, i, i + 1)?;
-            check_probs(self.q, self.q_at, i, i + 1)?;
+            let (p, q) = (self.p.at(i).to_f64(), self.q.at(i).to_f64());
+            if !valid(p) {
+                return Err(bad_probability("target_probs", self.at.element(i), p));
+            }
+            if !valid(q) {
+                return Err(bad_probability("draft_probs", self.at.element(i), q));
+            }
         }
         Ok(())
     }
     #[inline(always)]
     fn weight(&self, i: usize) -> f64 {
-        Residual::apply(self.p.at(i).to_f64(), self.q.at(i).to_f64())
+        O::apply(self.p.at(i).to_f64(), self.q.at(i).to_f64())
     }
 }
 
@@ -355,6 +363,86 @@ fn dense_argmax_portable<P: Prob>(p: &[P]) -> Option<usize> {
         }
     }
     Some(best)
+}
+
+/// Sampling and argmax on a row view: unit-stride rows as slices (the SIMD
+/// paths), strided rows element by element.
+pub(crate) fn argmax_of<P: Prob>(row: ArrayView1<'_, P>, at: RowAt) -> Result<usize, CoreError> {
+    match row.as_slice() {
+        Some(contiguous) => argmax(contiguous, at),
+        None => argmax(row, at),
+    }
+}
+
+pub(crate) fn zero_row(at: RowAt) -> CoreError {
+    CoreError::value(
+        at.arg,
+        &at.pos.index(),
+        "sums to 0, but a token must be sampled from it".to_string(),
+    )
+}
+
+/// A draw from `p` (with `excluded` zeroed: the one-hot residual); `None` if it sums to 0.
+pub(crate) fn sample_target<P: Prob>(
+    row: ArrayView1<'_, P>,
+    excluded: Option<usize>,
+    at: RowAt,
+    u: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<Option<usize>, CoreError> {
+    match row.as_slice() {
+        Some(p) => sample(
+            &TargetWeights {
+                p,
+                excluded,
+                at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        ),
+        None => sample(
+            &TargetWeights {
+                p: row,
+                excluded,
+                at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        ),
+    }
+}
+
+pub(crate) fn sample_residual<P: Prob, Q: Prob>(
+    p: ArrayView1<'_, P>,
+    q: ArrayView1<'_, Q>,
+    at: Pos,
+    u: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<Option<usize>, CoreError> {
+    match (p.as_slice(), q.as_slice()) {
+        (Some(p), Some(q)) => sample(
+            &PairWeights::<Residual, _, _, _, _, _> {
+                p,
+                q,
+                at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        ),
+        _ => sample(
+            &PairWeights::<Residual, _, _, _, _, _> {
+                p,
+                q,
+                at,
+                _elem: PhantomData,
+            },
+            u,
+            scratch,
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -16,14 +16,14 @@ use std::cell::RefCell;
 
 use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2};
 
-use crate::chain::{argmax_of, check_token, expect_shape, sample_target, zero_row, Greedy, Pos};
+use crate::checks::{check_gathered, check_token, check_uniform, expect_shape, Pos, RowAt};
 use crate::error::CoreError;
 use crate::memory;
-use crate::rule::{check_gathered, check_uniform, is_accepted};
-use crate::sample::{self, BufferWeights, RowAt, SUM_BLOCK};
+use crate::rule::is_accepted;
+use crate::sample::{self, argmax_of, sample_target, zero_row, BufferWeights, SUM_BLOCK};
 use crate::simd::{PairOp, Residual};
 use crate::threads;
-use crate::view::{FloatView, IntView, Prob};
+use crate::view::{FloatView, Greedy, IntView, Prob};
 
 /// The inputs of `verify_tree`.
 pub struct TreeInputs<'a, P, Q> {

@@ -143,6 +143,23 @@ impl<P: Prob> Row<P> for ArrayView1<'_, P> {
     }
 }
 
+/// Which rows are verified greedily (by argmax) instead of by sampling.
+#[derive(Clone, Copy)]
+pub enum Greedy<'a> {
+    All(bool),
+    PerRow(ArrayView1<'a, bool>),
+}
+
+impl Greedy<'_> {
+    #[inline]
+    pub(crate) fn row(&self, b: usize) -> bool {
+        match self {
+            Greedy::All(g) => *g,
+            Greedy::PerRow(g) => g[b],
+        }
+    }
+}
+
 /// An integer array of either id dtype, read in place.
 #[derive(Clone, Copy)]
 pub enum IntView<'a, D: Dimension> {

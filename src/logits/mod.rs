@@ -39,11 +39,12 @@ pub use screen::screen_pass;
 use screen::{screened_accept, Screening};
 use sparse::{top_k_probability, SparseScratch};
 
-use crate::chain::{check_token, draft_len, expect_shape, ChainOutputs, Pos};
+use crate::chain::ChainOutputs;
+use crate::checks::{check_token, check_uniform, draft_len, expect_shape, Pos, RowAt};
 use crate::error::{show, CoreError, RowErrors};
 use crate::memory;
-use crate::rule::{check_uniform, is_accepted};
-use crate::sample::{self, BufferWeights, RowAt, SUM_BLOCK};
+use crate::rule::is_accepted;
+use crate::sample::{self, BufferWeights, SUM_BLOCK};
 use crate::simd::{PairOp, Residual};
 use crate::threads;
 use crate::view::{FloatView, IntView, Prob};
