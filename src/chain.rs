@@ -18,7 +18,7 @@ use crate::threads;
 pub use crate::view::Greedy;
 use crate::view::{FloatView, IntView, Prob};
 
-/// The inputs of `verify`, as SPEC.md section 2 names them.
+/// The inputs of `verify`, as docs/spec.md section 2.1 names them.
 pub struct ChainInputs<'a, P, Q> {
     /// `[B, K]` drafted tokens.
     pub draft_token_ids: IntView<'a, Ix2>,
@@ -337,7 +337,7 @@ impl<P: Prob, Q: Prob> Chain<P, Q> for Flat<'_, '_, P, Q> {
     }
 }
 
-/// Chain verification of a batch (SPEC.md section 2). Large batches are
+/// Chain verification of a batch (docs/spec.md section 2). Large batches are
 /// split into runs of rows verified in parallel (see [`threads`]); the result
 /// is the same bits either way, and an error names the first bad row (or,
 /// isolating, each bad row's error is stored: see [`RowErrors`]). On error

@@ -149,7 +149,7 @@ impl Kernel for Portable {
     }
 }
 
-/// The last `len % 8` elements go to lanes `0..` in order.
+/// The last `len % 16` elements go to lanes `0..` in order.
 #[inline(always)]
 fn add_dense_tail<P: Prob>(
     lanes: &mut [f64; SUM_LANES],

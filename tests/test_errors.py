@@ -1,4 +1,4 @@
-"""Bad input raises a clear Python exception naming the argument (SPEC.md section 4).
+"""Bad input raises a clear Python exception naming the argument (docs/spec.md section 5).
 
 Each case mutates one argument of a valid call and checks: the exception type,
 that the message names the argument (and the index, for values), that the

@@ -1,4 +1,4 @@
-"""Property tests: any valid input of SPEC.md section 2 keeps the invariants.
+"""Property tests: any valid input of docs/spec.md section 2 keeps the invariants.
 
 hypothesis draws shapes, dtypes, memory layouts (strided, reversed, Fortran),
 values (including 0, 1 and other exact boundaries), ragged counts and greedy

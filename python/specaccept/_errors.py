@@ -4,7 +4,7 @@ Every bad input that specaccept reports as a ``ValueError`` (from the native cor
 the Python layer or :mod:`specaccept.reference`) is an :class:`InputError`: a
 ``ValueError`` subclass that also carries the argument's name, the index of the
 bad value, and the batch row (request) it belongs to, so an engine can drop or
-retry one request instead of the whole step. See ``docs/spec.md`` ("Errors").
+retry one request instead of the whole step. See docs/spec.md section 5.
 """
 
 from __future__ import annotations
