@@ -868,3 +868,239 @@ def test_flashinfer_names_a_bad_recovery_column_as_uniform_samples():
         (0, 2),
         0,
     )
+
+
+# --------------------------------------------------------------------------
+# reference: the native exception types, InputError's attributes, sizes first
+# --------------------------------------------------------------------------
+
+
+def chain_batch():
+    rng = np.random.default_rng(0)
+    p = rng.random((2, 4, 5)) + 0.1
+    q = rng.random((2, 3, 5)) + 0.1
+    return (
+        np.array([[0, 1, 2], [3, 4, 0]]),
+        p / p.sum(-1, keepdims=True),
+        q / q.sum(-1, keepdims=True),
+    )
+
+
+def changed(array, index, value):
+    array = array.astype(float if array.dtype.kind == "f" else array.dtype, copy=True)
+    array[index] = value
+    return array
+
+
+def outcome_of(fn, *args, **kwargs):
+    try:
+        result = fn(*args, **kwargs)
+    except (TypeError, ValueError, MemoryError) as error:
+        if isinstance(error, ValueError):
+            assert isinstance(error, InputError), f"a bare {type(error).__name__}: {error}"
+            return ("InputError", error.argument, error.index, error.row)
+        return (type(error).__name__,)
+    if isinstance(result, Verification):
+        return (
+            "ok",
+            np.asarray(result.output_token_ids).tolist(),
+            np.asarray(result.num_emitted).tolist(),
+            sorted((b, e.argument, e.index) for b, e in result.errors.items()),
+        )
+    return ("ok", np.asarray(result).tolist())
+
+
+IDS, P, Q = chain_batch()
+L = np.log(P)
+HUGE = np.broadcast_to(np.int64(0), (1, 2**40))
+PARITY = {
+    "verify: id >= V": ("verify", (changed(IDS, (1, 1), 5), P, Q), {"rng": 0}),
+    "verify: NaN p, greedy": ("verify", (IDS, changed(P, (0, 0, 1), np.nan)), {"greedy": True}),
+    "verify: p above 1": ("verify", (IDS, changed(P, (0, 0, 0), 2.0), Q), {"rng": 0}),
+    "verify: row sums to 0": ("verify", (IDS, np.zeros((2, 4, 5))), {"rng": 0}),
+    "verify: rows of 1e308": ("verify", (IDS, np.full((2, 4, 5), 1e308), Q), {"rng": 0}),
+    "verify: subnormal rows": (
+        "verify",
+        (IDS, np.full((2, 4, 5), 5e-324), np.full((2, 3, 5), 5e-324)),
+        {"rng": 0},
+    ),
+    "verify: q = 0": ("verify", (IDS, P, np.zeros((2, 3, 5))), {"rng": 0}),
+    "verify: count above K": ("verify", (IDS, P, Q), {"num_draft_tokens": np.array([4, 0])}),
+    "verify: uint64 count": (
+        "verify",
+        (IDS, P, Q),
+        {"num_draft_tokens": np.array([2**64 - 1, 0], np.uint64), "rng": 0},
+    ),
+    "verify: uniform 1.0": (
+        "verify",
+        (IDS, P, Q),
+        {"uniforms": np.ones((2, 3)), "recovery_uniforms": np.zeros(2)},
+    ),
+    "verify: negative seed": ("verify", (IDS, P, Q), {"rng": -1}),
+    "verify: rng str": ("verify", (IDS, P, Q), {"rng": "seed"}),
+    "verify: target shape": ("verify", (IDS, P[:, :3]), {"rng": 0}),
+    "verify: 1-D ids": ("verify", (IDS[0], P), {"rng": 0}),
+    "verify: isolate a bad id": (
+        "verify",
+        (changed(IDS, (1, 1), 5), P, Q),
+        {"rng": 0, "errors": "isolate"},
+    ),
+    "verify: isolate NaN, greedy": (
+        "verify",
+        (IDS, changed(P, (0, 0, 1), np.nan)),
+        {"greedy": True, "errors": "isolate"},
+    ),
+    "verify: errors bogus": ("verify", (IDS, P, Q), {"rng": 0, "errors": "bogus"}),
+    "verify: errors int": ("verify", (IDS, P, Q), {"rng": 0, "errors": 1}),
+    "verify: huge stride-0 ids": (
+        "verify",
+        (HUGE, np.broadcast_to(0.5, (1, 2**40 + 1, 1))),
+        {"rng": 0},
+    ),
+    "verify: huge stride-0 vocabulary": (
+        "verify",
+        (np.zeros((1, 1), np.int64), np.broadcast_to(0.5, (1, 2, 2**50))),
+        {"greedy": True},
+    ),
+    "verify_greedy: negative id": (
+        "verify_greedy",
+        (changed(IDS, (0, 1), -2), np.zeros((2, 4), int)),
+        {},
+    ),
+    "verify_greedy: uint64 id": (
+        "verify_greedy",
+        (np.array([[2**63 + 5, 1]], np.uint64), np.zeros((1, 3), int)),
+        {},
+    ),
+    "verify_greedy: huge stride-0": (
+        "verify_greedy",
+        (HUGE, np.broadcast_to(np.int64(0), (1, 2**40 + 1))),
+        {},
+    ),
+    "verify_tree: forward parent": (
+        "verify_tree",
+        (np.array([[0, 1, 2, 0]]), np.array([-1, 0, 3, 2]), np.full((1, 4, 3), 1 / 3)),
+        {"rng": 0},
+    ),
+    "verify_tree: huge batch, wrong shape": (
+        "verify_tree",
+        (np.broadcast_to(np.int64(0), (2**40, 1)), np.array([-1]), np.full((1, 1, 2), 0.5)),
+        {"greedy": True},
+    ),
+    "verify_tree: huge stride-0 vocabulary": (
+        "verify_tree",
+        (np.zeros((1, 2), np.int64), np.array([-1, 0]), np.broadcast_to(2.0**-50, (1, 2, 2**50))),
+        {"greedy": True},
+    ),
+    "verify_logits: target shape": ("verify_logits", (IDS, L[:, :2]), {"rng": 0}),
+    "verify_logits: NaN logit": ("verify_logits", (IDS, changed(L, (0, 0, 1), np.nan)), {"rng": 0}),
+    "verify_logits: temperature str": ("verify_logits", (IDS, L), {"temperature": "hot", "rng": 0}),
+    "verify_logits: temperature 2**2000": (
+        "verify_logits",
+        (IDS, L),
+        {"temperature": 2**2000, "rng": 0},
+    ),
+    "verify_logits: temperature bool": ("verify_logits", (IDS, L), {"temperature": True}),
+    "verify_logits: top_k float": ("verify_logits", (IDS, L), {"top_k": 2.5, "rng": 0}),
+    "verify_logits: top_k 2**64": ("verify_logits", (IDS, L), {"top_k": 2**64, "rng": 0}),
+    "verify_logits: top_p 0": ("verify_logits", (IDS, L), {"top_p": 0.0, "rng": 0}),
+    "verify_logits: top_p of the wrong length": (
+        "verify_logits",
+        (IDS, L),
+        {"top_p": np.array([0.5]), "rng": 0},
+    ),
+    "verify_logits: isolate": (
+        "verify_logits",
+        (IDS, changed(L, (1, 0, 1), np.nan)),
+        {"rng": 0, "errors": "isolate"},
+    ),
+    "verify_logits: huge stride-0 vocabulary": (
+        "verify_logits",
+        (np.zeros((1, 1), np.int64), np.broadcast_to(0.0, (1, 2, 2**50))),
+        {"rng": 0},
+    ),
+    "rejection_probability: 2**2000": ("rejection_probability", (2**2000, 0.5), {}),
+    "rejection_probability: NaN in a 2-D array": (
+        "rejection_probability",
+        (np.array([[0.5, 0.2]]), np.array([[0.1, np.nan]])),
+        {},
+    ),
+    "rejection_probability: no broadcast": (
+        "rejection_probability",
+        (np.zeros(3), np.zeros(4)),
+        {},
+    ),
+    "rejection_probability: huge stride-0": (
+        "rejection_probability",
+        (np.broadcast_to(0.5, (2**40,)), 0.5),
+        {},
+    ),
+    "acceptance_mask: uniform 1.0": ("acceptance_mask", (0.5, 0.6, 1.0), {}),
+    "acceptance_mask: uniform 2**2000": ("acceptance_mask", (0.5, 0.6, 2**2000), {}),
+    "acceptance_rate: huge stride-0 row": (
+        "acceptance_rate",
+        (np.broadcast_to(0.5, (1, 2**50)), np.broadcast_to(0.5, (1, 2**50))),
+        {},
+    ),
+    "acceptance_rate: scalar": ("acceptance_rate", (np.float64(0.5), np.float64(0.5)), {}),
+    "accepted_prefix_length: uint64 count": (
+        "accepted_prefix_length",
+        (np.ones((2, 2), bool), np.array([2**64 - 1, 0], np.uint64)),
+        {},
+    ),
+    "accepted_prefix_length: huge stride-0 rows": (
+        "accepted_prefix_length",
+        (np.broadcast_to(np.True_, (2**40, 1)),),
+        {},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PARITY))
+def test_reference_raises_what_the_native_code_raises(case):
+    fn, args, kwargs = PARITY[case]
+    start = time.perf_counter()
+    expected = outcome_of(getattr(specaccept, fn), *args, **kwargs)
+    got = outcome_of(getattr(reference, fn), *args, **kwargs)
+    assert time.perf_counter() - start < 2, "sizes are checked before any loop"
+    assert got == expected
+
+
+def test_reference_input_error_keeps_its_message_and_names_the_row():
+    with pytest.raises(InputError) as error:
+        reference.verify(changed(IDS, (1, 1), 5), P, Q, rng=0)
+    assert str(error.value) == "draft_token_ids[1, 1] = 5 is outside [0, V) with V = 5"
+    assert (error.value.argument, error.value.index, error.value.row) == (
+        "draft_token_ids",
+        (1, 1),
+        1,
+    )
+    with pytest.raises(InputError) as error:
+        reference.verify(IDS, np.zeros((2, 4, 5)), rng=0)
+    assert str(error.value) == "target_probs[0, 0] sums to 0, but a token must be sampled from it"
+    assert (error.value.argument, error.value.index, error.value.row) == ("target_probs", (0, 0), 0)
+    with pytest.raises(InputError) as error:
+        reference.verify_logits(IDS, L, top_p=np.array([0.5, 2.0]), rng=0)
+    assert str(error.value) == "top_p[1] = 2.0: top_p must lie in (0, 1]"
+    assert (error.value.argument, error.value.index, error.value.row) == ("top_p", (1,), 1)
+
+
+def test_reference_huge_outputs_are_memory_errors_naming_the_argument():
+    with pytest.raises(MemoryError, match=r"output_token_ids.*draft_token_ids"):
+        reference.verify_greedy(HUGE, np.broadcast_to(np.int64(0), (1, 2**40 + 1)))
+    with pytest.raises(MemoryError, match=r"^target_prob: "):
+        reference.acceptance_mask(np.broadcast_to(0.5, (2**40,)), 0.5, 0.1)
+    with pytest.raises(MemoryError, match=r"^target_probs: "):
+        reference.verify(np.zeros((1, 1), np.int64), np.broadcast_to(0.5, (1, 2, 2**50)), rng=0)
+
+
+def test_reference_accepted_prefix_length_of_a_broadcast_row_is_immediate():
+    mask = np.broadcast_to(np.True_, (2, 2**40))
+    assert reference.accepted_prefix_length(mask, np.array([2**40, 5])).tolist() == [2**40, 5]
+
+
+def test_reference_with_per_row_generators_names_a_bad_count_in_its_row():
+    rngs = [np.random.default_rng(0), np.random.default_rng(1)]
+    with pytest.raises(InputError) as error:
+        reference.verify(IDS, P, Q, rng=rngs, num_draft_tokens=np.array([3, 9]))
+    assert (error.value.argument, error.value.row) == ("num_draft_tokens", 1)

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from ._arrays import as_numpy, like_converter
-from ._result import TreeVerification, Verification
+from ._errors import InputError
+from ._result import TreeVerification, Verification, _verification
 
 __all__ = [
     "SUM_BLOCK",
@@ -73,12 +74,21 @@ def _where(name: str, index: tuple[int, ...]) -> str:
     return f"{name}[{', '.join(str(i) for i in index)}]"
 
 
+def _bad(message: str, name: str, index: tuple[int, ...] | None = None) -> InputError:
+    """The error for a bad value of ``name`` at ``index``; its row is the index's
+    first entry (the batch row), none for a scalar or a shape."""
+    row = index[0] if index else None
+    return InputError(message, argument=name, index=index, row=row)
+
+
 def _gathered(value: Any, name: str, index: tuple[int, ...]) -> float:
     """A drafted token's probability p(x_t) or q(x_t): must lie in [0, 1]."""
     v = float(value)
     if not 0.0 <= v <= 1.0:
-        raise ValueError(
-            f"{_where(name, index)} = {v!r}: the probability of a drafted token must lie in [0, 1]"
+        raise _bad(
+            f"{_where(name, index)} = {v!r}: the probability of a drafted token must lie in [0, 1]",
+            name,
+            index,
         )
     return v
 
@@ -86,7 +96,7 @@ def _gathered(value: Any, name: str, index: tuple[int, ...]) -> float:
 def _uniform(value: Any, name: str, index: tuple[int, ...]) -> float:
     u = float(value)
     if not 0.0 <= u < 1.0:
-        raise ValueError(f"{_where(name, index)} = {u!r}: a uniform draw must lie in [0, 1)")
+        raise _bad(f"{_where(name, index)} = {u!r}: a uniform draw must lie in [0, 1)", name, index)
     return u
 
 
@@ -94,8 +104,10 @@ def _entry(value: Any, name: str, index: tuple[int, ...]) -> float:
     """One entry of a probability row that is read: finite and >= 0."""
     v = float(value)
     if not (v >= 0.0 and v != float("inf")):
-        raise ValueError(
-            f"{_where(name, index)} = {v!r}: probabilities must be finite and non-negative"
+        raise _bad(
+            f"{_where(name, index)} = {v!r}: probabilities must be finite and non-negative",
+            name,
+            index,
         )
     return v
 
@@ -118,18 +130,31 @@ def _floats(x: Any, name: str) -> np.ndarray:
     return _array(x, name, "f", "float16, float32 or float64")
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _ints(x: Any, name: str) -> np.ndarray:
-    return _array(x, name, "iu", "integers")
+    x = _array(x, name, "iu", "integers")
+    if x.dtype.kind == "u" and x.dtype.itemsize == 8 and x.size and int(x.max()) > _INT64_MAX:
+        # Past int64 no id, count or output fits: refused when read, as natively.
+        index = tuple(int(i) for i in np.unravel_index(int(np.argmax(x > _INT64_MAX)), x.shape))
+        raise InputError(
+            f"{_where(name, index)} = {int(x[index])} is above the int64 range (2**63 - 1)",
+            argument=name,
+            index=index,
+            row=index[0] if x.ndim >= 2 else None,
+        )
+    return x
 
 
 def _ndim(x: np.ndarray, name: str, ndim: int) -> None:
     if x.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {x.shape}")
+        raise InputError(f"{name} must be {ndim}-D, got shape {x.shape}", argument=name)
 
 
 def _shape(x: np.ndarray | None, name: str, shape: tuple[int, ...]) -> None:
     if x is not None and x.shape != shape:
-        raise ValueError(f"{name}: has shape {x.shape}, expected {shape}")
+        raise InputError(f"{name}: has shape {x.shape}, expected {shape}", argument=name)
 
 
 def _draft_len(counts: np.ndarray | None, b: int, num_draft: int) -> int:
@@ -137,8 +162,87 @@ def _draft_len(counts: np.ndarray | None, b: int, num_draft: int) -> int:
         return num_draft
     k = int(counts[b])
     if not 0 <= k <= num_draft:
-        raise ValueError(f"num_draft_tokens[{b}] = {k} is outside [0, K] with K = {num_draft}")
+        raise _bad(
+            f"num_draft_tokens[{b}] = {k} is outside [0, K] with K = {num_draft}",
+            "num_draft_tokens",
+            (b,),
+        )
     return k
+
+
+# --------------------------------------------------------------------------
+# Sizes: every buffer whose size comes from an argument is asked for before
+# any loop runs, so a size no process can hold is a MemoryError naming the
+# argument (as natively), never hours of Python loops.
+# --------------------------------------------------------------------------
+
+
+def _show_bytes(nbytes: float) -> str:
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    value, unit = float(nbytes), 0
+    while value >= 1024.0 and unit + 1 < len(units):
+        value, unit = value / 1024.0, unit + 1
+    return f"{int(nbytes)} bytes" if unit == 0 else f"{value:.1f} {units[unit]}"
+
+
+def _reserve(n: int, argument: str) -> None:
+    """Room for ``n`` float64 values (a row of ``V``, a tree of ``N`` nodes), or a
+    ``MemoryError`` naming the argument the size comes from."""
+    try:
+        np.empty(n, dtype=np.float64)
+    except (MemoryError, ValueError):
+        raise MemoryError(
+            f"{argument}: needs a buffer of {n} values ({_show_bytes(n * 8.0)}), "
+            "which cannot be allocated"
+        ) from None
+
+
+def _full(shape: tuple[int, ...], fill: Any, dtype: Any, output: str, source: str) -> np.ndarray:
+    """An output array, or a ``MemoryError`` naming it and where its size comes from."""
+    try:
+        return np.full(shape, fill, dtype=dtype)
+    except (MemoryError, ValueError):
+        n = math.prod(shape)
+        raise MemoryError(
+            f"{output}: an output of shape {list(shape)} ({_show_bytes(n * 8.0)}) cannot be "
+            f"allocated; its size comes from {source}"
+        ) from None
+
+
+def _random(g: np.random.Generator, shape: Any, source: str = "draft_token_ids [B, K]") -> Any:
+    """``g.random(shape)``, or a ``MemoryError`` naming the uniforms and their source."""
+    try:
+        return g.random(shape)
+    except (MemoryError, ValueError):
+        n = math.prod(shape) if isinstance(shape, tuple) else shape
+        raise MemoryError(
+            f"uniforms: the {n} uniforms ({n * 8} bytes) to draw from rng cannot be "
+            f"allocated; their count comes from {source}"
+        ) from None
+
+
+def _generator(rng: Any) -> np.random.Generator:
+    """``rng`` as one Generator: itself, a fresh one (``None``), or a seed's."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None:
+        return np.random.default_rng()
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)):
+        if rng < 0:
+            raise InputError(f"rng: a seed must be >= 0, got {rng}", argument="rng")
+        return np.random.default_rng(rng)
+    raise TypeError("rng must be None, an int seed or a numpy.random.Generator")
+
+
+def _isolating(errors: Any) -> bool:
+    """``errors=``: ``"raise"`` (a bad row fails the call) or ``"isolate"`` (it is set aside)."""
+    if not isinstance(errors, str):
+        raise TypeError(f'errors must be "raise" or "isolate", got {type(errors).__name__}')
+    if errors not in ("raise", "isolate"):
+        raise InputError(
+            f'errors must be "raise" or "isolate", got {errors!r:.40}', argument="errors"
+        )
+    return errors == "isolate"
 
 
 # --------------------------------------------------------------------------
@@ -189,7 +293,11 @@ def sample_index(weights: Sequence[float], u: float) -> int | None:
 def _argmax(values: np.ndarray, b: int, t: int) -> int:
     """The first index of the largest target probability (greedy decoding)."""
     if len(values) == 0:
-        raise ValueError(f"target_probs[{b}, {t}] is empty (V = 0): there is no token to choose")
+        raise _bad(
+            f"target_probs[{b}, {t}] is empty (V = 0): there is no token to choose",
+            "target_probs",
+            (b, t),
+        )
     row = _row(values, "target_probs", b, t)
     best = 0
     for i, v in enumerate(row):
@@ -201,7 +309,11 @@ def _argmax(values: np.ndarray, b: int, t: int) -> int:
 def _sample_target(p: np.ndarray, b: int, t: int, u: float) -> int:
     token = sample_index(_row(p[b, t], "target_probs", b, t), u)
     if token is None:
-        raise ValueError(f"target_probs[{b}, {t}] sums to 0, but a token must be sampled from it")
+        raise _bad(
+            f"target_probs[{b}, {t}] sums to 0, but a token must be sampled from it",
+            "target_probs",
+            (b, t),
+        )
     return token
 
 
@@ -231,34 +343,44 @@ def _draw_uniforms(rng, batch, num_draft, counts, uniforms, recovery_uniforms):
     if isinstance(rng, Sequence) and not isinstance(rng, (str, bytes)):
         # One stream per row: row b draws its k_b uniforms, then its recovery uniform.
         if len(rng) != batch:
-            raise ValueError(f"rng: a sequence of Generators must have one per row (B = {batch})")
+            raise InputError(
+                f"rng: a sequence of Generators must have one per row (B = {batch})",
+                argument="rng",
+            )
         for b, g in enumerate(rng):
             if not isinstance(g, np.random.Generator):
                 raise TypeError(f"rng[{b}] must be a numpy.random.Generator")
-        new_uniforms = np.zeros((batch, num_draft))
-        new_recovery = np.zeros(batch)
+        if counts is not None:
+            _shape(counts, "num_draft_tokens", (batch,))
+        new_uniforms = _random_zeros((batch, num_draft))
+        new_recovery = _random_zeros((batch,))
         for b, g in enumerate(rng):
-            k = _draft_len(counts, b, num_draft)
+            k = num_draft if counts is None else int(counts[b])
+            if not 0 <= k <= num_draft:
+                continue  # a bad count draws nothing: its row names it (or is set aside)
             if uniforms is None:
                 new_uniforms[b, :k] = g.random(k)
             if recovery_uniforms is None:
                 new_recovery[b] = g.random()
     else:
-        if isinstance(rng, (bool, np.bool_)):
-            raise TypeError("rng must be None, an int seed or a numpy.random.Generator")
-        if rng is None or isinstance(rng, (int, np.integer)):
-            g = np.random.default_rng(rng)
-        elif isinstance(rng, np.random.Generator):
-            g = rng
-        else:
-            raise TypeError("rng must be None, an int seed or a numpy.random.Generator")
+        g = _generator(rng)
         # One stream for the batch: all acceptance uniforms, then the recovery uniforms.
-        new_uniforms = g.random((batch, num_draft)) if uniforms is None else None
-        new_recovery = g.random(batch) if recovery_uniforms is None else None
+        new_uniforms = _random(g, (batch, num_draft)) if uniforms is None else None
+        new_recovery = _random(g, batch) if recovery_uniforms is None else None
     return (
         new_uniforms if uniforms is None else uniforms,
         new_recovery if recovery_uniforms is None else recovery_uniforms,
     )
+
+
+def _random_zeros(shape: tuple[int, ...]) -> np.ndarray:
+    try:
+        return np.zeros(shape)
+    except (MemoryError, ValueError):
+        raise MemoryError(
+            f"uniforms: {shape} float64 uniforms drawn from rng cannot be allocated; "
+            "the size comes from draft_token_ids [B, K]"
+        ) from None
 
 
 def _out_buffers(out: Any, inputs: dict[str, Any]) -> list[np.ndarray | None] | None:
@@ -293,11 +415,12 @@ def _out_buffers(out: Any, inputs: dict[str, Any]) -> list[np.ndarray | None] | 
             raise TypeError(f"{name} must have dtype int64, got {arr.dtype}")
         for other, x in seen:
             if np.may_share_memory(arr, x):
-                raise ValueError(
-                    f"{name} shares memory with {other}; outputs need buffers of their own"
+                raise InputError(
+                    f"{name} shares memory with {other}; outputs need buffers of their own",
+                    argument=name,
                 )
         if not arr.flags.writeable:
-            raise ValueError(f"{name} is read-only; outputs need writeable buffers")
+            raise InputError(f"{name} is read-only; outputs need writeable buffers", argument=name)
         seen.append((name, arr))
     return arrays
 
@@ -314,7 +437,11 @@ def _row_drafts(ids: np.ndarray, counts, b: int, num_draft: int, vocab: int) -> 
     drafts = [int(x) for x in ids[b, : _draft_len(counts, b, num_draft)]]
     for t, x in enumerate(drafts):
         if not 0 <= x < vocab:
-            raise ValueError(f"draft_token_ids[{b}, {t}] = {x} is outside [0, V) with V = {vocab}")
+            raise _bad(
+                f"draft_token_ids[{b}, {t}] = {x} is outside [0, V) with V = {vocab}",
+                "draft_token_ids",
+                (b, t),
+            )
     return drafts
 
 
@@ -323,20 +450,41 @@ def _result(
     output_token_ids: np.ndarray,
     num_accepted: np.ndarray,
     like: Any,
+    isolated: dict[int, InputError] | None = None,
 ) -> Verification:
     """The result, written into the ``out`` buffers when given (their shapes checked),
-    in ``like``'s framework."""
+    in ``like``'s framework; the rows in ``isolated`` (set aside by
+    ``errors="isolate"``) have tokens ``-1`` and counts 0."""
     convert = like_converter(like) or (lambda a: a)
-    values = (output_token_ids, num_accepted, num_accepted + 1)
-    if out is None:
-        return Verification(*(convert(v) for v in values))
-    filled = [
-        value.copy() if buffer is None else buffer
-        for buffer, value in zip(out, values, strict=True)
-    ]
-    for buffer, value in zip(filled, values, strict=True):
-        buffer[...] = value
-    return Verification(*(convert(f) for f in filled))
+    num_emitted = num_accepted + 1
+    for b in isolated or ():
+        output_token_ids[b] = -1
+        num_accepted[b] = num_emitted[b] = 0
+    values = (output_token_ids, num_accepted, num_emitted)
+    if out is not None:
+        values = tuple(
+            value.copy() if buffer is None else buffer
+            for buffer, value in zip(out, values, strict=True)
+        )
+        for buffer, value in zip(
+            values, (output_token_ids, num_accepted, num_emitted), strict=True
+        ):
+            buffer[...] = value
+    return _verification(*(convert(v) for v in values), errors=isolated)
+
+
+def _verify_rows(batch: int, isolate: bool, verify_row: Any) -> dict[int, InputError]:
+    """``verify_row(b)`` for every row; with ``isolate``, a row whose values are
+    bad is set aside with its error instead of failing the call."""
+    isolated: dict[int, InputError] = {}
+    for b in range(batch):
+        try:
+            verify_row(b)
+        except InputError as error:
+            if not isolate or error.row != b:
+                raise
+            isolated[b] = error
+    return isolated
 
 
 def _greedy_rows(greedy: Any, batch: int) -> list[bool]:
@@ -370,9 +518,15 @@ def verify(
     greedy=False,
     out=None,
     like=None,
+    errors="raise",
 ) -> Verification:
-    """Reference of :func:`specaccept.verify`: the same arguments, the same result."""
+    """Reference of :func:`specaccept.verify`: the same arguments, the same result.
+
+    Sizes are asked for before any loop: a buffer no process can hold is a
+    ``MemoryError`` naming the argument, as natively. ``errors="isolate"`` sets
+    aside each row with a bad value (its error in ``result.errors``)."""
     like_converter(like)  # an unusable like= fails before any work
+    isolate = _isolating(errors)
     # Types of every argument first, then shapes, then values row by row.
     ids = _ints(draft_token_ids, "draft_token_ids")
     p = _floats(target_probs, "target_probs")
@@ -404,8 +558,6 @@ def verify(
 
     batch, num_draft = ids.shape
     if not all_greedy:
-        if counts is not None:
-            _shape(counts, "num_draft_tokens", (batch,))
         u, ru = _draw_uniforms(rng, batch, num_draft, counts, u, ru)
     _ndim(p, "target_probs", 3)
     vocab = p.shape[2]
@@ -425,9 +577,13 @@ def verify(
     greedy_rows = _greedy_rows(greedy, batch)
     _out_shapes(buffers, batch, num_draft)
 
-    output_token_ids = np.full((batch, num_draft + 1), -1, dtype=np.int64)
-    num_accepted = np.zeros(batch, dtype=np.int64)
-    for b in range(batch):
+    source = "draft_token_ids [B, K]"
+    output_token_ids = _full((batch, num_draft + 1), -1, np.int64, "output_token_ids", source)
+    num_accepted = _full((batch,), 0, np.int64, "num_accepted", source)
+    if batch:
+        _reserve(vocab, "target_probs")  # every row reads a whole row of V
+
+    def verify_row(b: int) -> None:
         drafts = _row_drafts(ids, counts, b, num_draft, vocab)
         if greedy_rows[b]:
             n, next_token = _verify_row_greedy(p, b, drafts)
@@ -436,7 +592,9 @@ def verify(
         output_token_ids[b, :n] = drafts[:n]
         output_token_ids[b, n] = next_token
         num_accepted[b] = n
-    return _result(buffers, output_token_ids, num_accepted, like)
+
+    isolated = _verify_rows(batch, isolate, verify_row)
+    return _result(buffers, output_token_ids, num_accepted, like, isolated)
 
 
 def _verify_row_greedy(p: np.ndarray, b: int, drafts: list[int]) -> tuple[int, int]:
@@ -452,8 +610,9 @@ def _verify_row_greedy(p: np.ndarray, b: int, drafts: list[int]) -> tuple[int, i
 def _verify_row_sampled(p, q, u, ru, b: int, drafts: list[int]) -> tuple[int, int]:
     """Speculative sampling of one row: accept a prefix, then one sampled token."""
     if u is None or ru is None:
-        raise ValueError(
-            "uniforms: uniforms and recovery_uniforms are required for rows verified by sampling"
+        raise InputError(
+            "uniforms: uniforms and recovery_uniforms are required for rows verified by sampling",
+            argument="uniforms",
         )
     k = len(drafts)
     row_uniforms = [_uniform(u[b, t], "uniforms", (b, t)) for t in range(k)]
@@ -492,15 +651,18 @@ def verify_greedy(
     _shape(targets, "target_token_ids", (batch, num_draft + 1))
     _shape(counts, "num_draft_tokens", (batch,))
     _out_shapes(buffers, batch, num_draft)
-    output_token_ids = np.full((batch, num_draft + 1), -1, dtype=np.int64)
-    num_accepted = np.zeros(batch, dtype=np.int64)
+    source = "draft_token_ids [B, K]"
+    output_token_ids = _full((batch, num_draft + 1), -1, np.int64, "output_token_ids", source)
+    num_accepted = _full((batch,), 0, np.int64, "num_accepted", source)
     for b in range(batch):
         k = _draft_len(counts, b, num_draft)
         drafts = [int(x) for x in ids[b, :k]]
         for t, x in enumerate(drafts):
             if x < 0:
-                raise ValueError(
-                    f"draft_token_ids[{b}, {t}] = {x} is negative; token ids must be >= 0"
+                raise _bad(
+                    f"draft_token_ids[{b}, {t}] = {x} is negative; token ids must be >= 0",
+                    "draft_token_ids",
+                    (b, t),
                 )
         n = 0
         while n < k and drafts[n] == int(targets[b, n]):
@@ -508,8 +670,10 @@ def verify_greedy(
         for t in range(n + 1):
             y = int(targets[b, t])
             if y < 0:
-                raise ValueError(
-                    f"target_token_ids[{b}, {t}] = {y} is negative; token ids must be >= 0"
+                raise _bad(
+                    f"target_token_ids[{b}, {t}] = {y} is negative; token ids must be >= 0",
+                    "target_token_ids",
+                    (b, t),
                 )
             output_token_ids[b, t] = y
         num_accepted[b] = n
@@ -525,17 +689,24 @@ def _tree_depths(parents: list[int], b: int) -> list[int]:
     """Depth of each node (root 0; padding -1), checking the parent links."""
     depths = [0] * len(parents)
     if parents and parents[0] != -1:
-        raise ValueError(f"parent_ids[{b}, 0] = {parents[0]}: the root's parent must be -1")
+        raise _bad(
+            f"parent_ids[{b}, 0] = {parents[0]}: the root's parent must be -1", "parent_ids", (b, 0)
+        )
     for n in range(1, len(parents)):
         parent = parents[n]
         if parent == -1:
             depths[n] = -1  # padding
         elif not 0 <= parent < n:
-            raise ValueError(
-                f"parent_ids[{b}, {n}] = {parent}: a parent must come before its child (0 <= parent < {n}) or be -1"
+            raise _bad(
+                f"parent_ids[{b}, {n}] = {parent}: a parent must come before its child "
+                f"(0 <= parent < {n}) or be -1",
+                "parent_ids",
+                (b, n),
             )
         elif depths[parent] == -1:
-            raise ValueError(f"parent_ids[{b}, {n}] = {parent}: the parent is padding")
+            raise _bad(
+                f"parent_ids[{b}, {n}] = {parent}: the parent is padding", "parent_ids", (b, n)
+            )
         else:
             depths[n] = depths[parent] + 1
     return depths
@@ -570,13 +741,20 @@ def verify_tree(
     for x, name, ndim in ((q, "draft_probs", 3), (u, "uniforms", 2), (ru, "recovery_uniforms", 1)):
         if x is not None:
             _ndim(x, name, ndim)
+    if not (
+        isinstance(greedy, (bool, np.bool_))
+        or (isinstance(greedy, np.ndarray) and greedy.dtype.kind == "b")
+    ):
+        raise TypeError(
+            f"greedy must be a bool or a bool array of shape [B], got {type(greedy).__name__}"
+        )
     all_greedy = isinstance(greedy, (bool, np.bool_)) and bool(greedy)
     if (u is None or ru is None) and not all_greedy:
-        g = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
-        u = g.random((batch, nodes)) if u is None else u
-        ru = g.random(batch) if ru is None else ru
-    depths = [_tree_depths([int(x) for x in parents[b]], b) for b in range(parents.shape[0])]
-    deepest = max((max(d) for d in depths if d), default=0)
+        g = _generator(rng)
+        source = "node_token_ids [B, N]"
+        u = _random(g, (batch, nodes), source) if u is None else u
+        ru = _random(g, batch, source) if ru is None else ru
+    # Every shape before any loop: the loops below are as long as the arrays.
     vocab = p.shape[2]
     _shape(parents, "parent_ids", (batch, nodes))
     _shape(p, "target_probs", (batch, nodes, vocab))
@@ -584,11 +762,19 @@ def verify_tree(
     _shape(u, "uniforms", (batch, nodes))
     _shape(ru, "recovery_uniforms", (batch,))
     if nodes == 0:
-        raise ValueError("node_token_ids: needs at least the root node (N >= 1)")
+        raise InputError(
+            "node_token_ids: needs at least the root node (N >= 1)", argument="node_token_ids"
+        )
     greedy_rows = _greedy_rows(greedy, batch)
-    out_ids = np.full((batch, deepest + 1), -1, dtype=np.int64)
-    out_nodes = np.full((batch, deepest), -1, dtype=np.int64)
-    accepted_counts = np.zeros(batch, dtype=np.int64)
+    if batch:
+        _reserve(nodes, "parent_ids")  # the depths and children of one tree
+        _reserve(vocab, "target_probs")  # a row of V
+    depths = [_tree_depths([int(x) for x in parents[b]], b) for b in range(parents.shape[0])]
+    deepest = max((max(d) for d in depths if d), default=0)
+    source = "node_token_ids [B, N]"
+    out_ids = _full((batch, deepest + 1), -1, np.int64, "output_token_ids", source)
+    out_nodes = _full((batch, deepest), -1, np.int64, "accepted_node_ids", source)
+    accepted_counts = _full((batch,), 0, np.int64, "num_accepted", source)
     for b in range(batch):
         children = [[] for _ in range(nodes)]
         for n in range(1, nodes):
@@ -607,7 +793,11 @@ def verify_tree(
 def _tree_token(ids, b: int, c: int, vocab: int) -> int:
     x = int(ids[b, c])
     if not 0 <= x < vocab:
-        raise ValueError(f"node_token_ids[{b}, {c}] = {x} is outside [0, V) with V = {vocab}")
+        raise _bad(
+            f"node_token_ids[{b}, {c}] = {x} is outside [0, V) with V = {vocab}",
+            "node_token_ids",
+            (b, c),
+        )
     return x
 
 
@@ -616,8 +806,10 @@ def _verify_tree_row(p, q, u, ru, ids, children, b, vocab, greedy):
     node = 0
     if not greedy:
         if u is None or ru is None:
-            raise ValueError(
-                "uniforms: uniforms and recovery_uniforms are required for rows verified by sampling"
+            raise InputError(
+                "uniforms: uniforms and recovery_uniforms are required for rows "
+                "verified by sampling",
+                argument="uniforms",
             )
         recovery = _uniform(ru[b], "recovery_uniforms", (b,))
     while True:
@@ -687,6 +879,38 @@ def _canonical_total(weights: list[float]) -> float:
     return total
 
 
+def _logit_error(where: str, i: int | None, message: str) -> InputError:
+    """The error for entry ``i`` (``None``: the whole row) of the row ``where``
+    names (``"target_logits[b, t"``): its argument, index and batch row."""
+    name, _, prefix = where.partition("[")
+    index = tuple(int(x) for x in prefix.split(",") if x.strip())
+    if i is not None:
+        index += (i,)
+    return _bad(message, name, index or None)
+
+
+def _per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
+    """``temperature``, ``top_k`` or ``top_p`` as ``[B]``: a number for every row, or
+    one per row (its shape checked with the others)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 63:
+        # Past int64: top-k that large keeps everything; a float parameter that
+        # large has no float64 value.
+        if dtype is np.int64 and value > 0:
+            value = _INT64_MAX
+        else:
+            raise InputError(
+                f"{name} = an int of {value.bit_length()} bits: outside its range", argument=name
+            )
+    array = np.asarray(as_numpy(value, name))
+    kind = "iu" if dtype is np.int64 else "iuf"
+    if array.dtype.kind not in kind or array.ndim > 1:
+        raise TypeError(f"{name} must be a number or a [B] array of numbers, got {array.dtype}")
+    if dtype is np.int64 and array.dtype.kind == "u" and array.size:
+        array = np.minimum(array, _INT64_MAX)  # counts past int64 keep everything
+    array = array.astype(dtype, copy=False)
+    return np.broadcast_to(array, (batch,)) if array.ndim == 0 else array
+
+
 def transform_logits(logits, temperature: float, top_k: int, top_p: float, where: str = "logits"):
     """The sampling transform of one logits row, as :func:`specaccept.verify_logits`
     defines it: divide by ``temperature``; softmax; top-k (ties kept), renormalise;
@@ -695,9 +919,11 @@ def transform_logits(logits, temperature: float, top_k: int, top_p: float, where
     values = [float(v) for v in logits]
     for i, v in enumerate(values):
         if math.isnan(v) or v == math.inf:
-            raise ValueError(f"{where}, {i}] = {v!r}: logits must be finite or -inf")
+            raise _logit_error(where, i, f"{where}, {i}] = {v!r}: logits must be finite or -inf")
     if all(v == -math.inf for v in values):
-        raise ValueError(f"{where}] has no finite logit: there is no token to choose")
+        raise _logit_error(
+            where, None, f"{where}] has no finite logit: there is no token to choose"
+        )
     # exp(z_i - max z) for z = l / T, written as exp((l_i - max l) / T): the
     # same numbers, without overflow when T is small.
     top = max(values)
@@ -738,42 +964,66 @@ def verify_logits(
     recovery_uniforms=None,
     rng=None,
     like=None,
+    errors="raise",
 ) -> Verification:
     """Reference of :func:`specaccept.verify_logits`: the transform, row by row, then
     the chain rule, the residual and the bonus exactly as :func:`verify`."""
     like_converter(like)
+    isolate = _isolating(errors)
     ids = _ints(draft_token_ids, "draft_token_ids")
     logits = _floats(target_logits, "target_logits")
     draft = None if draft_logits is None else _floats(draft_logits, "draft_logits")
     _ndim(ids, "draft_token_ids", 2)
     batch, num_draft = ids.shape
-    per_row = [
-        np.broadcast_to(np.asarray(as_numpy(v, n)), (batch,))
-        for v, n in ((temperature, "temperature"), (top_k, "top_k"), (top_p, "top_p"))
-    ]
+    temperatures = _per_row(temperature, "temperature", batch, np.float64)
+    top_ks = _per_row(top_k, "top_k", batch, np.int64)
+    top_ps = _per_row(top_p, "top_p", batch, np.float64)
     counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
     u = None if uniforms is None else _floats(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
-    if (u is None or ru is None) and any(float(t) != 0 for t in per_row[0]):
+    if (u is None or ru is None) and bool((temperatures != 0).any()):
         u, ru = _draw_uniforms(rng, batch, num_draft, counts, u, ru)
+    # Every shape before any loop.
+    _ndim(logits, "target_logits", 3)
     vocab = logits.shape[2]
-    output_token_ids = np.full((batch, num_draft + 1), -1, dtype=np.int64)
-    num_accepted = np.zeros(batch, dtype=np.int64)
-    for b in range(batch):
-        t_b, k_b, p_b = float(per_row[0][b]), int(per_row[1][b]), float(per_row[2][b])
+    for x, name, ndim in (
+        (draft, "draft_logits", 3),
+        (counts, "num_draft_tokens", 1),
+        (u, "uniforms", 2),
+        (ru, "recovery_uniforms", 1),
+    ):
+        if x is not None:
+            _ndim(x, name, ndim)
+    _shape(logits, "target_logits", (batch, num_draft + 1, vocab))
+    _shape(draft, "draft_logits", (batch, num_draft, vocab))
+    _shape(counts, "num_draft_tokens", (batch,))
+    _shape(u, "uniforms", (batch, num_draft))
+    _shape(ru, "recovery_uniforms", (batch,))
+    for values, name in ((temperatures, "temperature"), (top_ks, "top_k"), (top_ps, "top_p")):
+        _shape(values, name, (batch,))
+    source = "draft_token_ids [B, K]"
+    output_token_ids = _full((batch, num_draft + 1), -1, np.int64, "output_token_ids", source)
+    num_accepted = _full((batch,), 0, np.int64, "num_accepted", source)
+    if batch:
+        _reserve(vocab, "target_logits")  # every row transforms a whole row of V
+
+    def verify_row(b: int) -> None:
+        t_b, k_b, p_b = float(temperatures[b]), int(top_ks[b]), float(top_ps[b])
         if not (t_b == 0 or (sys.float_info.min <= t_b and math.isfinite(t_b))):
-            raise ValueError(
+            raise _bad(
                 f"temperature[{b}] = {t_b!r}: a temperature must be 0 or at least "
-                f"{sys.float_info.min!r} (the smallest normal float64)"
+                f"{sys.float_info.min!r} (the smallest normal float64)",
+                "temperature",
+                (b,),
             )
         if k_b < 0:
-            raise ValueError(f"top_k[{b}] = {k_b}: top_k must be >= 0")
+            raise _bad(f"top_k[{b}] = {k_b}: top_k must be >= 0", "top_k", (b,))
         if not 0 < p_b <= 1:
-            raise ValueError(f"top_p[{b}] = {p_b!r}: top_p must lie in (0, 1]")
+            raise _bad(f"top_p[{b}] = {p_b!r}: top_p must lie in (0, 1]", "top_p", (b,))
         drafts = _row_drafts(ids, counts, b, num_draft, vocab)
         k = len(drafts)
 
-        def target(t: int, b: int = b, t_b: float = t_b, k_b: int = k_b, p_b: float = p_b):
+        def target(t: int) -> list[float]:
             return transform_logits(logits[b, t], t_b, k_b, p_b, f"target_logits[{b}, {t}")
 
         if t_b == 0:
@@ -811,18 +1061,22 @@ def verify_logits(
         output_token_ids[b, :n] = drafts[:n]
         output_token_ids[b, n] = next_token
         num_accepted[b] = n
-    return _result(None, output_token_ids, num_accepted, like)
+
+    isolated = _verify_rows(batch, isolate, verify_row)
+    return _result(None, output_token_ids, num_accepted, like, isolated)
 
 
 def _argmax_list(row, where: str) -> int:
     best = None
     for i, v in enumerate(float(x) for x in row):
         if math.isnan(v) or v == math.inf:
-            raise ValueError(f"{where}, {i}] = {v!r}: logits must be finite or -inf")
+            raise _logit_error(where, i, f"{where}, {i}] = {v!r}: logits must be finite or -inf")
         if v > -math.inf and (best is None or v > best[1]):
             best = (i, v)
     if best is None:
-        raise ValueError(f"{where}] has no finite logit: there is no token to choose")
+        raise _logit_error(
+            where, None, f"{where}] has no finite logit: there is no token to choose"
+        )
     return best[0]
 
 
@@ -837,14 +1091,34 @@ def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:
         if isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(
             x, (bool, np.bool_)
         ):
-            x = np.asarray(x, dtype=np.float64)
+            try:
+                x = np.asarray(x, dtype=np.float64 if isinstance(x, (int, np.integer)) else None)
+            except OverflowError:
+                # An int past float64's range: no probability or uniform.
+                raise InputError(
+                    f"{name}: an int of {x.bit_length()} bits is past float64's range "
+                    "(probabilities and uniforms lie in [0, 1])",
+                    argument=name,
+                ) from None
         arrays.append(_floats(x, name))
     scalar = all(a.ndim == 0 for a in arrays)
     try:
         arrays = list(np.broadcast_arrays(*arrays))
     except ValueError:
-        raise ValueError("shapes do not broadcast together") from None
+        raise InputError("shapes do not broadcast together", argument=args[0][1]) from None
     return arrays, scalar
+
+
+def _zeros(shape: tuple[int, ...], dtype: Any, argument: str) -> np.ndarray:
+    """An output of ``shape``, or a ``MemoryError`` naming the argument its size comes from."""
+    try:
+        return np.zeros(shape, dtype=dtype)
+    except (MemoryError, ValueError):
+        n = math.prod(shape)
+        raise MemoryError(
+            f"{argument}: needs a buffer of {n} values ({_show_bytes(n * 8.0)}), "
+            "which cannot be allocated"
+        ) from None
 
 
 def _output(out: np.ndarray, scalar: bool, like: Any) -> Any:
@@ -857,7 +1131,7 @@ def rejection_probability(target_prob, draft_prob, *, like=None):
     """Reference of :func:`specaccept.rejection_probability`."""
     like_converter(like)
     (p, q), scalar = _elementwise((target_prob, "target_prob"), (draft_prob, "draft_prob"))
-    out = np.zeros(p.shape, dtype=np.float64)
+    out = _zeros(p.shape, np.float64, "target_prob")
     for index in np.ndindex(p.shape):
         p_i = _gathered(p[index], "target_prob", index)
         q_i = _gathered(q[index], "draft_prob", index)
@@ -871,7 +1145,7 @@ def acceptance_mask(target_prob, draft_prob, uniform, *, like=None):
     (p, q, u), scalar = _elementwise(
         (target_prob, "target_prob"), (draft_prob, "draft_prob"), (uniform, "uniform")
     )
-    out = np.zeros(p.shape, dtype=bool)
+    out = _zeros(p.shape, bool, "target_prob")
     for index in np.ndindex(p.shape):
         p_i = _gathered(p[index], "target_prob", index)
         q_i = _gathered(q[index], "draft_prob", index)
@@ -887,12 +1161,17 @@ def acceptance_rate(target_probs, draft_probs, *, like=None):
     p = _floats(target_probs, "target_probs")
     q = _floats(draft_probs, "draft_probs")
     if p.ndim == 0:
-        raise ValueError("target_probs: must have at least one axis [..., V]")
-    if q.shape != p.shape:
-        raise ValueError(
-            f"draft_probs: has shape {q.shape}, expected {p.shape} (the shape of target_probs)"
+        raise InputError(
+            "target_probs: must have at least one axis [..., V]", argument="target_probs"
         )
-    out = np.zeros(p.shape[:-1], dtype=np.float64)
+    if q.shape != p.shape:
+        raise InputError(
+            f"draft_probs: has shape {q.shape}, expected {p.shape} (the shape of target_probs)",
+            argument="draft_probs",
+        )
+    out = _zeros(p.shape[:-1], np.float64, "target_probs")
+    if out.size:
+        _reserve(p.shape[-1], "target_probs")  # a row of V
     for index in np.ndindex(p.shape[:-1]):
         overlap = []
         for i in range(p.shape[-1]):
@@ -916,11 +1195,13 @@ def accepted_prefix_length(accepted, num_draft_tokens=None, *, like=None):
     if counts is not None:
         _ndim(counts, "num_draft_tokens", 1)
     _shape(counts, "num_draft_tokens", (batch,))
-    out = np.zeros(batch, dtype=np.int64)
+    out = _zeros((batch,), np.int64, "accepted")
     for b in range(batch):
         k = _draft_len(counts, b, num_draft)
-        n = 0
-        while n < k and mask[b, n]:
-            n += 1
-        out[b] = n
+        row = mask[b, :k]
+        if k and row.strides[0] == 0:
+            out[b] = k if row[0] else 0  # a broadcast row: one value, k times
+            continue
+        rejected = np.flatnonzero(~row)  # the first False, or k when there is none
+        out[b] = rejected[0] if rejected.size else k
     return _output(out, False, like)
