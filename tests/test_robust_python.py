@@ -1104,3 +1104,58 @@ def test_reference_with_per_row_generators_names_a_bad_count_in_its_row():
     with pytest.raises(InputError) as error:
         reference.verify(IDS, P, Q, rng=rngs, num_draft_tokens=np.array([3, 9]))
     assert (error.value.argument, error.value.row) == ("num_draft_tokens", 1)
+
+
+# --------------------------------------------------------------------------
+# hf: arguments checked by name (a stub stands in for torch, which is not needed to refuse)
+# --------------------------------------------------------------------------
+
+
+class StubModel:
+    config = type("Config", (), {"vocab_size": 7})()
+
+    def eval(self):
+        return self
+
+    def get_output_embeddings(self):
+        return None
+
+
+@pytest.mark.parametrize(
+    ("temperature", "error"),
+    [
+        (0.0, InputError),
+        (-1.0, InputError),
+        (float("nan"), InputError),
+        (float("inf"), InputError),
+        ("hot", TypeError),
+        (None, TypeError),
+        (True, TypeError),
+    ],
+)
+def test_hf_model_temperature_is_checked(temperature, error, monkeypatch):
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
+    from specaccept.hf import HFModel
+
+    assert HFModel(StubModel()).vocab_size == 7
+    with pytest.raises(error, match="temperature"):
+        HFModel(StubModel(), temperature=temperature)
+
+
+@pytest.mark.parametrize(
+    ("num_positions", "error"), [(0, InputError), (5, InputError), (1.0, TypeError)]
+)
+def test_hf_model_next_token_probs_checks_before_running_the_model(
+    num_positions, error, monkeypatch
+):
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
+    from specaccept.hf import HFModel
+
+    with pytest.raises(error, match=r"num_positions|sequences"):
+        HFModel(StubModel()).next_token_probs([[1, 2]], num_positions)
+    with pytest.raises(InputError, match="tokenizer"):
+        HFModel(StubModel()).decode([1])

@@ -21,10 +21,13 @@ A sketch with models on disk (not run here)::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from ._errors import InputError
 
 __all__ = ["HFModel"]
 
@@ -51,8 +54,12 @@ class HFModel:
     def __init__(self, model: Any, tokenizer: Any = None, *, temperature: float = 1.0):
         import torch  # noqa: F401  (fail early, with the real error, if torch is missing)
 
-        if not temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if isinstance(temperature, (bool, np.bool_)) or not isinstance(
+            temperature, (int, float, np.integer, np.floating)
+        ):
+            raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
+        if not (temperature > 0 and math.isfinite(temperature)):
+            raise InputError(f"temperature must be > 0, got {temperature}", argument="temperature")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.temperature = float(temperature)
@@ -68,12 +75,22 @@ class HFModel:
         ``num_positions`` prefixes of every sequence (see :class:`specaccept.LanguageModel`)."""
         import torch
 
+        if isinstance(num_positions, (bool, np.bool_)) or not isinstance(
+            num_positions, (int, np.integer)
+        ):
+            raise TypeError(f"num_positions must be an int, got {type(num_positions).__name__}")
+        if num_positions < 1:
+            raise InputError(
+                f"num_positions must be >= 1, got {num_positions}", argument="num_positions"
+            )
         lengths = [len(s) for s in sequences]
         for b, n in enumerate(lengths):
             if n < num_positions:
-                raise ValueError(
+                raise InputError(
                     f"sequences[{b}] has {n} tokens; scoring {num_positions} positions needs "
-                    "at least as many"
+                    "at least as many",
+                    argument="sequences",
+                    row=b,
                 )
         batch, width = len(sequences), max(lengths, default=0)
         device = next(self.model.parameters()).device
@@ -99,11 +116,11 @@ class HFModel:
     def encode(self, text: str) -> list[int]:
         """``text`` as token ids (needs the tokenizer)."""
         if self.tokenizer is None:
-            raise ValueError("HFModel.encode needs a tokenizer")
+            raise InputError("HFModel.encode needs a tokenizer", argument="tokenizer")
         return list(self.tokenizer.encode(text))
 
     def decode(self, ids: Sequence[int]) -> str:
         """Token ids as text (needs the tokenizer)."""
         if self.tokenizer is None:
-            raise ValueError("HFModel.decode needs a tokenizer")
+            raise InputError("HFModel.decode needs a tokenizer", argument="tokenizer")
         return self.tokenizer.decode(list(ids))
