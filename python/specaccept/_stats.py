@@ -220,7 +220,7 @@ def chi_square_sf(statistic: float, dof: int) -> float:
     0.05
     """
     if dof < 1:
-        raise ValueError(f"dof must be >= 1, got {dof}")
+        raise InputError(f"dof must be >= 1, got {dof}", argument="dof")
     if statistic <= 0:
         return 1.0
     a, x = dof / 2.0, statistic / 2.0
