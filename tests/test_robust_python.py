@@ -1159,3 +1159,22 @@ def test_hf_model_next_token_probs_checks_before_running_the_model(
         HFModel(StubModel()).next_token_probs([[1, 2]], num_positions)
     with pytest.raises(InputError, match="tokenizer"):
         HFModel(StubModel()).decode([1])
+
+
+def test_array_interface_numpy_refuses_is_an_input_error_naming_the_argument():
+    class NoData:
+        __array_interface__ = {"shape": (2**40, 2**20), "typestr": "<i8", "version": 3}  # noqa: RUF012
+
+    with pytest.raises(InputError, match="draft_token_ids") as error:
+        specaccept.verify(NoData(), P, rng=0)
+    assert error.value.argument == "draft_token_ids"
+
+    class OwnValueError(ValueError):
+        pass
+
+    class Raises:
+        def __array__(self, dtype=None, copy=None):
+            raise OwnValueError("mine")
+
+    with pytest.raises(OwnValueError):
+        as_numpy(Raises(), "x")

@@ -103,6 +103,14 @@ def as_numpy(x: Any, name: str) -> Any:
                 "pass an array backed by memory",
                 argument=name,
             ) from None
+        except ValueError as error:
+            if type(error) is not ValueError:
+                raise  # the object's own exception, as it is
+            # NumPy refusing what the object describes (a garbage interface, a
+            # size past any array): named.
+            raise InputError(
+                f"{name} cannot be read as an array: {error}", argument=name
+            ) from error
     return x
 
 
