@@ -79,7 +79,7 @@ def test_verify_matches_reference_and_keeps_its_invariants(kwargs):
     native = outcome(specaccept.verify, **kwargs)
     assert native == outcome(reference.verify, **kwargs)
     if isinstance(native[0], type):
-        assert native[0] is ValueError  # only value errors are possible on these inputs
+        assert issubclass(native[0], ValueError)  # only value errors are possible here
         return
     tokens, accepted, emitted = (np.array(x) for x in native)
     ids = kwargs["draft_token_ids"]
