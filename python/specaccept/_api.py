@@ -1,22 +1,22 @@
-"""The public API: argument normalisation in Python, the work in Rust.
-
-This layer checks what Python is good at checking (types, dtypes, the ``rng``
-forms), draws the uniforms that were not given, and calls ``specaccept._native``,
-which reads every array in place and checks shapes and the values it reads.
+"""The public chain functions (``verify``, ``verify_greedy``) and the
+elementwise primitives: arguments normalised in Python (``_arrays``,
+``_options``, ``_uniforms``), the work in Rust (``specaccept._native``), which
+reads every array in place and checks shapes and the values it reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _native
-from ._arrays import as_numpy, like_converter
+from ._arrays import bool_array, float_array, int_array, like_converter
 from ._errors import InputError
-from ._result import Verification, _verification
+from ._options import as_greedy, isolating, out_buffers
+from ._result import Verification, finish
+from ._uniforms import RngLike, draw_missing, draw_uniforms
 
 __all__ = [
     "RngLike",
@@ -27,149 +27,6 @@ __all__ = [
     "verify",
     "verify_greedy",
 ]
-
-#: What ``rng`` accepts: ``None`` (fresh entropy), an int seed, a Generator, or
-#: one Generator per batch row.
-RngLike = int | np.random.Generator | Sequence[np.random.Generator] | None
-
-_PROB_CHARS = "efd"  # float16, float32, float64: read in place
-_PROB_TYPES = tuple(np.dtype(c) for c in _PROB_CHARS)
-_ID_TYPES = (np.dtype(np.int32), np.dtype(np.int64))  # read in place
-_INT64_MAX = int(np.iinfo(np.int64).max)
-
-
-def _not_array(x: object, name: str, what: str) -> TypeError:
-    return TypeError(f"{name} must be a numpy.ndarray of {what}, got {type(x).__name__}")
-
-
-def _floats(x: Any, name: str) -> np.ndarray:
-    """``x`` as a float16/32/64 array: in place, or converted from another float dtype."""
-    if type(x) is np.ndarray and x.dtype in _PROB_TYPES and x.flags.aligned:
-        return x  # the serving loop's case, first
-    x = as_numpy(x, name)
-    if not isinstance(x, np.ndarray):
-        raise _not_array(x, name, "float16, float32 or float64")
-    dt = x.dtype
-    if dt.char in _PROB_CHARS and dt.isnative and x.flags.aligned:
-        return x
-    if dt.kind != "f":
-        raise TypeError(f"{name} must have a floating dtype (float16/32/64), got {dt}")
-    # Byte-swapped, unaligned or extended precision: the one case that is converted.
-    return x.astype(dt.newbyteorder("=") if dt.itemsize <= 8 else np.float64)
-
-
-def _ints(x: Any, name: str) -> np.ndarray:
-    """``x`` as an int32/int64 array: in place, or converted from another integer dtype."""
-    if type(x) is np.ndarray and x.dtype in _ID_TYPES and x.flags.aligned:
-        return x  # the serving loop's case, first
-    x = as_numpy(x, name)
-    if not isinstance(x, np.ndarray):
-        raise _not_array(x, name, "integers")
-    dt = x.dtype
-    if (dt is _ID_TYPES[1] or dt is _ID_TYPES[0] or dt in _ID_TYPES) and x.flags.aligned:
-        return x
-    if dt.kind not in "iu":
-        raise TypeError(f"{name} must have an integer dtype, got {dt}")
-    if dt.kind == "u" and dt.itemsize == 8 and x.size and int(x.max()) > _INT64_MAX:
-        # Past int64 no id, count or output fits: refuse rather than wrap or clamp.
-        index = tuple(int(i) for i in np.unravel_index(int(np.argmax(x > _INT64_MAX)), x.shape))
-        shown = ", ".join(map(str, index))
-        raise InputError(
-            f"{name}[{shown}] = {int(x[index])} is above the int64 range (2**63 - 1)",
-            argument=name,
-            index=index,
-            row=index[0] if x.ndim >= 2 else None,  # [B, ...]: the request
-        )
-    return x.astype(np.int64)
-
-
-def _bools(x: Any, name: str) -> np.ndarray:
-    x = as_numpy(x, name)
-    if not isinstance(x, np.ndarray):
-        raise _not_array(x, name, "bool")
-    if x.dtype.kind != "b":
-        raise TypeError(f"{name} must have dtype bool, got {x.dtype}")
-    return x if x.flags.aligned else x.copy()
-
-
-def _greedy(greedy: Any) -> bool | np.ndarray:
-    if greedy is True or greedy is False:
-        return greedy
-    if isinstance(greedy, np.bool_):
-        return bool(greedy)
-    greedy = as_numpy(greedy, "greedy")
-    if isinstance(greedy, np.ndarray) and greedy.dtype.kind == "b":
-        return bool(greedy) if greedy.ndim == 0 else _bools(greedy, "greedy")
-    got = f"an array of {greedy.dtype}" if isinstance(greedy, np.ndarray) else type(greedy).__name__
-    raise TypeError(f"greedy must be a bool or a bool array of shape [B], got {got}")
-
-
-def _generator(rng: Any) -> np.random.Generator:
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if rng is None:
-        return np.random.default_rng()
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, (bool, np.bool_)):
-        if rng < 0:
-            raise InputError(f"rng: a seed must be >= 0, got {rng}", argument="rng")
-        return np.random.default_rng(rng)
-    raise TypeError(
-        "rng must be None, an int seed, a numpy.random.Generator or a sequence of B "
-        f"Generators, got {type(rng).__name__}"
-    )
-
-
-def _draw(
-    rng: Any,
-    batch: int,
-    num_draft: int,
-    counts: np.ndarray | None,
-    need_uniforms: bool,
-    need_recovery: bool,
-) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Draws the missing uniforms from ``rng`` in the order docs/spec.md fixes."""
-    if isinstance(rng, Sequence) and not isinstance(rng, (str, bytes)):
-        if len(rng) != batch:
-            raise InputError(
-                f"rng: a sequence of Generators must have one per row (B = {batch}), got {len(rng)}",
-                argument="rng",
-            )
-        for b, g in enumerate(rng):
-            if not isinstance(g, np.random.Generator):
-                raise TypeError(
-                    f"rng[{b}] must be a numpy.random.Generator, got {type(g).__name__}"
-                )
-        uniforms = _zeros((batch, num_draft)) if need_uniforms else None
-        recovery = _zeros((batch,)) if need_recovery else None
-        for b, g in enumerate(rng):
-            k = num_draft if counts is None else int(counts[b])
-            if not 0 <= k <= num_draft:
-                continue  # a bad count: the native code names it (or isolates the row)
-            # Row b's stream: its k_b acceptance uniforms, then its recovery uniform.
-            if uniforms is not None:
-                uniforms[b, :k] = g.random(k)
-            if recovery is not None:
-                recovery[b] = g.random()
-        return uniforms, recovery
-    g = _generator(rng)
-    split = batch * num_draft
-    if need_uniforms and need_recovery:
-        # One call, the same stream as g.random((B, K)) then g.random(B).
-        drawn = _random(g, split + batch)
-        return drawn[:split].reshape(batch, num_draft), drawn[split:]
-    uniforms = _random(g, split, (batch, num_draft)) if need_uniforms else None
-    recovery = _random(g, batch) if need_recovery else None
-    return uniforms, recovery
-
-
-def _zeros(shape: tuple[int, ...]) -> np.ndarray:
-    try:
-        return np.zeros(shape)
-    except (MemoryError, ValueError):
-        raise MemoryError(
-            f"uniforms: {shape} float64 uniforms drawn from rng cannot be allocated; "
-            "the size comes from draft_token_ids [B, K]"
-        ) from None
 
 
 def verify(
@@ -279,20 +136,20 @@ def verify(
     (1, [0, 1])
     """
     convert = like_converter(like)
-    isolate = _isolating(errors)
-    greedy_rows = _greedy(greedy)
-    buffers = _out_buffers(out)
+    isolate = isolating(errors)
+    greedy_rows = as_greedy(greedy)
+    buffers = out_buffers(out)
     ids, u, ru, draws = draft_token_ids, uniforms, recovery_uniforms, None
     if (u is None or ru is None) and greedy_rows is not True:
         if u is None and ru is None and type(rng) is np.random.Generator:
             # The serving loop's case: one Generator call, split by the native code.
             if type(ids) is not np.ndarray:
-                ids = _ints(ids, "draft_token_ids")
+                ids = int_array(ids, "draft_token_ids")
             if ids.ndim == 2:
                 batch, num_draft = ids.shape
-                draws = _random(rng, batch * num_draft + batch)
+                draws = draw_uniforms(rng, batch * num_draft + batch)
         if draws is None:
-            u, ru = _draw_missing(rng, ids, num_draft_tokens, u, ru)
+            u, ru = draw_missing(rng, ids, num_draft_tokens, u, ru)
     try:
         # Arrays the native code reads in place go straight through; it refuses
         # any other before it does any work (NotInPlace), and they are converted.
@@ -311,7 +168,7 @@ def verify(
     except _native.NotInPlace:
         args = _converted((ids, target_probs, draft_probs, num_draft_tokens, u, ru))
         result = _native.verify(*args, greedy_rows, buffers, draws, isolate)
-    return _finish(result, convert)
+    return finish(result, convert)
 
 
 # The arguments of verify() the native code reads, in order: (name, holds ids,
@@ -329,88 +186,8 @@ _CHAIN_ARGUMENTS = (
 def _converted(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """verify()'s arrays converted to what the native code reads in place."""
     return tuple(
-        None if x is None and optional else (_ints(x, name) if ints else _floats(x, name))
+        None if x is None and optional else (int_array(x, name) if ints else float_array(x, name))
         for x, (name, ints, optional) in zip(args, _CHAIN_ARGUMENTS, strict=True)
-    )
-
-
-def _isolating(errors: Any) -> bool:
-    """``errors=``: ``"raise"`` (the first bad row fails the call) or ``"isolate"``."""
-    if not isinstance(errors, str):
-        raise TypeError(f'errors must be "raise" or "isolate", got {type(errors).__name__}')
-    if errors == "raise":
-        return False
-    if errors == "isolate":
-        return True
-    raise InputError(f'errors must be "raise" or "isolate", got {errors!r:.40}', argument="errors")
-
-
-def _random(
-    g: np.random.Generator,
-    n: int,
-    shape: tuple[int, ...] | None = None,
-    source: str = "draft_token_ids [B, K]",
-) -> np.ndarray:
-    """``g.random(n)`` (reshaped), or a ``MemoryError`` naming where ``n`` comes from."""
-    try:
-        drawn = g.random(n)
-    except (MemoryError, ValueError):
-        raise MemoryError(
-            f"uniforms: the {n} uniforms ({n * 8} bytes) to draw from rng cannot be "
-            f"allocated; their count comes from {source}"
-        ) from None
-    return drawn if shape is None else drawn.reshape(shape)
-
-
-def _finish(result: tuple[Any, ...], convert: Any) -> Verification:
-    """The native result as a :class:`Verification`; a fourth item lists the
-    isolated rows as ``(row, InputError)``."""
-    if convert is None and len(result) == 3:
-        return _verification(*result)  # the serving loop's case, first
-    arrays, bad = result[:3], (result[3] if len(result) == 4 else None)
-    if convert is not None:
-        arrays = tuple(convert(a) for a in arrays)
-    return _verification(*arrays, errors=None if bad is None else dict(bad))
-
-
-def _draw_missing(
-    rng: Any, draft_token_ids: Any, num_draft_tokens: Any, u: Any, ru: Any
-) -> tuple[Any, Any]:
-    ids = _ints(draft_token_ids, "draft_token_ids")
-    if ids.ndim != 2:
-        raise InputError(
-            f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}", argument="draft_token_ids"
-        )
-    counts = None
-    if num_draft_tokens is not None and not isinstance(rng, np.random.Generator):
-        # Only per-row Generators need the counts before the native call.
-        counts = _ints(num_draft_tokens, "num_draft_tokens")
-        if counts.shape != ids.shape[:1]:
-            raise InputError(
-                f"num_draft_tokens: has shape {counts.shape}, expected {ids.shape[:1]} ([B])",
-                argument="num_draft_tokens",
-            )
-    drawn_u, drawn_ru = _draw(rng, ids.shape[0], ids.shape[1], counts, u is None, ru is None)
-    return (drawn_u if u is None else u), (drawn_ru if ru is None else ru)
-
-
-def _out_buffers(out: Any) -> tuple[Any, Any, Any] | None:
-    """``out`` as the native layer takes it: ``(ids, num_accepted, num_emitted or None)``."""
-    if out is None:
-        return None
-    if isinstance(out, Verification):
-        ids, accepted, emitted = out.output_token_ids, out.num_accepted, out.num_emitted
-    elif isinstance(out, (tuple, list)) and len(out) in (2, 3):
-        ids, accepted, emitted = out[0], out[1], (out[2] if len(out) == 3 else None)
-    else:
-        raise TypeError(
-            "out must be a Verification or a tuple (output_token_ids, num_accepted[, num_emitted]),"
-            f" got {type(out).__name__}"
-        )
-    return (
-        as_numpy(ids, "out.output_token_ids"),
-        as_numpy(accepted, "out.num_accepted"),
-        None if emitted is None else as_numpy(emitted, "out.num_emitted"),
     )
 
 
@@ -454,17 +231,17 @@ def verify_greedy(
     ([[3, 4, 5, 6], [3, 8]], [3, 1])
     """
     convert = like_converter(like)
-    buffers = _out_buffers(out)
+    buffers = out_buffers(out)
     try:
         result = _native.verify_greedy(draft_token_ids, target_token_ids, num_draft_tokens, buffers)
     except _native.NotInPlace:  # found before any work: convert, then the one call
         result = _native.verify_greedy(
-            _ints(draft_token_ids, "draft_token_ids"),
-            _ints(target_token_ids, "target_token_ids"),
-            None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens"),
+            int_array(draft_token_ids, "draft_token_ids"),
+            int_array(target_token_ids, "target_token_ids"),
+            None if num_draft_tokens is None else int_array(num_draft_tokens, "num_draft_tokens"),
             buffers,
         )
-    return _finish(result, convert)
+    return finish(result, convert)
 
 
 def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:
@@ -483,7 +260,7 @@ def _elementwise(*args: tuple[Any, str]) -> tuple[list[np.ndarray], bool]:
                     "(probabilities and uniforms lie in [0, 1])",
                     argument=name,
                 ) from None
-        arrays.append(_floats(x, name))
+        arrays.append(float_array(x, name))
     scalar = all(a.ndim == 0 for a in arrays)
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
@@ -601,8 +378,8 @@ def acceptance_rate(
     0.7
     """
     convert = like_converter(like)
-    p = _floats(target_probs, "target_probs")
-    q = _floats(draft_probs, "draft_probs")
+    p = float_array(target_probs, "target_probs")
+    q = float_array(draft_probs, "draft_probs")
     out = _native.acceptance_rate(p, q)
     return _output(out, out.ndim == 0, convert)
 
@@ -632,6 +409,6 @@ def accepted_prefix_length(
     [1, 3]
     """
     convert = like_converter(like)
-    mask = _bools(accepted, "accepted")
-    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
+    mask = bool_array(accepted, "accepted")
+    counts = None if num_draft_tokens is None else int_array(num_draft_tokens, "num_draft_tokens")
     return _output(_native.accepted_prefix_length(mask, counts), False, convert)

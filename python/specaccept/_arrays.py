@@ -1,5 +1,10 @@
 """Arrays in from any framework without a copy; results out as the caller's type.
 
+``float_array``, ``int_array`` and ``bool_array`` give an argument as an array of
+a dtype the native code reads in place, converting only what must be (another
+dtype of the same kind, byte order, alignment), and name the argument when it
+cannot be.
+
 Inputs: a NumPy array is used as it is. Any other object that exports DLPack
 (PyTorch, JAX, CuPy host arrays, ...) is viewed through ``numpy.from_dlpack``,
 and one that exposes the buffer protocol or ``__array_interface__`` through
@@ -23,7 +28,7 @@ import numpy as np
 
 from ._errors import InputError
 
-__all__ = ["as_numpy", "like_converter"]
+__all__ = ["as_numpy", "bool_array", "float_array", "int_array", "like_converter"]
 
 # DLPack device types whose memory the CPU reads directly: CPU, CUDA pinned
 # host memory, ROCm pinned host memory.
@@ -152,3 +157,63 @@ def like_converter(like: Any) -> Callable[[np.ndarray], Any] | None:
         "like must be None, a numpy.ndarray, a torch.Tensor or an array-API array "
         f"(JAX, CuPy, ...), got {type(like).__name__}"
     )
+
+
+_PROB_CHARS = "efd"  # float16, float32, float64: read in place
+_PROB_TYPES = tuple(np.dtype(c) for c in _PROB_CHARS)
+_ID_TYPES = (np.dtype(np.int32), np.dtype(np.int64))  # read in place
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _not_array(x: object, name: str, what: str) -> TypeError:
+    return TypeError(f"{name} must be a numpy.ndarray of {what}, got {type(x).__name__}")
+
+
+def float_array(x: Any, name: str) -> np.ndarray:
+    """``x`` as a float16/32/64 array: in place, or converted from another float dtype."""
+    if type(x) is np.ndarray and x.dtype in _PROB_TYPES and x.flags.aligned:
+        return x  # the serving loop's case, first
+    x = as_numpy(x, name)
+    if not isinstance(x, np.ndarray):
+        raise _not_array(x, name, "float16, float32 or float64")
+    dt = x.dtype
+    if dt.char in _PROB_CHARS and dt.isnative and x.flags.aligned:
+        return x
+    if dt.kind != "f":
+        raise TypeError(f"{name} must have a floating dtype (float16/32/64), got {dt}")
+    # Byte-swapped, unaligned or extended precision: the one case that is converted.
+    return x.astype(dt.newbyteorder("=") if dt.itemsize <= 8 else np.float64)
+
+
+def int_array(x: Any, name: str) -> np.ndarray:
+    """``x`` as an int32/int64 array: in place, or converted from another integer dtype."""
+    if type(x) is np.ndarray and x.dtype in _ID_TYPES and x.flags.aligned:
+        return x  # the serving loop's case, first
+    x = as_numpy(x, name)
+    if not isinstance(x, np.ndarray):
+        raise _not_array(x, name, "integers")
+    dt = x.dtype
+    if (dt is _ID_TYPES[1] or dt is _ID_TYPES[0] or dt in _ID_TYPES) and x.flags.aligned:
+        return x
+    if dt.kind not in "iu":
+        raise TypeError(f"{name} must have an integer dtype, got {dt}")
+    if dt.kind == "u" and dt.itemsize == 8 and x.size and int(x.max()) > _INT64_MAX:
+        # Past int64 no id, count or output fits: refuse rather than wrap or clamp.
+        index = tuple(int(i) for i in np.unravel_index(int(np.argmax(x > _INT64_MAX)), x.shape))
+        shown = ", ".join(map(str, index))
+        raise InputError(
+            f"{name}[{shown}] = {int(x[index])} is above the int64 range (2**63 - 1)",
+            argument=name,
+            index=index,
+            row=index[0] if x.ndim >= 2 else None,  # [B, ...]: the request
+        )
+    return x.astype(np.int64)
+
+
+def bool_array(x: Any, name: str) -> np.ndarray:
+    x = as_numpy(x, name)
+    if not isinstance(x, np.ndarray):
+        raise _not_array(x, name, "bool")
+    if x.dtype.kind != "b":
+        raise TypeError(f"{name} must have dtype bool, got {x.dtype}")
+    return x if x.flags.aligned else x.copy()

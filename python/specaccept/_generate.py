@@ -16,10 +16,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._api import _generator, verify
+from ._api import verify
 from ._arrays import as_numpy
 from ._errors import InputError
 from ._stats import AcceptanceStats
+from ._uniforms import as_generator
 
 __all__ = ["Drafter", "Generation", "LanguageModel", "generate"]
 
@@ -358,7 +359,7 @@ def generate(
             f"target and draft vocabularies differ: {vocab} vs {draft_vocab}", argument="draft"
         )
     sequences = _prompts(prompts)
-    generator = _generator(rng)
+    generator = as_generator(rng)
     result = Generation(tokens=[[] for _ in sequences])
     active = [b for b in range(len(sequences)) if max_new_tokens > 0]
     start = time.perf_counter()

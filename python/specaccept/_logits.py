@@ -8,10 +8,11 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _native
-from ._api import RngLike, _draw_missing, _finish, _floats, _ints, _isolating
-from ._arrays import as_numpy, like_converter
+from ._arrays import as_numpy, float_array, int_array, like_converter
 from ._errors import InputError
-from ._result import Verification
+from ._options import isolating
+from ._result import Verification, finish
+from ._uniforms import RngLike, draw_missing
 
 __all__ = ["verify_logits"]
 
@@ -111,10 +112,10 @@ def verify_logits(
     [0]
     """
     convert = like_converter(like)
-    isolate = _isolating(errors)
-    ids = _ints(draft_token_ids, "draft_token_ids")
-    target = _floats(target_logits, "target_logits")
-    draft = None if draft_logits is None else _floats(draft_logits, "draft_logits")
+    isolate = isolating(errors)
+    ids = int_array(draft_token_ids, "draft_token_ids")
+    target = float_array(target_logits, "target_logits")
+    draft = None if draft_logits is None else float_array(draft_logits, "draft_logits")
     if ids.ndim != 2:
         raise InputError(
             f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}", argument="draft_token_ids"
@@ -123,12 +124,12 @@ def verify_logits(
     temperatures = _per_row(temperature, "temperature", batch, np.float64)
     top_ks = _per_row(top_k, "top_k", batch, np.int64)
     top_ps = _per_row(top_p, "top_p", batch, np.float64)
-    counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
-    u = None if uniforms is None else _floats(uniforms, "uniforms")
-    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    counts = None if num_draft_tokens is None else int_array(num_draft_tokens, "num_draft_tokens")
+    u = None if uniforms is None else float_array(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
     if (u is None or ru is None) and (temperatures != 0).any():
-        u, ru = _draw_missing(rng, ids, counts, u, ru)
+        u, ru = draw_missing(rng, ids, counts, u, ru)
     result = _native.verify_logits(
         ids, target, draft, temperatures, top_ks, top_ps, counts, u, ru, isolate
     )
-    return _finish(result, convert)
+    return finish(result, convert)

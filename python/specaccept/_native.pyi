@@ -9,6 +9,26 @@ import numpy.typing as npt
 
 from ._errors import InputError
 
+__all__ = [
+    "MAX_THREADS_PER_CPU",
+    "PARALLEL_MIN_ELEMENTS",
+    "SUM_BLOCK",
+    "SUM_LANES",
+    "NotInPlace",
+    "acceptance_mask",
+    "acceptance_rate",
+    "accepted_prefix_length",
+    "get_num_threads",
+    "max_num_threads",
+    "rejection_probability",
+    "set_num_threads",
+    "verify",
+    "verify_flat",
+    "verify_greedy",
+    "verify_logits",
+    "verify_tree",
+]
+
 SUM_BLOCK: int
 SUM_LANES: int
 PARALLEL_MIN_ELEMENTS: int

@@ -13,7 +13,8 @@ import numpy.typing as npt
 
 from ._errors import InputError
 
-__all__ = ["TreeVerification", "Verification"]
+__all__ = ["TreeVerification", "Verification", "finish"]
+
 
 #: No isolated rows: the ``errors`` of every result verified without a bad row.
 _NO_ERRORS: Mapping[int, InputError] = MappingProxyType({})
@@ -211,3 +212,14 @@ def _verification(
     _set_num_emitted(result, num_emitted)
     _set_errors(result, MappingProxyType(errors) if errors else _NO_ERRORS)
     return result
+
+
+def finish(result: tuple[Any, ...], convert: Any) -> Verification:
+    """The native result as a :class:`Verification`; a fourth item lists the
+    isolated rows as ``(row, InputError)``."""
+    if convert is None and len(result) == 3:
+        return _verification(*result)  # the serving loop's case, first
+    arrays, bad = result[:3], (result[3] if len(result) == 4 else None)
+    if convert is not None:
+        arrays = tuple(convert(a) for a in arrays)
+    return _verification(*arrays, errors=None if bad is None else dict(bad))

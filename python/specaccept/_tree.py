@@ -8,10 +8,11 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _native
-from ._api import RngLike, _floats, _generator, _greedy, _ints, _random
-from ._arrays import like_converter
+from ._arrays import float_array, int_array, like_converter
 from ._errors import InputError
+from ._options import as_greedy
 from ._result import TreeVerification
+from ._uniforms import RngLike, as_generator, draw_uniforms
 
 __all__ = ["verify_tree"]
 
@@ -84,24 +85,24 @@ def verify_tree(
     ([[2, 0, 1]], [[2, 3]])
     """
     convert = like_converter(like)
-    ids = _ints(node_token_ids, "node_token_ids")
+    ids = int_array(node_token_ids, "node_token_ids")
     if ids.ndim != 2:
         raise InputError(
             f"node_token_ids must be 2-D [B, N], got shape {ids.shape}", argument="node_token_ids"
         )
-    parents = _ints(parent_ids, "parent_ids")
+    parents = int_array(parent_ids, "parent_ids")
     if parents.ndim == 1 and parents.shape == ids.shape[1:]:
         parents = np.broadcast_to(parents, ids.shape)  # shared: a stride-0 view, no copy
-    target = _floats(target_probs, "target_probs")
-    draft = None if draft_probs is None else _floats(draft_probs, "draft_probs")
-    greedy_rows = _greedy(greedy)
-    u = None if uniforms is None else _floats(uniforms, "uniforms")
-    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    target = float_array(target_probs, "target_probs")
+    draft = None if draft_probs is None else float_array(draft_probs, "draft_probs")
+    greedy_rows = as_greedy(greedy)
+    u = None if uniforms is None else float_array(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
     if (u is None or ru is None) and greedy_rows is not True:
-        g = _generator(rng)
+        g = as_generator(rng)
         source = "node_token_ids [B, N]"
-        u = _random(g, ids.size, ids.shape, source) if u is None else u
-        ru = _random(g, ids.shape[0], None, source) if ru is None else ru
+        u = draw_uniforms(g, ids.size, ids.shape, source) if u is None else u
+        ru = draw_uniforms(g, ids.shape[0], None, source) if ru is None else ru
     result = _native.verify_tree(ids, parents, target, draft, u, ru, greedy_rows)
     if convert is not None:
         result = tuple(convert(a) for a in result)

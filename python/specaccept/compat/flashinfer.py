@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._api import _floats, _ints, acceptance_mask, verify
-from .._arrays import as_numpy, like_converter
+from .._api import acceptance_mask, verify
+from .._arrays import as_numpy, float_array, int_array, like_converter
 from .._errors import InputError
 
 __all__ = ["chain_speculative_sampling"]
@@ -104,10 +104,10 @@ def chain_speculative_sampling(
         "uniform_samples": uniform_samples,
         "target_probs": target_probs,
     }
-    ids = _ints(draft_token_ids, "draft_token_ids")
-    p = _floats(target_probs, "target_probs")
-    q = _floats(draft_probs, "draft_probs")
-    u = _floats(uniform_samples, "uniform_samples")
+    ids = int_array(draft_token_ids, "draft_token_ids")
+    p = float_array(target_probs, "target_probs")
+    q = float_array(draft_probs, "draft_probs")
+    u = float_array(uniform_samples, "uniform_samples")
     if ids.ndim != 2:
         raise InputError(
             f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}", argument="draft_token_ids"

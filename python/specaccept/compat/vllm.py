@@ -37,10 +37,11 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _native
-from .._api import _finish, _floats, _generator, _greedy, _ints, _isolating, _random
-from .._arrays import as_numpy, like_converter
+from .._arrays import as_numpy, float_array, int_array, like_converter
 from .._errors import InputError
-from .._result import Verification
+from .._options import as_greedy, isolating
+from .._result import Verification, finish
+from .._uniforms import as_generator, draw_uniforms
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "parse_output", "rejection_sample", "verify"]
 
@@ -62,7 +63,7 @@ def _counts(num_draft_tokens: Any) -> np.ndarray:
                 "num_draft_tokens: a count is outside the int64 range",
                 argument="num_draft_tokens",
             ) from None
-    return _ints(num_draft_tokens, "num_draft_tokens")
+    return int_array(num_draft_tokens, "num_draft_tokens")
 
 
 def verify(
@@ -131,28 +132,28 @@ def verify(
     [[1, 2, 5], [3, 4, -1]]
     """
     convert = like_converter(like)
-    isolate = _isolating(errors)
-    ids = _ints(draft_token_ids, "draft_token_ids")
+    isolate = isolating(errors)
+    ids = int_array(draft_token_ids, "draft_token_ids")
     counts = _counts(num_draft_tokens)
-    target = _floats(target_probs, "target_probs")
-    draft = None if draft_probs is None else _floats(draft_probs, "draft_probs")
-    bonus = _ints(as_numpy(bonus_token_ids, "bonus_token_ids"), "bonus_token_ids")
+    target = float_array(target_probs, "target_probs")
+    draft = None if draft_probs is None else float_array(draft_probs, "draft_probs")
+    bonus = int_array(as_numpy(bonus_token_ids, "bonus_token_ids"), "bonus_token_ids")
     if bonus.ndim == 2 and bonus.shape[1:] == (1,):
         bonus = bonus[:, 0]  # vLLM's [B, 1]
-    greedy_rows = _greedy(greedy)
-    u = None if uniforms is None else _floats(uniforms, "uniforms")
-    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    greedy_rows = as_greedy(greedy)
+    u = None if uniforms is None else float_array(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
     if (u is None or ru is None) and greedy_rows is not True:
-        g = _generator(rng)
+        g = as_generator(rng)
         source = "draft_token_ids [T] and num_draft_tokens [B]"
         total = ids.shape[0] if ids.ndim == 1 else 0
-        u = _random(g, total, None, source) if u is None else u
+        u = draw_uniforms(g, total, None, source) if u is None else u
         batch = counts.shape[0] if counts.ndim == 1 else 0
-        ru = _random(g, batch, None, source) if ru is None else ru
+        ru = draw_uniforms(g, batch, None, source) if ru is None else ru
     result = _native.verify_flat(
         ids, counts, target, draft, bonus, u, ru, greedy_rows, None, isolate
     )
-    return _finish(result, convert)
+    return finish(result, convert)
 
 
 def rejection_sample(
@@ -209,7 +210,7 @@ def parse_output(output_token_ids: npt.ArrayLike, vocab_size: int) -> list[list[
     >>> vllm.parse_output(np.array([[1, 5, -1], [3, 4, 9]]), vocab_size=8)
     [[1, 5], [3, 4]]
     """
-    ids = _ints(output_token_ids, "output_token_ids")
+    ids = int_array(output_token_ids, "output_token_ids")
     if ids.ndim != 2:
         raise InputError(
             f"output_token_ids must be 2-D [B, max_spec_len + 1], got shape {ids.shape}",

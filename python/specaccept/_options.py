@@ -1,0 +1,58 @@
+"""The verifiers' arguments that are not arrays of values: ``greedy=``,
+``errors=`` and ``out=``, normalised once for every entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._arrays import as_numpy, bool_array
+from ._errors import InputError
+from ._result import Verification
+
+__all__ = ["as_greedy", "isolating", "out_buffers"]
+
+
+def as_greedy(greedy: Any) -> bool | np.ndarray:
+    """``greedy=``: a bool for every row, or a bool array ``[B]`` read in place."""
+    if greedy is True or greedy is False:
+        return greedy
+    if isinstance(greedy, np.bool_):
+        return bool(greedy)
+    greedy = as_numpy(greedy, "greedy")
+    if isinstance(greedy, np.ndarray) and greedy.dtype.kind == "b":
+        return bool(greedy) if greedy.ndim == 0 else bool_array(greedy, "greedy")
+    got = f"an array of {greedy.dtype}" if isinstance(greedy, np.ndarray) else type(greedy).__name__
+    raise TypeError(f"greedy must be a bool or a bool array of shape [B], got {got}")
+
+
+def isolating(errors: Any) -> bool:
+    """``errors=``: ``"raise"`` (the first bad row fails the call) or ``"isolate"``."""
+    if not isinstance(errors, str):
+        raise TypeError(f'errors must be "raise" or "isolate", got {type(errors).__name__}')
+    if errors == "raise":
+        return False
+    if errors == "isolate":
+        return True
+    raise InputError(f'errors must be "raise" or "isolate", got {errors!r:.40}', argument="errors")
+
+
+def out_buffers(out: Any) -> tuple[Any, Any, Any] | None:
+    """``out`` as the native layer takes it: ``(ids, num_accepted, num_emitted or None)``."""
+    if out is None:
+        return None
+    if isinstance(out, Verification):
+        ids, accepted, emitted = out.output_token_ids, out.num_accepted, out.num_emitted
+    elif isinstance(out, (tuple, list)) and len(out) in (2, 3):
+        ids, accepted, emitted = out[0], out[1], (out[2] if len(out) == 3 else None)
+    else:
+        raise TypeError(
+            "out must be a Verification or a tuple (output_token_ids, num_accepted[, num_emitted]),"
+            f" got {type(out).__name__}"
+        )
+    return (
+        as_numpy(ids, "out.output_token_ids"),
+        as_numpy(accepted, "out.num_accepted"),
+        None if emitted is None else as_numpy(emitted, "out.num_emitted"),
+    )
