@@ -319,3 +319,18 @@ def test_other_negative_drafts_are_still_errors():
     target = np.eye(6)[[2]]
     with pytest.raises(InputError, match=r"draft_token_ids\[0\] = -2 is outside \[0, V\)"):
         vllm.verify(np.array([-2]), [1], target, None, np.array([5]), greedy=True)
+
+
+def test_statistics_leave_isolated_rows_out():
+    case = chain_case(seed=11)
+    bad = [3, 5]
+    for b in bad:
+        bad_count(case, b)
+    result = specaccept.verify(**case, errors="isolate")
+    clean = specaccept.verify(**drop_rows(case, bad))
+    with_isolated = specaccept.AcceptanceStats()
+    with_isolated.update(result, case["num_draft_tokens"])
+    without = specaccept.AcceptanceStats()
+    without.update(clean, drop_rows(case, bad)["num_draft_tokens"])
+    assert with_isolated.to_dict() == without.to_dict()
+    assert with_isolated.num_steps == B - len(bad)

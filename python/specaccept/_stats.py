@@ -401,7 +401,9 @@ class AcceptanceStats:
         ``like=`` arrays) and the draft counts it was called with (``None``: ``K``
         for every row, ``K`` from ``result.output_token_ids``).
 
-        A refused step (``TypeError``, ``ValueError``) leaves the statistics as they were.
+        Rows set aside by ``errors="isolate"`` (``result.errors``) were not
+        verified and are left out. A refused step (``TypeError``, ``ValueError``)
+        leaves the statistics as they were.
         """
         if not (hasattr(result, "num_accepted") and hasattr(result, "output_token_ids")):
             raise TypeError(
@@ -430,12 +432,18 @@ class AcceptanceStats:
                     f"num_draft_tokens: has shape {drafts.shape}, expected ({batch},)",
                     argument="num_draft_tokens",
                 )
+        rows = np.arange(batch)
+        isolated = [b for b in getattr(result, "errors", None) or () if isinstance(b, int)]
+        if isolated:
+            rows = np.setdiff1d(rows, isolated)
+            accepted, drafts, batch = accepted[rows], drafts[rows], len(rows)
         bad = (accepted < 0) | (accepted > drafts) | (drafts > num_draft)
         if bad.any():
-            b = int(np.flatnonzero(bad)[0])
+            i = int(np.flatnonzero(bad)[0])
+            b = int(rows[i])
             raise InputError(
                 "num_accepted and num_draft_tokens must satisfy 0 <= n_b <= k_b <= K",
-                argument="num_draft_tokens" if drafts[b] > num_draft else "result.num_accepted",
+                argument="num_draft_tokens" if drafts[i] > num_draft else "result.num_accepted",
                 index=(b,),
                 row=b,
             )
