@@ -36,9 +36,9 @@ def _example(args: argparse.Namespace) -> int:
     print('Worked example: the draft proposes "learning" with q = 0.8; the target gives p = 0.6.')
     reject = float(rejection_probability(0.6, 0.8))
     print(f"  rejection probability 1 - p/q = {reject:.2f}: accepted iff u < p/q = 0.75")
-    for u in (0.70, 0.75, 0.80):
-        verdict = "accepted" if acceptance_mask(0.6, 0.8, u) else "rejected"
-        print(f"  u = {u:.2f} -> {verdict}")
+    for draw in (0.70, 0.75, 0.80):
+        verdict = "accepted" if acceptance_mask(0.6, 0.8, draw) else "rejected"
+        print(f"  u = {draw:.2f} -> {verdict}")
 
     rng = np.random.default_rng(args.seed)
     batch, num_draft, vocab = args.batch, args.k, len(WORDS)

@@ -166,28 +166,26 @@ def verify(
             isolate,
         )
     except _native.NotInPlace:
-        args = _converted((ids, target_probs, draft_probs, num_draft_tokens, u, ru))
-        result = _native.verify(*args, greedy_rows, buffers, draws, isolate)
+        ids, target, draft, counts, u, ru = _converted(
+            ids, target_probs, draft_probs, num_draft_tokens, u, ru
+        )
+        result = _native.verify(
+            ids, target, draft, counts, u, ru, greedy_rows, buffers, draws, isolate
+        )
     return finish(result, convert)
 
 
-# The arguments of verify() the native code reads, in order: (name, holds ids,
-# may be None).
-_CHAIN_ARGUMENTS = (
-    ("draft_token_ids", True, False),
-    ("target_probs", False, False),
-    ("draft_probs", False, True),
-    ("num_draft_tokens", True, True),
-    ("uniforms", False, True),
-    ("recovery_uniforms", False, True),
-)
-
-
-def _converted(args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _converted(
+    ids: Any, target: Any, draft: Any, counts: Any, u: Any, ru: Any
+) -> tuple[Any, Any, Any, Any, Any, Any]:
     """verify()'s arrays converted to what the native code reads in place."""
-    return tuple(
-        None if x is None and optional else (int_array(x, name) if ints else float_array(x, name))
-        for x, (name, ints, optional) in zip(args, _CHAIN_ARGUMENTS, strict=True)
+    return (
+        int_array(ids, "draft_token_ids"),
+        float_array(target, "target_probs"),
+        None if draft is None else float_array(draft, "draft_probs"),
+        None if counts is None else int_array(counts, "num_draft_tokens"),
+        None if u is None else float_array(u, "uniforms"),
+        None if ru is None else float_array(ru, "recovery_uniforms"),
     )
 
 

@@ -393,26 +393,27 @@ def regime_calls(
     batch, num_draft, _ = inp.shape
     p, q, ru, targets = inp.p, inp.q, inp.recovery, inp.argmax_ids
     greedy_ids = np.ascontiguousarray(targets[:, :num_draft])
-    t = torch.from_numpy if tp is not None else None
+    t = torch.from_numpy if torch is not None else None
+    peers: dict[str, Callable[[], Any]]
     if regime in ("reject", "accept"):
         ids = inp.reject_ids if regime == "reject" else greedy_ids
         fill = np.nextafter(1.0, 0.0) if regime == "reject" else 0.0
         u = np.full((batch, num_draft), fill)
-        kwargs = {"uniforms": u, "recovery_uniforms": ru}
+        kwargs: dict[str, Any] = {"uniforms": u, "recovery_uniforms": ru}
         ours = partial(specaccept.verify, ids, p, q, **kwargs)
         peers = {
             "numpy": partial(numpy_verify, ids, p, q, u, ru),
             "reference": partial(reference.verify, ids, p, q, **kwargs),
         }
-        if t is not None:
-            peers["torch"] = partial(torch_verify, t(ids), *tp, t(u), t(ru))
+        if t is not None and tp is not None:
+            peers["torch"] = partial(torch_verify, t(ids), tp[0], tp[1], t(u), t(ru))
     elif regime == "greedy":
         ours = partial(specaccept.verify, greedy_ids, p, q, greedy=True)
         peers = {
             "numpy": partial(numpy_verify_greedy, greedy_ids, p),
             "reference": partial(reference.verify, greedy_ids, p, q, greedy=True),
         }
-        if t is not None:
+        if t is not None and tp is not None:
             peers["torch"] = partial(torch_verify_greedy, t(greedy_ids), tp[0])
     else:
         ours = partial(specaccept.verify_greedy, greedy_ids, targets)

@@ -4,6 +4,8 @@ These are the raw entry points behind the public API: arguments already
 normalised by ``specaccept._api`` (arrays of supported dtypes, uniforms drawn).
 """
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 
@@ -37,6 +39,11 @@ MAX_THREADS_PER_CPU: int
 class NotInPlace(TypeError):
     """An input not readable in place, found before any work: convert and call again."""
 
+# Inputs: any object. Arrays of the listed dtypes (aligned, native byte order)
+# are read in place; anything else raises NotInPlace before any work, and the
+# Python layer converts it (specaccept._arrays) and calls again.
+_In = Any
+
 _Chain = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
 # With isolate=True: the bad rows as (row, InputError), after the three arrays.
 _Isolated = tuple[
@@ -49,72 +56,68 @@ _Isolated = tuple[
 _Out = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64] | None]
 
 def verify(
-    draft_token_ids: npt.NDArray[np.int32 | np.int64],
-    target_probs: npt.NDArray[np.floating],
-    draft_probs: npt.NDArray[np.floating] | None,
-    num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None,
-    uniforms: npt.NDArray[np.floating] | None,
-    recovery_uniforms: npt.NDArray[np.floating] | None,
+    draft_token_ids: _In,
+    target_probs: _In,
+    draft_probs: _In | None,
+    num_draft_tokens: _In | None,
+    uniforms: _In | None,
+    recovery_uniforms: _In | None,
     greedy: bool | npt.NDArray[np.bool_],
     out: _Out | None = None,
     draws: npt.NDArray[np.float64] | None = None,
     isolate: bool = False,
 ) -> _Chain | _Isolated: ...
 def verify_flat(
-    draft_token_ids: npt.NDArray[np.int32 | np.int64],
-    num_draft_tokens: npt.NDArray[np.int32 | np.int64],
-    target_probs: npt.NDArray[np.floating],
-    draft_probs: npt.NDArray[np.floating] | None,
-    bonus_token_ids: npt.NDArray[np.int32 | np.int64],
-    uniforms: npt.NDArray[np.floating] | None,
-    recovery_uniforms: npt.NDArray[np.floating] | None,
+    draft_token_ids: _In,
+    num_draft_tokens: _In,
+    target_probs: _In,
+    draft_probs: _In | None,
+    bonus_token_ids: _In,
+    uniforms: _In | None,
+    recovery_uniforms: _In | None,
     greedy: bool | npt.NDArray[np.bool_],
     out: _Out | None = None,
     isolate: bool = False,
 ) -> _Chain | _Isolated: ...
 def verify_greedy(
-    draft_token_ids: npt.NDArray[np.int32 | np.int64],
-    target_token_ids: npt.NDArray[np.int32 | np.int64],
-    num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None,
+    draft_token_ids: _In,
+    target_token_ids: _In,
+    num_draft_tokens: _In | None,
     out: _Out | None = None,
 ) -> _Chain: ...
-def rejection_probability(
-    target_prob: npt.NDArray[np.floating], draft_prob: npt.NDArray[np.floating]
-) -> npt.NDArray[np.float64]: ...
+def rejection_probability(target_prob: _In, draft_prob: _In) -> npt.NDArray[np.float64]: ...
 def acceptance_mask(
-    target_prob: npt.NDArray[np.floating],
-    draft_prob: npt.NDArray[np.floating],
-    uniform: npt.NDArray[np.floating],
+    target_prob: _In,
+    draft_prob: _In,
+    uniform: _In,
 ) -> npt.NDArray[np.bool_]: ...
-def acceptance_rate(
-    target_probs: npt.NDArray[np.floating], draft_probs: npt.NDArray[np.floating]
-) -> npt.NDArray[np.float64]: ...
+def acceptance_rate(target_probs: _In, draft_probs: _In) -> npt.NDArray[np.float64]: ...
 def accepted_prefix_length(
-    accepted: npt.NDArray[np.bool_], num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None
+    accepted: npt.NDArray[np.bool_], num_draft_tokens: _In | None
 ) -> npt.NDArray[np.int64]: ...
 def get_num_threads() -> int: ...
 def set_num_threads(n: int) -> None: ...
 def max_num_threads() -> int: ...
 def verify_tree(
-    node_token_ids: npt.NDArray[np.int32 | np.int64],
-    parent_ids: npt.NDArray[np.int32 | np.int64],
-    target_probs: npt.NDArray[np.floating],
-    draft_probs: npt.NDArray[np.floating] | None,
-    uniforms: npt.NDArray[np.floating] | None,
-    recovery_uniforms: npt.NDArray[np.floating] | None,
+    node_token_ids: _In,
+    parent_ids: _In,
+    target_probs: _In,
+    draft_probs: _In | None,
+    uniforms: _In | None,
+    recovery_uniforms: _In | None,
     greedy: bool | npt.NDArray[np.bool_],
 ) -> tuple[
     npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
 ]: ...
 def verify_logits(
-    draft_token_ids: npt.NDArray[np.int32 | np.int64],
-    target_logits: npt.NDArray[np.floating],
-    draft_logits: npt.NDArray[np.floating] | None,
+    draft_token_ids: _In,
+    target_logits: _In,
+    draft_logits: _In | None,
     temperature: npt.NDArray[np.float64],
     top_k: npt.NDArray[np.int64],
     top_p: npt.NDArray[np.float64],
-    num_draft_tokens: npt.NDArray[np.int32 | np.int64] | None,
-    uniforms: npt.NDArray[np.floating] | None,
-    recovery_uniforms: npt.NDArray[np.floating] | None,
+    num_draft_tokens: _In | None,
+    uniforms: _In | None,
+    recovery_uniforms: _In | None,
     isolate: bool = False,
 ) -> _Chain | _Isolated: ...

@@ -42,6 +42,9 @@ def out_buffers(out: Any) -> tuple[Any, Any, Any] | None:
     """``out`` as the native layer takes it: ``(ids, num_accepted, num_emitted or None)``."""
     if out is None:
         return None
+    ids: Any
+    accepted: Any
+    emitted: Any
     if isinstance(out, Verification):
         ids, accepted, emitted = out.output_token_ids, out.num_accepted, out.num_emitted
     elif isinstance(out, (tuple, list)) and len(out) in (2, 3):

@@ -194,10 +194,10 @@ class TreeVerification(Verification):
 # The hot path builds results without the frozen dataclass's __init__
 # (three object.__setattr__ calls): the slot descriptors set the fields directly.
 _new = object.__new__
-_set_output_token_ids = Verification.output_token_ids.__set__  # type: ignore[attr-defined]
-_set_num_accepted = Verification.num_accepted.__set__  # type: ignore[attr-defined]
-_set_num_emitted = Verification.num_emitted.__set__  # type: ignore[attr-defined]
-_set_errors = Verification.errors.__set__  # type: ignore[attr-defined]
+_set_output_token_ids = Verification.output_token_ids.__set__  # type: ignore[attr-defined, misc]
+_set_num_accepted = Verification.num_accepted.__set__  # type: ignore[attr-defined, misc]
+_set_num_emitted = Verification.num_emitted.__set__  # type: ignore[attr-defined, misc]
+_set_errors = Verification.errors.__set__  # type: ignore[attr-defined, misc]
 
 
 def _verification(
@@ -219,7 +219,8 @@ def finish(result: tuple[Any, ...], convert: Any) -> Verification:
     isolated rows as ``(row, InputError)``."""
     if convert is None and len(result) == 3:
         return _verification(*result)  # the serving loop's case, first
-    arrays, bad = result[:3], (result[3] if len(result) == 4 else None)
+    ids, accepted, emitted = result[:3]
     if convert is not None:
-        arrays = tuple(convert(a) for a in arrays)
-    return _verification(*arrays, errors=None if bad is None else dict(bad))
+        ids, accepted, emitted = convert(ids), convert(accepted), convert(emitted)
+    bad = dict(result[3]) if len(result) == 4 else None
+    return _verification(ids, accepted, emitted, errors=bad)

@@ -383,11 +383,12 @@ def _random_zeros(shape: tuple[int, ...]) -> np.ndarray:
         ) from None
 
 
-def _out_buffers(out: Any, inputs: dict[str, Any]) -> list[np.ndarray | None] | None:
+def _out_buffers(out: Any, inputs: dict[str, Any]) -> list[Any] | None:
     """``out=`` checked in the native order: per array its type, rank, dtype, that
     it shares no memory with an input or an earlier output, and that it is writeable."""
     if out is None:
         return None
+    arrays: list[Any]
     if isinstance(out, Verification):
         arrays = [out.output_token_ids, out.num_accepted, out.num_emitted]
     elif isinstance(out, (tuple, list)) and len(out) in (2, 3):
@@ -460,7 +461,7 @@ def _result(
     for b in isolated or ():
         output_token_ids[b] = -1
         num_accepted[b] = num_emitted[b] = 0
-    values = (output_token_ids, num_accepted, num_emitted)
+    values: tuple[np.ndarray, ...] = (output_token_ids, num_accepted, num_emitted)
     if out is not None:
         values = tuple(
             value.copy() if buffer is None else buffer
@@ -470,7 +471,8 @@ def _result(
             values, (output_token_ids, num_accepted, num_emitted), strict=True
         ):
             buffer[...] = value
-    return _verification(*(convert(v) for v in values), errors=isolated)
+    ids, accepted, emitted = (convert(v) for v in values)
+    return _verification(ids, accepted, emitted, errors=isolated)
 
 
 def _verify_rows(batch: int, isolate: bool, verify_row: Any) -> dict[int, InputError]:
@@ -1036,6 +1038,12 @@ def verify_logits(
             if next_token is None:
                 next_token = _argmax_list(logits[b, k], f"target_logits[{b}, {k}")
         else:
+            if u is None or ru is None:  # drawn above whenever a row samples
+                raise InputError(
+                    "uniforms: uniforms and recovery_uniforms are required for rows verified "
+                    "by sampling",
+                    argument="uniforms",
+                )
             row_u = [_uniform(u[b, t], "uniforms", (b, t)) for t in range(k)]
             recovery = _uniform(ru[b], "recovery_uniforms", (b,))
             n, next_token = k, None

@@ -133,14 +133,17 @@ def chain_speculative_sampling(
         for name, a in ((n, as_numpy(x, n)) for n, x in inputs.items())
         if isinstance(a, np.ndarray)
     ]
-    buffers = []
+    buffers: list[np.ndarray | None] = []
     for given, name in (
         (maybe_output_accepted_token_num, "maybe_output_accepted_token_num"),
         (maybe_output_emitted_draft_token_num, "maybe_output_emitted_draft_token_num"),
     ):
-        buffers.append(None if given is None else _count_buffer(given, name, batch, seen))
-        if given is not None:
-            seen.append((name, buffers[-1]))
+        if given is None:
+            buffers.append(None)
+            continue
+        checked = _count_buffer(given, name, batch, seen)
+        buffers.append(checked)
+        seen.append((name, checked))
     try:
         result = verify(ids, p, q, uniforms=u[:, :num_draft], recovery_uniforms=u[:, num_draft])
     except InputError as error:
