@@ -869,23 +869,32 @@ fn verify_tree<'py>(
         FloatArg::<Ix1>::extract(o, "recovery_uniforms")
     })?;
     let greedy_rows = GreedyArg::extract(greedy)?;
-    macro_rules! check {
+    macro_rules! run {
         ($p:expr, $q:expr) => {
-            TreeInputs {
-                node_token_ids: ids.view(),
-                parent_ids: parents.view(),
-                target_probs: $p,
-                draft_probs: $q,
-                uniforms: u.as_ref().map(FloatArg::view),
-                recovery_uniforms: ru.as_ref().map(FloatArg::view),
-                greedy: greedy_rows.view(),
-            }
-            .dims()
+            run_tree(
+                py,
+                TreeInputs {
+                    node_token_ids: ids.view(),
+                    parent_ids: parents.view(),
+                    target_probs: $p,
+                    draft_probs: $q,
+                    uniforms: u.as_ref().map(FloatArg::view),
+                    recovery_uniforms: ru.as_ref().map(FloatArg::view),
+                    greedy: greedy_rows.view(),
+                },
+            )
         };
     }
-    // Shapes first, then the walk over the parent links, then the outputs.
-    let (batch, _, _) = each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, check)?;
-    let deepest = tree::tree_depth(&parents.view())?;
+    each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, run)
+}
+
+/// Shapes first, then the walk over the parent links, then the outputs, then the work.
+fn run_tree<'py, P: Prob, Q: Prob>(
+    py: Python<'py>,
+    inputs: TreeInputs<'_, P, Q>,
+) -> PyResult<TreeResult<'py>> {
+    let (batch, _, _) = inputs.dims()?;
+    let deepest = tree::tree_depth(&inputs.parent_ids)?;
     let sized_by = "node_token_ids [B, N] and the deepest path D of parent_ids";
     let outputs = (
         zeros::<i64, Ix2>(py, &[batch, deepest + 1], "output_token_ids", sized_by)?,
@@ -903,21 +912,7 @@ fn verify_tree<'py>(
                 accepted_node_ids: outputs.3.as_array_mut(),
             }
         };
-        macro_rules! run {
-            ($p:expr, $q:expr) => {{
-                let inputs = TreeInputs {
-                    node_token_ids: ids.view(),
-                    parent_ids: parents.view(),
-                    target_probs: $p,
-                    draft_probs: $q,
-                    uniforms: u.as_ref().map(FloatArg::view),
-                    recovery_uniforms: ru.as_ref().map(FloatArg::view),
-                    greedy: greedy_rows.view(),
-                };
-                py.detach(|| tree::verify_tree(&inputs, &mut out))
-            }};
-        }
-        each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, run)?;
+        py.detach(|| tree::verify_tree(&inputs, &mut out))?;
     }
     Ok(outputs)
 }

@@ -119,16 +119,20 @@ def _too_large(batch: int, width: int, vocab: int) -> MemoryError:
     )
 
 
+def _model_array(value: Any, name: str, what: str) -> np.ndarray:
+    """A model's answer as a NumPy array (in place when it can be), or a TypeError."""
+    array = as_numpy(value, name)
+    if isinstance(array, np.ndarray):
+        return array
+    try:
+        return np.asarray(array)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{name} must return {what}, got {type(value).__name__}") from error
+
+
 def _model_probs(value: Any, shape: tuple[int, ...], name: str) -> np.ndarray:
     """A model's answer as a float array of ``shape`` (read in place when it can be)."""
-    array = as_numpy(value, name)
-    if not isinstance(array, np.ndarray):
-        try:
-            array = np.asarray(array)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"{name} must return a float array, got {type(value).__name__}") from (
-                error
-            )
+    array = _model_array(value, name, "a float array")
     if array.dtype.kind != "f":
         raise TypeError(f"{name} must return a float array, got dtype {array.dtype}")
     if array.shape != shape:
@@ -140,14 +144,7 @@ def _model_probs(value: Any, shape: tuple[int, ...], name: str) -> np.ndarray:
 
 def _model_tokens(value: Any, shape: tuple[int, ...], vocab: int, name: str) -> np.ndarray:
     """Drafted tokens as an int array of ``shape``, each in ``[0, V)``."""
-    array = as_numpy(value, name)
-    if not isinstance(array, np.ndarray):
-        try:
-            array = np.asarray(array)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"{name} must return int tokens, got {type(value).__name__}") from (
-                error
-            )
+    array = _model_array(value, name, "int tokens")
     if array.dtype.kind not in "iu":
         raise TypeError(f"{name} must return int tokens, got dtype {array.dtype}")
     if array.shape != shape:
