@@ -14,7 +14,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ndarray::{s, Array1, Array2, Array3, Axis};
-use specaccept::chain::{self, ChainInputs, ChainOutputs, Greedy};
+use specaccept::chain::{self, ChainInputs, ChainOutputs, Greedy, Method};
 use specaccept::error::RowErrors;
 use specaccept::logits;
 use specaccept::threads;
@@ -67,6 +67,7 @@ fn run(batch: &Batch, greedy: bool, out: &mut (Array2<i64>, Array1<i64>, Array1<
         uniforms: Some(FloatView::F64(batch.u.view())),
         recovery_uniforms: Some(FloatView::F64(batch.ru.view())),
         greedy: Greedy::All(greedy),
+        method: Method::Token,
     };
     let mut outputs = ChainOutputs {
         output_token_ids: out.0.view_mut(),

@@ -11,7 +11,7 @@
 use half::f16;
 use ndarray::{s, Array1, Array2, Array3, ArrayView3, Axis};
 use specaccept::chain::{
-    self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs,
+    self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs, Method,
 };
 use specaccept::error::RowErrors;
 use specaccept::logits::{self, LogitsInputs};
@@ -189,6 +189,7 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         uniforms: (flags & 16 == 0).then(|| FloatView::F64(uniforms.view())),
         recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
         greedy,
+        method: Method::Token,
     };
     let mut out = Outputs::new(batch, k);
     let verified = chain::verify(&inputs, &mut out.views(), RowErrors::Raise).is_ok();
@@ -235,6 +236,7 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
                     Greedy::PerRow(_) => Greedy::All(greedy_rows[b]),
                     all => all,
                 },
+                method: Method::Token,
             };
             let mut one = Outputs::new(1, k);
             match (
@@ -290,6 +292,7 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         uniforms: Some(FloatView::F64(flat_u.view())),
         recovery_uniforms: Some(FloatView::F64(recovery.view())),
         greedy: Greedy::All(flags & 64 == 0),
+        method: Method::Token,
     };
     let mut flat_out = Outputs::new(batch, k);
     if chain::verify_flat(&flat, &mut flat_out.views(), RowErrors::Raise).is_ok() {

@@ -6,6 +6,7 @@
 
 use ndarray::{s, ArrayView1, ArrayView2, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2};
 
+use crate::block;
 use crate::checks::{
     check_counts_shape, check_gathered, check_token, check_uniform, draft_len, expect_shape, Pos,
     RowAt,
@@ -13,10 +14,22 @@ use crate::checks::{
 use crate::error::{CoreError, RowErrors};
 use crate::memory;
 use crate::rule::is_accepted;
-use crate::sample::{argmax_of, sample_residual, sample_target, zero_row, SUM_BLOCK};
+use crate::sample::{
+    argmax_of, residual_mass, sample_residual, sample_target, zero_row, SUM_BLOCK,
+};
 use crate::threads;
 pub use crate::view::Greedy;
 use crate::view::{FloatView, IntView, Prob};
+
+/// How the sampled rows of a chain decide their accepted prefix.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Method {
+    /// Token by token, stopping at the first rejection (docs/spec.md section 2.2).
+    #[default]
+    Token,
+    /// The whole block jointly (Sun et al., 2025; docs/spec.md section 2.6).
+    Block,
+}
 
 /// The inputs of `verify`, as docs/spec.md section 2.1 names them.
 pub struct ChainInputs<'a, P, Q> {
@@ -33,6 +46,7 @@ pub struct ChainInputs<'a, P, Q> {
     /// `[B]` uniform draws for the replacement or bonus sample.
     pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
     pub greedy: Greedy<'a>,
+    pub method: Method,
 }
 
 /// The flattened ragged layout serving engines use (vLLM's `SpecDecodeMetadata`):
@@ -60,6 +74,7 @@ pub struct FlatChainInputs<'a, P, Q> {
     /// `[B]` uniform draws for the replacement sample.
     pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
     pub greedy: Greedy<'a>,
+    pub method: Method,
 }
 
 /// Where `verify` writes its result.
@@ -146,6 +161,7 @@ fn check_outputs(out: &ChainOutputs<'_>, batch: usize, num_draft: usize) -> Resu
 /// What verifying one row reads, whatever the layout of the batch.
 trait Chain<P: Prob, Q: Prob>: Sync {
     fn dims(&self) -> Result<ChainDims, CoreError>;
+    fn method(&self) -> Method;
     fn is_greedy(&self, b: usize) -> bool;
     /// `k_b`, checked against `[0, K]`.
     fn draft_len(&self, b: usize, dims: ChainDims) -> Result<usize, CoreError>;
@@ -164,6 +180,9 @@ trait Chain<P: Prob, Q: Prob>: Sync {
 impl<P: Prob, Q: Prob> Chain<P, Q> for ChainInputs<'_, P, Q> {
     fn dims(&self) -> Result<ChainDims, CoreError> {
         ChainInputs::dims(self)
+    }
+    fn method(&self) -> Method {
+        self.method
     }
     fn is_greedy(&self, b: usize) -> bool {
         self.greedy.row(b)
@@ -295,6 +314,9 @@ impl<P, Q> Flat<'_, '_, P, Q> {
 impl<P: Prob, Q: Prob> Chain<P, Q> for Flat<'_, '_, P, Q> {
     fn dims(&self) -> Result<ChainDims, CoreError> {
         self.inputs.dims()
+    }
+    fn method(&self) -> Method {
+        self.inputs.method
     }
     fn is_greedy(&self, b: usize) -> bool {
         self.inputs.greedy.row(b)
@@ -486,22 +508,11 @@ fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
             check_uniform(u, "uniforms", &index[..len])?;
         }
         let recovery_u = check_uniform(recovery_u, "recovery_uniforms", &[b])?;
-        let mut n = k;
-        for t in 0..k {
-            let x = chain.draft_id(b, t) as usize;
-            let (index, len) = chain.pos(b, t).buf(Some(x));
-            let index = &index[..len];
-            let p = check_gathered(chain.target_row(b, t)[x].to_f64(), "target_probs", index)?;
-            let q = match chain.draft_row(b, t) {
-                Some(row) => check_gathered(row[x].to_f64(), "draft_probs", index)?,
-                None => 1.0,
-            };
-            let u = chain.uniform(b, t).ok_or_else(missing_uniforms)?;
-            if !is_accepted(p, q, u) {
-                n = t;
-                break;
-            }
-        }
+        let decision = match chain.method() {
+            Method::Token => token_prefix(chain, b, k)?,
+            Method::Block => block_prefix(chain, b, k, scratch)?,
+        };
+        let n = decision.accepted;
         let next = if n < k {
             let x = chain.draft_id(b, n) as usize;
             let residual = match chain.draft_row(b, n) {
@@ -509,9 +520,12 @@ fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
                     chain.target_row(b, n),
                     q,
                     chain.pos(b, n),
+                    decision.scale,
                     recovery_u,
                     scratch,
+                    decision.residual_mass,
                 )?,
+                // One-hot drafts: p with the draft zeroed (any scale gives the same law).
                 None => sample_target(
                     chain.target_row(b, n),
                     Some(x),
@@ -554,6 +568,105 @@ fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
         out_row[t] = -1;
     }
     Ok(n)
+}
+
+/// What a sampled row's rule decided: `n_b`, and the residual to sample at
+/// `n_b < k_b`: `max(0, scale * p - q)`, whose mass is already summed into the
+/// scratch block sums when `residual_mass` is known.
+struct Decision {
+    accepted: usize,
+    scale: f64,
+    residual_mass: Option<f64>,
+}
+
+/// The token rule: accept position by position, stop at the first rejection
+/// (docs/spec.md section 2.2).
+fn token_prefix<P: Prob, Q: Prob, C: Chain<P, Q>>(
+    chain: &C,
+    b: usize,
+    k: usize,
+) -> Result<Decision, CoreError> {
+    let mut n = k;
+    for t in 0..k {
+        let (p, q) = gathered(chain, b, t)?;
+        let u = chain.uniform(b, t).ok_or_else(missing_uniforms)?;
+        if !is_accepted(p, q, u) {
+            n = t;
+            break;
+        }
+    }
+    Ok(Decision {
+        accepted: n,
+        scale: 1.0,
+        residual_mass: None,
+    })
+}
+
+/// `p_t(x_t)` and `q_t(x_t)` (1 for one-hot drafts), checked against `[0, 1]`.
+fn gathered<P: Prob, Q: Prob, C: Chain<P, Q>>(
+    chain: &C,
+    b: usize,
+    t: usize,
+) -> Result<(f64, f64), CoreError> {
+    let x = chain.draft_id(b, t) as usize;
+    let (index, len) = chain.pos(b, t).buf(Some(x));
+    let index = &index[..len];
+    let p = check_gathered(chain.target_row(b, t)[x].to_f64(), "target_probs", index)?;
+    let q = match chain.draft_row(b, t) {
+        Some(row) => check_gathered(row[x].to_f64(), "draft_probs", index)?,
+        None => 1.0,
+    };
+    Ok((p, q))
+}
+
+/// The block rule (docs/spec.md section 2.6): the path weights `rho_i` from
+/// every gathered value, then `tau`, the largest `i` with `eta_i < h_i`,
+/// searched from the top down so that a row accepted whole reads no full row
+/// and each step down reads one more pair of rows.
+fn block_prefix<P: Prob, Q: Prob, C: Chain<P, Q>>(
+    chain: &C,
+    b: usize,
+    k: usize,
+    scratch: &mut Vec<f64>,
+) -> Result<Decision, CoreError> {
+    // rho_0 = 1, and the gathered p_i(x_i) (k is at most K: small).
+    let mut rho = Vec::with_capacity(k + 1);
+    let mut p_drafted = Vec::with_capacity(k);
+    rho.push(1.0);
+    for t in 0..k {
+        let (p, q) = gathered(chain, b, t)?;
+        p_drafted.push(p);
+        rho.push(block::next_rho(rho[t], p, q));
+    }
+    let eta = |i: usize| chain.uniform(b, i - 1).ok_or_else(missing_uniforms);
+    if k > 0 && eta(k)? < rho[k] {
+        return Ok(Decision {
+            accepted: k,
+            scale: rho[k],
+            residual_mass: None,
+        });
+    }
+    for i in (1..k).rev() {
+        let (z, mass) = match chain.draft_row(b, i) {
+            Some(q) => {
+                let z = residual_mass(chain.target_row(b, i), q, chain.pos(b, i), rho[i], scratch)?;
+                (z, Some(z))
+            }
+            None => (block::one_hot_mass(rho[i], p_drafted[i]), None),
+        };
+        if eta(i)? < block::h(z, rho[i]) {
+            return Ok(Decision {
+                accepted: i,
+                scale: rho[i],
+                residual_mass: mass,
+            });
+        }
+    }
+    Ok(Decision {
+        accepted: 0,
+        scale: 1.0,
+        residual_mass: None,
+    })
 }
 
 fn missing_uniforms() -> CoreError {
@@ -701,6 +814,7 @@ mod tests {
             uniforms: Some(FloatView::F64(u.view())),
             recovery_uniforms: Some(FloatView::F64(ru.view())),
             greedy: Greedy::All(false),
+            method: Method::Token,
         };
         verify(&inputs, &mut out.views(), RowErrors::Raise)?;
         Ok(out)
@@ -771,6 +885,7 @@ mod tests {
             uniforms: Some(FloatView::F64(u.view())),
             recovery_uniforms: Some(FloatView::F64(ru.view())),
             greedy: Greedy::All(false),
+            method: Method::Token,
         };
         verify(&inputs, &mut out.views(), RowErrors::Raise).unwrap();
         assert_eq!(out.ids, contiguous.ids);
@@ -805,6 +920,7 @@ mod tests {
                 uniforms: Some(FloatView::F64(u.view())),
                 recovery_uniforms: Some(FloatView::F64(ru.view())),
                 greedy: Greedy::PerRow(greedy.view()),
+                method: Method::Token,
             };
             verify(&inputs, &mut out.views(), RowErrors::Raise).map(|()| out)
         };
@@ -840,6 +956,7 @@ mod tests {
             uniforms: None,
             recovery_uniforms: None,
             greedy: Greedy::All(true),
+            method: Method::Token,
         };
         verify(&inputs, &mut out.views(), RowErrors::Raise).unwrap();
         assert_eq!(out.ids, array![[1, 0, -1]], "mismatch at 1: emit argmax 0");

@@ -25,6 +25,7 @@
 //! batch) and [`memory`] (fallible buffers: a size too large is an error, not
 //! an abort). The contract they implement is `docs/spec.md`.
 
+pub mod block;
 pub mod chain;
 pub mod checks;
 pub mod error;

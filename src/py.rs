@@ -14,7 +14,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyList};
 use pyo3::IntoPyObjectExt;
 
-use crate::chain::{self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs};
+use crate::chain::{
+    self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs, Method,
+};
 use crate::error::{CoreError, RowErrors};
 use crate::logits::{self, LogitsInputs};
 use crate::rate;
@@ -448,6 +450,18 @@ fn outputs<'py>(
     Ok((ids, accepted, emitted))
 }
 
+/// `method=`: `"token"` or `"block"` (see `chain::Method`).
+fn method_arg(method: &str) -> PyResult<Method> {
+    match method {
+        "token" => Ok(Method::Token),
+        "block" => Ok(Method::Block),
+        other => Err(input_error(
+            "method",
+            format!("method must be \"token\" or \"block\", got {other:?}"),
+        )),
+    }
+}
+
 /// The outputs returned to Python: the three arrays, and with `isolate` the
 /// bad rows as a list of `(row, InputError)`.
 type ChainReturn<'py> = (ChainResult<'py>, Option<Bound<'py, PyList>>);
@@ -567,6 +581,7 @@ fn run_chain<'py, 'a, P: Prob, Q: Prob>(
     uniforms: Option<FloatView<'a, Ix2>>,
     recovery_uniforms: Option<FloatView<'a, Ix1>>,
     greedy: Greedy<'a>,
+    method: Method,
     plan: &OutPlan<'_, 'py>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let inputs = ChainInputs {
@@ -577,6 +592,7 @@ fn run_chain<'py, 'a, P: Prob, Q: Prob>(
         uniforms,
         recovery_uniforms,
         greedy,
+        method,
     };
     let dims = inputs.dims()?;
     plan.run(py, dims.batch, dims.num_draft, |out, errors| {
@@ -592,7 +608,7 @@ fn run_chain<'py, 'a, P: Prob, Q: Prob>(
 /// `(output_token_ids, num_accepted, num_emitted)`, and with `isolate` a fourth
 /// item: the bad rows as a list of `(row, InputError)`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_probs, draft_probs, num_draft_tokens, uniforms, recovery_uniforms, greedy, out=None, draws=None, isolate=false))]
+#[pyo3(signature = (draft_token_ids, target_probs, draft_probs, num_draft_tokens, uniforms, recovery_uniforms, greedy, out=None, draws=None, isolate=false, method="token"))]
 #[allow(clippy::too_many_arguments)]
 fn verify<'py>(
     py: Python<'py>,
@@ -606,7 +622,9 @@ fn verify<'py>(
     out: Option<&Bound<'py, PyAny>>,
     draws: Option<&Bound<'py, PyAny>>,
     isolate: bool,
+    method: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let method = method_arg(method)?;
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let target = FloatArg::<Ix3>::extract(target_probs, "target_probs")?;
     let draft = optional(draft_probs, |o| FloatArg::<Ix3>::extract(o, "draft_probs"))?;
@@ -657,7 +675,7 @@ fn verify<'py>(
 
     macro_rules! run {
         ($p:expr, $q:expr) => {
-            run_chain(py, ids, $p, $q, counts, u, ru, greedy_view, &plan)
+            run_chain(py, ids, $p, $q, counts, u, ru, greedy_view, method, &plan)
         };
     }
     each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, run)
@@ -714,7 +732,7 @@ impl<'py> GreedyArg<'py> {
 /// `draft_probs [T, V]` or None, `bonus_token_ids [B]`, `uniforms [T]`,
 /// `recovery_uniforms [B]`. Output rows have `max(num_draft_tokens) + 1` entries.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, num_draft_tokens, target_probs, draft_probs, bonus_token_ids, uniforms, recovery_uniforms, greedy, out=None, isolate=false))]
+#[pyo3(signature = (draft_token_ids, num_draft_tokens, target_probs, draft_probs, bonus_token_ids, uniforms, recovery_uniforms, greedy, out=None, isolate=false, method="token"))]
 #[allow(clippy::too_many_arguments)]
 fn verify_flat<'py>(
     py: Python<'py>,
@@ -728,7 +746,9 @@ fn verify_flat<'py>(
     greedy: &Bound<'py, PyAny>,
     out: Option<&Bound<'py, PyAny>>,
     isolate: bool,
+    method: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let method = method_arg(method)?;
     let ids = IntArg::<Ix1>::extract(draft_token_ids, "draft_token_ids")?;
     let counts = IntArg::<Ix1>::extract(num_draft_tokens, "num_draft_tokens")?;
     let target = FloatArg::<Ix2>::extract(target_probs, "target_probs")?;
@@ -767,6 +787,7 @@ fn verify_flat<'py>(
                 uniforms: u.as_ref().map(FloatArg::view),
                 recovery_uniforms: ru.as_ref().map(FloatArg::view),
                 greedy: greedy_rows.view(),
+                method,
             };
             let dims = inputs.dims()?;
             plan.run(py, dims.batch, dims.num_draft, |out, errors| {

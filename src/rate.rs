@@ -40,7 +40,8 @@ fn row_rate<P: Prob, Q: Prob>(
     let at = RateRow { row, leading };
     match (p.as_slice(), q.as_slice()) {
         (Some(p), Some(q)) => sample::sum_blocks(
-            &PairWeights::<Overlap, _, _, _, _, _> {
+            &PairWeights {
+                op: Overlap,
                 p,
                 q,
                 at,
@@ -49,7 +50,8 @@ fn row_rate<P: Prob, Q: Prob>(
             scratch,
         ),
         _ => sample::sum_blocks(
-            &PairWeights::<Overlap, _, _, _, _, _> {
+            &PairWeights {
+                op: Overlap,
                 p,
                 q,
                 at,

@@ -24,7 +24,7 @@ use ndarray::ArrayView1;
 
 use crate::checks::{bad_probability, Pos, RowAt};
 use crate::error::CoreError;
-use crate::simd::{self, combine_lanes, Kernel, PairOp, Portable, Residual};
+use crate::simd::{self, combine_lanes, Kernel, PairOp, Portable, ScaledResidual};
 use crate::view::{Prob, Row};
 
 /// Elements per block of the canonical summation.
@@ -147,10 +147,11 @@ impl Locate for Pos {
 /// the order the reference reads them, `p_i` then `q_i`, as `target_probs` or
 /// `draft_probs` at `at.element(i)`.
 pub(crate) struct PairWeights<O, P, Q, RP, RQ, L> {
+    pub op: O,
     pub p: RP,
     pub q: RQ,
     pub at: L,
-    pub _elem: PhantomData<(O, P, Q)>,
+    pub _elem: PhantomData<(P, Q)>,
 }
 
 impl<O, P, Q, RP, RQ, L> Weights for PairWeights<O, P, Q, RP, RQ, L>
@@ -169,7 +170,7 @@ where
     #[inline(always)]
     fn block_sum<K: Kernel>(&self, start: usize, end: usize) -> (f64, bool) {
         match (self.p.contiguous(), self.q.contiguous()) {
-            (Some(p), Some(q)) => K::pair::<O, _, _>(&p[start..end], &q[start..end]),
+            (Some(p), Some(q)) => K::pair(self.op, &p[start..end], &q[start..end]),
             _ => (lane_sum(start, end, |i| self.weight(i)), false),
         }
     }
@@ -189,7 +190,7 @@ where
     }
     #[inline(always)]
     fn weight(&self, i: usize) -> f64 {
-        O::apply(self.p.at(i).to_f64(), self.q.at(i).to_f64())
+        self.op.apply(self.p.at(i).to_f64(), self.q.at(i).to_f64())
     }
 }
 
@@ -264,11 +265,17 @@ pub(crate) fn sample<W: Weights>(
     u: f64,
     block_sums: &mut Vec<f64>,
 ) -> Result<Option<usize>, CoreError> {
-    let n = w.len();
     let total = sum_blocks(w, block_sums)?;
+    Ok(search(w, u, block_sums, total))
+}
+
+/// [`sample`]'s search, on the block sums and total [`sum_blocks`] gave for `w`
+/// (a caller that needed the total first does not sum twice).
+pub(crate) fn search<W: Weights>(w: &W, u: f64, block_sums: &[f64], total: f64) -> Option<usize> {
+    let n = w.len();
     // Weights are >= 0, so the total is 0 exactly when no weight is positive.
     if total == 0.0 {
-        return Ok(None);
+        return None;
     }
     let threshold = u * total;
     let mut running = 0.0f64;
@@ -281,7 +288,7 @@ pub(crate) fn sample<W: Weights>(
                 let wi = w.weight(i);
                 cumulative += wi;
                 if wi > 0.0 && cumulative > threshold {
-                    return Ok(Some(i));
+                    return Some(i);
                 }
             }
         }
@@ -292,7 +299,7 @@ pub(crate) fn sample<W: Weights>(
     let j = block_sums.iter().rposition(|&s| s > 0.0).unwrap_or(0);
     let start = j * SUM_BLOCK;
     let end = (start + SUM_BLOCK).min(n);
-    Ok((start..end).rev().find(|&i| w.weight(i) > 0.0))
+    (start..end).rev().find(|&i| w.weight(i) > 0.0)
 }
 
 /// The first index of the largest value of a probability row (greedy decoding).
@@ -418,30 +425,81 @@ pub(crate) fn sample_residual<P: Prob, Q: Prob>(
     p: ArrayView1<'_, P>,
     q: ArrayView1<'_, Q>,
     at: Pos,
+    rho: f64,
     u: f64,
     scratch: &mut Vec<f64>,
+    known_total: Option<f64>,
 ) -> Result<Option<usize>, CoreError> {
+    // `max(0, rho * p - q)`; `rho = 1` is the token rule's `max(0, p - q)`, bit
+    // for bit. `known_total`: the caller summed these weights into `scratch`.
+    let op = ScaledResidual(rho);
     match (p.as_slice(), q.as_slice()) {
-        (Some(p), Some(q)) => sample(
-            &PairWeights::<Residual, _, _, _, _, _> {
+        (Some(p), Some(q)) => {
+            let w = PairWeights {
+                op,
+                p,
+                q,
+                at,
+                _elem: PhantomData,
+            };
+            sample_or_search(&w, u, scratch, known_total)
+        }
+        _ => {
+            let w = PairWeights {
+                op,
+                p,
+                q,
+                at,
+                _elem: PhantomData,
+            };
+            sample_or_search(&w, u, scratch, known_total)
+        }
+    }
+}
+
+/// The residual mass `Z = sum(max(0, rho * p - q))`, its block sums left in
+/// `scratch` for [`sample_residual`] with `known_total`.
+pub(crate) fn residual_mass<P: Prob, Q: Prob>(
+    p: ArrayView1<'_, P>,
+    q: ArrayView1<'_, Q>,
+    at: Pos,
+    rho: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<f64, CoreError> {
+    let op = ScaledResidual(rho);
+    match (p.as_slice(), q.as_slice()) {
+        (Some(p), Some(q)) => sum_blocks(
+            &PairWeights {
+                op,
                 p,
                 q,
                 at,
                 _elem: PhantomData,
             },
-            u,
             scratch,
         ),
-        _ => sample(
-            &PairWeights::<Residual, _, _, _, _, _> {
+        _ => sum_blocks(
+            &PairWeights {
+                op,
                 p,
                 q,
                 at,
                 _elem: PhantomData,
             },
-            u,
             scratch,
         ),
+    }
+}
+
+fn sample_or_search<W: Weights>(
+    w: &W,
+    u: f64,
+    scratch: &mut Vec<f64>,
+    known_total: Option<f64>,
+) -> Result<Option<usize>, CoreError> {
+    match known_total {
+        Some(total) => Ok(search(w, u, scratch, total)),
+        None => sample(w, u, scratch),
     }
 }
 

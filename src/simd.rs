@@ -22,38 +22,48 @@ pub(crate) trait Kernel {
     fn dense<P: Prob>(p: &[P]) -> (f64, bool);
     /// The canonical sum of `O(p_i, q_i)` (`p`, `q` of equal length), and
     /// whether every value of both is surely valid.
-    fn pair<O: PairOp, P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool);
+    fn pair<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool);
 }
 
 /// What a pair of rows is summed as, elementwise.
-pub(crate) trait PairOp {
-    fn apply(p: f64, q: f64) -> f64;
+pub(crate) trait PairOp: Copy + Sync {
+    fn apply(self, p: f64, q: f64) -> f64;
     /// [`PairOp::apply`] on four lanes, the same bits.
     ///
     /// # Safety
     /// The CPU has AVX2.
     #[cfg(target_arch = "x86_64")]
     unsafe fn apply4(
+        self,
         p: std::arch::x86_64::__m256d,
         q: std::arch::x86_64::__m256d,
     ) -> std::arch::x86_64::__m256d;
 }
 
 /// `max(0, p - q)`: the residual after a rejection.
+#[derive(Clone, Copy)]
 pub(crate) struct Residual;
 
+/// `max(0, rho * p - q)`, the product rounded before the difference (no fused
+/// multiply-add): block verification's residual and its mass `Z` (docs/spec.md
+/// section 2.6). `rho = 1` gives [`Residual`]'s bits.
+#[derive(Clone, Copy)]
+pub(crate) struct ScaledResidual(pub f64);
+
 /// `min(p, q)`: the overlap of two distributions, whose sum is the acceptance rate.
+#[derive(Clone, Copy)]
 pub(crate) struct Overlap;
 
 impl PairOp for Residual {
     #[inline(always)]
-    fn apply(p: f64, q: f64) -> f64 {
+    fn apply(self, p: f64, q: f64) -> f64 {
         positive_part(p - q)
     }
     #[cfg(target_arch = "x86_64")]
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn apply4(
+        self,
         p: std::arch::x86_64::__m256d,
         q: std::arch::x86_64::__m256d,
     ) -> std::arch::x86_64::__m256d {
@@ -63,9 +73,28 @@ impl PairOp for Residual {
     }
 }
 
+impl PairOp for ScaledResidual {
+    #[inline(always)]
+    fn apply(self, p: f64, q: f64) -> f64 {
+        positive_part(self.0 * p - q)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn apply4(
+        self,
+        p: std::arch::x86_64::__m256d,
+        q: std::arch::x86_64::__m256d,
+    ) -> std::arch::x86_64::__m256d {
+        use std::arch::x86_64::*;
+        let scaled = _mm256_mul_pd(_mm256_set1_pd(self.0), p);
+        _mm256_max_pd(_mm256_sub_pd(scaled, q), _mm256_setzero_pd())
+    }
+}
+
 impl PairOp for Overlap {
     #[inline(always)]
-    fn apply(p: f64, q: f64) -> f64 {
+    fn apply(self, p: f64, q: f64) -> f64 {
         // MINPD's rule: the first operand when it is smaller, else the second.
         if p < q {
             p
@@ -77,6 +106,7 @@ impl PairOp for Overlap {
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn apply4(
+        self,
         p: std::arch::x86_64::__m256d,
         q: std::arch::x86_64::__m256d,
     ) -> std::arch::x86_64::__m256d {
@@ -129,7 +159,7 @@ impl Kernel for Portable {
     }
 
     #[inline(always)]
-    fn pair<O: PairOp, P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
+    fn pair<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool) {
         let mut lanes = [0.0f64; SUM_LANES];
         let mut high_p = [P::Bits::default(); SUM_LANES];
         let mut high_q = [Q::Bits::default(); SUM_LANES];
@@ -139,10 +169,10 @@ impl Kernel for Portable {
             for l in 0..SUM_LANES {
                 high_p[l] = high_p[l].max(pc[l].bits());
                 high_q[l] = high_q[l].max(qc[l].bits());
-                lanes[l] += O::apply(pc[l].to_f64(), qc[l].to_f64());
+                lanes[l] += op.apply(pc[l].to_f64(), qc[l].to_f64());
             }
         }
-        add_pair_tail::<O, P, Q>(&mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
+        add_pair_tail::<O, P, Q>(op, &mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
         let ok = high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
             & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
         (combine_lanes(lanes), ok)
@@ -164,6 +194,7 @@ fn add_dense_tail<P: Prob>(
 
 #[inline(always)]
 fn add_pair_tail<O: PairOp, P: Prob, Q: Prob>(
+    op: O,
     lanes: &mut [f64; SUM_LANES],
     high_p: &mut [P::Bits; SUM_LANES],
     high_q: &mut [Q::Bits; SUM_LANES],
@@ -173,7 +204,7 @@ fn add_pair_tail<O: PairOp, P: Prob, Q: Prob>(
     for (l, (pv, qv)) in p_tail.iter().zip(q_tail).enumerate() {
         high_p[l] = high_p[l].max(pv.bits());
         high_q[l] = high_q[l].max(qv.bits());
-        lanes[l] += O::apply(pv.to_f64(), qv.to_f64());
+        lanes[l] += op.apply(pv.to_f64(), qv.to_f64());
     }
 }
 
@@ -291,9 +322,9 @@ mod x86 {
             unsafe { dense(p) }
         }
         #[inline(always)]
-        fn pair<O: PairOp, P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
+        fn pair<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool) {
             // SAFETY: as above; `p` and `q` have equal lengths (checked shapes).
-            unsafe { pair::<O, P, Q>(p, q) }
+            unsafe { pair::<O, P, Q>(op, p, q) }
         }
     }
 
@@ -333,7 +364,7 @@ mod x86 {
 
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn pair<O: PairOp, P: Prob, Q: Prob>(p: &[P], q: &[Q]) -> (f64, bool) {
+    unsafe fn pair<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool) {
         let mut acc = [_mm256_setzero_pd(); REGS];
         let (mut high_p, mut high_q) = (_mm256_setzero_si256(), _mm256_setzero_si256());
         let (p_chunks, p_tail) = p.as_chunks::<SUM_LANES>();
@@ -343,15 +374,15 @@ mod x86 {
             for (r, (p8, q8)) in eights.enumerate() {
                 let (pa, pb) = P::load8(p8.as_ptr(), &mut high_p);
                 let (qa, qb) = Q::load8(q8.as_ptr(), &mut high_q);
-                acc[2 * r] = _mm256_add_pd(acc[2 * r], O::apply4(pa, qa));
-                acc[2 * r + 1] = _mm256_add_pd(acc[2 * r + 1], O::apply4(pb, qb));
+                acc[2 * r] = _mm256_add_pd(acc[2 * r], op.apply4(pa, qa));
+                acc[2 * r + 1] = _mm256_add_pd(acc[2 * r + 1], op.apply4(pb, qb));
             }
         }
         let body_ok = P::all_valid(high_p) & Q::all_valid(high_q);
         let mut lanes = spill(acc);
         let mut high_p = [P::Bits::default(); SUM_LANES];
         let mut high_q = [Q::Bits::default(); SUM_LANES];
-        add_pair_tail::<O, P, Q>(&mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
+        add_pair_tail::<O, P, Q>(op, &mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
         let ok = body_ok
             & high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
             & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
@@ -404,13 +435,18 @@ mod tests {
         for (op, a, b) in [
             (
                 "residual",
-                Portable::pair::<Residual, _, _>(p, q),
-                Avx2::pair::<Residual, _, _>(p, q),
+                Portable::pair(Residual, p, q),
+                Avx2::pair(Residual, p, q),
             ),
             (
                 "overlap",
-                Portable::pair::<Overlap, _, _>(p, q),
-                Avx2::pair::<Overlap, _, _>(p, q),
+                Portable::pair(Overlap, p, q),
+                Avx2::pair(Overlap, p, q),
+            ),
+            (
+                "scaled residual",
+                Portable::pair(ScaledResidual(0.3), p, q),
+                Avx2::pair(ScaledResidual(0.3), p, q),
             ),
         ] {
             assert_eq!(
@@ -453,7 +489,7 @@ mod tests {
                     assert!(!Portable::dense(&pb).1, "{bad} at {at} of {len}");
                     let pb32: Vec<f32> = pb.iter().map(|&v| v as f32).collect();
                     check_same(&pb32, &q32);
-                    assert!(!Portable::pair::<Residual, _, _>(&q32, &pb32).1);
+                    assert!(!Portable::pair(Residual, &q32, &pb32).1);
                     let pb16: Vec<half::f16> = pb.iter().map(|&v| half::f16::from_f64(v)).collect();
                     check_same(&pb16, &p16);
                     assert!(!Portable::dense(&pb16).1);

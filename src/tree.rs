@@ -460,14 +460,14 @@ fn residual_round<A: Prob, Q: Prob>(
             for ((n, p), q) in next.iter_mut().zip(p.iter()).zip(q.iter()) {
                 let (p, q) = (p.to_f64(), q.to_f64());
                 ok &= valid(p) & valid(q);
-                *n = Residual::apply(divide(p), q);
+                *n = Residual.apply(divide(p), q);
             }
         }
         None => {
             for (i, (n, p)) in next.iter_mut().zip(p.iter()).enumerate() {
                 let p = p.to_f64();
                 ok &= valid(p);
-                *n = Residual::apply(divide(p), f64::from(u8::from(i == x)));
+                *n = Residual.apply(divide(p), f64::from(u8::from(i == x)));
             }
         }
     }
@@ -512,21 +512,21 @@ fn round_slices_with<A: Prob, Q: Prob>(
             for ((n, p), q) in rows {
                 let (p, q) = (p.to_f64(), q.to_f64());
                 bad |= invalid(p) | invalid(q);
-                *n = Residual::apply(p, q);
+                *n = Residual.apply(p, q);
             }
         }
         Some(total) if total > 0.0 => {
             for ((n, p), q) in rows {
                 let (p, q) = (p.to_f64(), q.to_f64());
                 bad |= invalid(p) | invalid(q);
-                *n = Residual::apply(p / total, q);
+                *n = Residual.apply(p / total, q);
             }
         }
         Some(_) => {
             for ((n, p), q) in rows {
                 let (p, q) = (p.to_f64(), q.to_f64());
                 bad |= invalid(p) | invalid(q);
-                *n = Residual::apply(0.0, q);
+                *n = Residual.apply(0.0, q);
             }
         }
     }

@@ -14,7 +14,7 @@ import numpy.typing as npt
 from . import _native
 from ._arrays import bool_array, float_array, int_array, like_converter
 from ._errors import InputError
-from ._options import as_greedy, isolating, out_buffers
+from ._options import as_greedy, as_method, isolating, out_buffers
 from ._result import Verification, finish
 from ._uniforms import RngLike, draw_missing, draw_uniforms
 
@@ -42,6 +42,7 @@ def verify(
     out: Verification | tuple[npt.NDArray[np.int64], ...] | None = None,
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
+    method: Literal["token", "block"] = "token",
 ) -> Verification:
     """Verify drafted tokens against the target model (speculative sampling).
 
@@ -103,6 +104,18 @@ def verify(
         and every other row gets exactly the tokens it gets in a batch without
         the bad rows (given the same uniforms: pass ``uniforms`` or one Generator
         per row to make a row's draws its own). Shape errors still raise.
+    method : ``"token"`` or ``"block"``
+        How sampled rows decide their accepted prefix. ``"token"`` (default):
+        position by position, stopping at the first rejection. ``"block"``:
+        block verification (Sun et al., ICLR 2025), which decides the prefix of
+        the whole block jointly: the output still follows the target exactly,
+        and the expected number of accepted drafts is never smaller (it is
+        optimal among verifiers that see the drafted path). It reads every
+        gathered ``p_t(x_t)``, ``q_t(x_t)`` of a row and, going down from the
+        last position, one more pair of rows per step. The same uniforms serve:
+        ``uniforms[b, i-1]`` is the draw of ``h_i``. With ``draft_probs=None``
+        it gives the same accepted-length law as ``"token"``. Greedy rows are
+        verified by argmax either way. See docs/spec.md section 2.6.
 
     Returns
     -------
@@ -137,6 +150,7 @@ def verify(
     """
     convert = like_converter(like)
     isolate = isolating(errors)
+    rule = method if method == "token" else as_method(method)
     greedy_rows = as_greedy(greedy)
     buffers = out_buffers(out)
     ids, u, ru, draws = draft_token_ids, uniforms, recovery_uniforms, None
@@ -164,13 +178,14 @@ def verify(
             buffers,
             draws,
             isolate,
+            rule,
         )
     except _native.NotInPlace:
         ids, target, draft, counts, u, ru = _converted(
             ids, target_probs, draft_probs, num_draft_tokens, u, ru
         )
         result = _native.verify(
-            ids, target, draft, counts, u, ru, greedy_rows, buffers, draws, isolate
+            ids, target, draft, counts, u, ru, greedy_rows, buffers, draws, isolate, rule
         )
     return finish(result, convert)
 

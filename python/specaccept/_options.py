@@ -11,7 +11,11 @@ from ._arrays import as_numpy, bool_array
 from ._errors import InputError
 from ._result import Verification
 
-__all__ = ["as_greedy", "isolating", "out_buffers"]
+__all__ = ["CHAIN_METHODS", "as_greedy", "as_method", "isolating", "out_buffers"]
+
+#: The verification methods of chains (``verify``, ``verify_logits``, the vLLM
+#: layer): ``"token"`` (token by token) and ``"block"`` (the block jointly).
+CHAIN_METHODS = ("token", "block")
 
 
 def as_greedy(greedy: Any) -> bool | np.ndarray:
@@ -25,6 +29,15 @@ def as_greedy(greedy: Any) -> bool | np.ndarray:
         return bool(greedy) if greedy.ndim == 0 else bool_array(greedy, "greedy")
     got = f"an array of {greedy.dtype}" if isinstance(greedy, np.ndarray) else type(greedy).__name__
     raise TypeError(f"greedy must be a bool or a bool array of shape [B], got {got}")
+
+
+def as_method(method: Any, methods: tuple[str, ...] = CHAIN_METHODS, name: str = "method") -> str:
+    """``method=``: one of ``methods``."""
+    if not isinstance(method, str):
+        raise TypeError(f"{name} must be one of {methods}, got {type(method).__name__}")
+    if method not in methods:
+        raise InputError(f"{name} must be one of {methods}, got {method!r:.40}", argument=name)
+    return method
 
 
 def isolating(errors: Any) -> bool:

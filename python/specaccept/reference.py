@@ -521,6 +521,7 @@ def verify(
     out=None,
     like=None,
     errors="raise",
+    method="token",
 ) -> Verification:
     """Reference of :func:`specaccept.verify`: the same arguments, the same result.
 
@@ -529,6 +530,7 @@ def verify(
     aside each row with a bad value (its error in ``result.errors``)."""
     like_converter(like)  # an unusable like= fails before any work
     isolate = _isolating(errors)
+    block = _block_method(method)
     # Types of every argument first, then shapes, then values row by row.
     ids = _ints(draft_token_ids, "draft_token_ids")
     p = _floats(target_probs, "target_probs")
@@ -589,6 +591,8 @@ def verify(
         drafts = _row_drafts(ids, counts, b, num_draft, vocab)
         if greedy_rows[b]:
             n, next_token = _verify_row_greedy(p, b, drafts)
+        elif block:
+            n, next_token = _verify_row_block(p, q, u, ru, b, drafts)
         else:
             n, next_token = _verify_row_sampled(p, q, u, ru, b, drafts)
         output_token_ids[b, :n] = drafts[:n]
@@ -631,6 +635,90 @@ def _verify_row_sampled(p, q, u, ru, b: int, drafts: list[int]) -> tuple[int, in
             return t, token
     # Every draft accepted: the bonus token comes from the target's next row.
     return k, _sample_target(p, b, k, recovery)
+
+
+# --------------------------------------------------------------------------
+# Block verification (docs/spec.md section 2.6; Sun et al., ICLR 2025).
+# --------------------------------------------------------------------------
+
+
+def _block_method(method: Any) -> bool:
+    """``method=``: ``"token"`` (False) or ``"block"`` (True)."""
+    if not isinstance(method, str):
+        raise TypeError(f"method must be one of ('token', 'block'), got {type(method).__name__}")
+    if method not in ("token", "block"):
+        raise InputError(
+            f"method must be one of ('token', 'block'), got {method!r:.40}", argument="method"
+        )
+    return method == "block"
+
+
+def _next_rho(previous: float, p: float, q: float) -> float:
+    """rho_i from rho_{i-1} and position i-1's gathered p, q."""
+    if previous == 0.0 or p == 0.0:
+        return 0.0  # a path the target rules out stays ruled out
+    if q == 0.0:
+        return 1.0  # q = 0 < p: the ratio is infinite
+    return min(1.0, previous * p / q)
+
+
+def _block_h(z: float, rho: float) -> float:
+    """h_i = Z_i / ((Z_i + 1) - rho_i), 1 where the denominator is 0."""
+    denominator = (z + 1.0) - rho
+    return 1.0 if denominator == 0.0 else z / denominator
+
+
+def _scaled_residual(p: np.ndarray, q: np.ndarray, b: int, t: int, rho: float) -> list[float]:
+    """``max(0, rho * p - q)`` at position t, entry by entry (p_i before q_i)."""
+    weights = []
+    for i in range(p.shape[2]):
+        p_i = _entry(p[b, t, i], "target_probs", (b, t, i))
+        q_i = _entry(q[b, t, i], "draft_probs", (b, t, i))
+        weights.append(max(0.0, rho * p_i - q_i))
+    return weights
+
+
+def _verify_row_block(p, q, u, ru, b: int, drafts: list[int]) -> tuple[int, int]:
+    """Block verification of one row: tau, the largest i with eta_i < h_i (eta_i the
+    uniform of position i - 1), searched from i = k down; then one sampled token."""
+    if u is None or ru is None:
+        raise InputError(
+            "uniforms: uniforms and recovery_uniforms are required for rows verified by sampling",
+            argument="uniforms",
+        )
+    k = len(drafts)
+    row_uniforms = [_uniform(u[b, t], "uniforms", (b, t)) for t in range(k)]
+    recovery = _uniform(ru[b], "recovery_uniforms", (b,))
+    # The path weights rho_0 .. rho_k, from every gathered value.
+    rho, p_drafted = [1.0], []
+    for t, x in enumerate(drafts):
+        p_x = _gathered(p[b, t, x], "target_probs", (b, t, x))
+        q_x = 1.0 if q is None else _gathered(q[b, t, x], "draft_probs", (b, t, x))
+        p_drafted.append(p_x)
+        rho.append(_next_rho(rho[t], p_x, q_x))
+    tau = 0
+    if k > 0 and row_uniforms[k - 1] < rho[k]:
+        tau = k  # h_k = rho_k
+    else:
+        for i in range(k - 1, 0, -1):
+            if q is None:
+                z = rho[i] * (1.0 - p_drafted[i])  # one-hot drafts: no row is read
+            else:
+                z = _canonical_total(_scaled_residual(p, q, b, i, rho[i]))
+            if row_uniforms[i - 1] < _block_h(z, rho[i]):
+                tau = i
+                break
+    if tau == k:
+        return k, _sample_target(p, b, k, recovery)
+    if q is None:
+        weights = _residual(p, None, b, tau, drafts[tau])  # p with the draft zeroed
+    else:
+        weights = _scaled_residual(p, q, b, tau, rho[tau])
+    token = sample_index(weights, recovery)
+    if token is None:
+        # Only rounding or unnormalised rows get here: sample from p itself.
+        token = _sample_target(p, b, tau, recovery)
+    return tau, token
 
 
 def verify_greedy(

@@ -626,7 +626,7 @@ fn residual_pair_avx2(wp: &[f64], total_p: f64, wq: &[f64], total_q: f64, out: &
 #[inline(always)]
 fn residual_pair_with(wp: &[f64], total_p: f64, wq: &[f64], total_q: f64, out: &mut [f64]) {
     for ((r, &a), &c) in out.iter_mut().zip(wp).zip(wq) {
-        *r = Residual::apply(a / total_p, c / total_q);
+        *r = Residual.apply(a / total_p, c / total_q);
     }
 }
 
