@@ -16,6 +16,7 @@ from ._api import (
     verify_greedy,
 )
 from ._errors import InputError
+from ._expectation import expected_num_accepted
 from ._generate import Drafter, Generation, LanguageModel, generate
 from ._logits import verify_logits
 from ._result import TreeVerification, Verification
@@ -53,6 +54,7 @@ __all__ = [
     "acceptance_rate",
     "accepted_prefix_length",
     "best_num_draft_tokens",
+    "expected_num_accepted",
     "expected_speedup",
     "expected_tokens_per_step",
     "generate",
