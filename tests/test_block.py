@@ -449,3 +449,44 @@ def test_the_method_is_checked():
         specaccept.verify(**case, method=None)
     with pytest.raises(specaccept.InputError, match="method must be one of"):
         reference.verify(**case, method="Block")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_vllm_layer_verifies_blocks_as_verify_does(seed):
+    from specaccept.compat import vllm
+
+    rng = np.random.default_rng(seed)
+    counts, vocab = [3, 0, 4, 2], 12
+    total, k_max = sum(counts), max(counts)
+    p = rng.dirichlet(np.full(vocab, 0.4), size=total)
+    q = rng.dirichlet(np.full(vocab, 0.4), size=total)
+    ids = np.where(rng.random(total) < 0.5, p.argmax(1), rng.integers(0, vocab, size=total))
+    u, ru = rng.random(total), rng.random(len(counts))
+    bonus = rng.integers(0, vocab, size=len(counts))
+    for name in ("block", "standard"):
+        flat = vllm.verify(
+            ids, counts, p, q, bonus, uniforms=u, recovery_uniforms=ru, rejection_sample_method=name
+        )
+        start = 0
+        for b, k in enumerate(counts):
+            rows = slice(start, start + k)
+            target = np.zeros((1, k_max + 1, vocab))
+            target[0, :k] = p[rows]
+            target[0, k] = np.eye(vocab)[bonus[b]]  # the given bonus, as a point mass
+            draft = np.zeros((1, k_max, vocab))
+            draft[0, :k] = q[rows]
+            padded_u = np.zeros((1, k_max))
+            padded_u[0, :k] = u[rows]
+            padded_ids = np.zeros((1, k_max), np.int64)
+            padded_ids[0, :k] = ids[rows]
+            alone = specaccept.verify(
+                padded_ids,
+                target,
+                draft,
+                num_draft_tokens=np.array([k]),
+                uniforms=padded_u,
+                recovery_uniforms=ru[[b]],
+                method="block" if name == "block" else "token",
+            )
+            assert flat.tokens(b).tolist() == alone.tokens(0).tolist(), (name, b)
+            start += k

@@ -66,6 +66,7 @@ def verify(
     out: _Out | None = None,
     draws: npt.NDArray[np.float64] | None = None,
     isolate: bool = False,
+    method: str = "token",
 ) -> _Chain | _Isolated: ...
 def verify_flat(
     draft_token_ids: _In,
@@ -78,6 +79,7 @@ def verify_flat(
     greedy: bool | npt.NDArray[np.bool_],
     out: _Out | None = None,
     isolate: bool = False,
+    method: str = "token",
 ) -> _Chain | _Isolated: ...
 def verify_greedy(
     draft_token_ids: _In,

@@ -39,7 +39,7 @@ import numpy.typing as npt
 from .. import _native
 from .._arrays import as_numpy, float_array, int_array, like_converter
 from .._errors import InputError
-from .._options import as_greedy, isolating
+from .._options import as_greedy, as_method, isolating
 from .._result import Verification, finish
 from .._uniforms import as_generator, draw_uniforms
 
@@ -79,6 +79,8 @@ def verify(
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
+    method: Literal["token", "block"] = "token",
+    rejection_sample_method: str | None = None,
 ) -> Verification:
     """Verify a step in vLLM's flat layout; the full :class:`~specaccept.Verification`.
 
@@ -111,6 +113,12 @@ def verify(
         is the target's argmax, emit the argmax at the first mismatch.
     like : array or tensor, optional
         The framework of the results, as for :func:`specaccept.verify`.
+    method : ``"token"`` or ``"block"``
+        As for :func:`specaccept.verify`: token-by-token or block verification.
+    rejection_sample_method : ``"standard"`` or ``"block"``, optional
+        vLLM's name of the same option (its ``SpeculativeConfig``):
+        ``"standard"`` is ``method="token"``. vLLM's ``"synthetic"`` (a load
+        generator, not a verifier) is refused.
     errors : ``"raise"`` or ``"isolate"``
         As for :func:`specaccept.verify`; an isolated request's error is in
         ``result.errors[b]`` (``b`` the request; its ``index`` is into the flat
@@ -133,6 +141,7 @@ def verify(
     """
     convert = like_converter(like)
     isolate = isolating(errors)
+    rule = _method(method, rejection_sample_method)
     ids = int_array(draft_token_ids, "draft_token_ids")
     counts = _counts(num_draft_tokens)
     target = float_array(target_probs, "target_probs")
@@ -151,7 +160,7 @@ def verify(
         batch = counts.shape[0] if counts.ndim == 1 else 0
         ru = draw_uniforms(g, batch, None, source) if ru is None else ru
     result = _native.verify_flat(
-        ids, counts, target, draft, bonus, u, ru, greedy_rows, None, isolate
+        ids, counts, target, draft, bonus, u, ru, greedy_rows, None, isolate, rule
     )
     return finish(result, convert)
 
@@ -168,6 +177,8 @@ def rejection_sample(
     rng: Any = None,
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
+    method: Literal["token", "block"] = "token",
+    rejection_sample_method: str | None = None,
 ) -> Any:
     """vLLM's ``rejection_sample``: ``output_token_ids [B, max_spec_len + 1]``, int32.
 
@@ -194,10 +205,41 @@ def rejection_sample(
         recovery_uniforms=recovery_uniforms,
         rng=rng,
         greedy=greedy,
+        method=method,
+        rejection_sample_method=rejection_sample_method,
     )
     ids = result.output_token_ids.astype(np.int32)
     convert = like_converter(like)
     return ids if convert is None else convert(ids)
+
+
+#: vLLM's names of the verification methods (``rejection_sample_method``).
+VLLM_METHODS = {"standard": "token", "block": "block"}
+
+
+def _method(method: Any, rejection_sample_method: Any) -> str:
+    """``method=`` or vLLM's ``rejection_sample_method=``, as one of ours."""
+    rule = as_method(method)
+    if rejection_sample_method is None:
+        return rule
+    if not isinstance(rejection_sample_method, str):
+        raise TypeError(
+            "rejection_sample_method must be 'standard' or 'block', got "
+            f"{type(rejection_sample_method).__name__}"
+        )
+    if rejection_sample_method not in VLLM_METHODS:
+        raise InputError(
+            "rejection_sample_method must be 'standard' or 'block' (vLLM's 'synthetic' is a "
+            f"load generator, not a verifier), got {rejection_sample_method!r:.40}",
+            argument="rejection_sample_method",
+        )
+    named = VLLM_METHODS[rejection_sample_method]
+    if method != "token" and named != rule:
+        raise InputError(
+            f"method={method!r} and rejection_sample_method={rejection_sample_method!r} disagree",
+            argument="rejection_sample_method",
+        )
+    return named
 
 
 def parse_output(output_token_ids: npt.ArrayLike, vocab_size: int) -> list[list[int]]:
