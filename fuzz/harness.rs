@@ -205,6 +205,19 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         chain::verify(&inputs, &mut again.views(), RowErrors::Raise).expect("ran once");
         assert_eq!(out.ids, again.ids);
     }
+    // Block verification of the same rows: the same invariants.
+    let block = ChainInputs {
+        method: Method::Block,
+        ..inputs
+    };
+    let mut block_out = Outputs::new(batch, k);
+    if chain::verify(&block, &mut block_out.views(), RowErrors::Raise).is_ok() {
+        let used: Vec<usize> = match &block.num_draft_tokens {
+            Some(_) => counts.iter().map(|&c| c as usize).collect(),
+            None => vec![k; batch],
+        };
+        check_result(&ids, &used, vocab, &block_out);
+    }
 
     // Isolating: each row's outcome is that row's alone (a bad row marked,
     // a good row as verified by itself), whatever the other rows hold.
@@ -496,7 +509,7 @@ fn run_logits<P: FromF64, Q: FromF64>(
     let uniforms = Array2::from_shape_fn((batch, k), |_| input.float());
     let recovery = Array1::from_shape_fn(batch, |_| input.float());
     let counts_array = Array1::from(counts.to_vec());
-    let run = |top_k: &Array1<i64>| {
+    let run = |top_k: &Array1<i64>, method: Method| {
         let inputs = LogitsInputs {
             draft_token_ids: IntView::I64(ids.view()),
             target_logits: target.view(),
@@ -507,23 +520,27 @@ fn run_logits<P: FromF64, Q: FromF64>(
             num_draft_tokens: (flags & 8 == 0).then(|| IntView::I64(counts_array.view())),
             uniforms: (flags & 16 == 0).then(|| FloatView::F64(uniforms.view())),
             recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
+            method,
         };
         let mut out = Outputs::new(batch, k);
         let result =
             logits::verify_logits(&inputs, &mut out.views(), RowErrors::Raise).map(|()| out);
         result.map_err(|e| e.to_string())
     };
-    let Ok(out) = run(&top_k) else {
-        return;
-    };
     let used: Vec<usize> = if flags & 8 == 0 {
         counts.iter().map(|&c| c as usize).collect()
     } else {
         vec![k; batch]
     };
+    if let Ok(block) = run(&top_k, Method::Block) {
+        check_result(ids, &used, vocab, &block);
+    }
+    let Ok(out) = run(&top_k, Method::Token) else {
+        return;
+    };
     check_result(ids, &used, vocab, &out);
     let exact_k = top_k.mapv(|t| if t == 0 { vocab as i64 } else { t });
-    let exact = run(&exact_k).expect("the same rows, through the exact pass");
+    let exact = run(&exact_k, Method::Token).expect("the same rows, through the exact pass");
     if top_p.iter().all(|&p| p == 1.0) || exact_k == top_k {
         assert_eq!(out.ids, exact.ids, "the screen decides as the exact pass");
     }

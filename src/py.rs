@@ -801,7 +801,7 @@ fn verify_flat<'py>(
 /// Verification from logits (see `specaccept.verify_logits`); `temperature`,
 /// `top_k`, `top_p` already broadcast to `[B]`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms, isolate=false))]
+#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms, isolate=false, method="token"))]
 #[allow(clippy::too_many_arguments)]
 fn verify_logits<'py>(
     py: Python<'py>,
@@ -815,7 +815,9 @@ fn verify_logits<'py>(
     uniforms: Option<&Bound<'py, PyAny>>,
     recovery_uniforms: Option<&Bound<'py, PyAny>>,
     isolate: bool,
+    method: &str,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let method = method_arg(method)?;
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let target = FloatArg::<Ix3>::extract(target_logits, "target_logits")?;
     let draft = optional(draft_logits, |o| {
@@ -848,6 +850,7 @@ fn verify_logits<'py>(
                 num_draft_tokens: counts.as_ref().map(IntArg::view),
                 uniforms: u.as_ref().map(FloatArg::view),
                 recovery_uniforms: ru.as_ref().map(FloatArg::view),
+                method,
             };
             let (batch, num_draft, _) = inputs.dims()?;
             plan.run(py, batch, num_draft, |out, errors| {

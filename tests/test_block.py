@@ -490,3 +490,67 @@ def test_the_vllm_layer_verifies_blocks_as_verify_does(seed):
             )
             assert flat.tokens(b).tolist() == alone.tokens(0).tolist(), (name, b)
             start += k
+
+
+# --- from logits ----------------------------------------------------------------------
+
+
+def logits_case(seed):
+    rng = np.random.default_rng(seed)
+    batch, k, vocab = 4, int(rng.integers(0, 5)), int(rng.integers(1, 80))
+    target = (rng.normal(size=(batch, k + 1, vocab)) * 2).astype((np.float32, np.float64)[seed % 2])
+    draft = None if seed % 3 == 0 else (rng.normal(size=(batch, k, vocab)) * 2).astype(np.float32)
+    ids = rng.integers(0, vocab, size=(batch, k))
+    if k:
+        ids = np.where(rng.random((batch, k)) < 0.5, target[:, :k].argmax(2), ids)
+    return dict(
+        draft_token_ids=ids,
+        target_logits=target,
+        draft_logits=draft,
+        temperature=rng.choice([0.0, 0.6, 1.0, 1.7], size=batch),
+        top_k=rng.choice([0, 1, 3, 20], size=batch),
+        top_p=rng.choice([1.0, 0.8, 0.95], size=batch),
+        num_draft_tokens=rng.integers(0, k + 1, size=batch),
+        uniforms=rng.random((batch, k)),
+        recovery_uniforms=rng.random(batch),
+    )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_verify_logits_block_equals_the_reference(seed):
+    case = logits_case(seed)
+    native = specaccept.verify_logits(**case, method="block")
+    oracle = reference.verify_logits(**case, method="block")
+    assert native.to_lists() == oracle.to_lists()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_verify_logits_block_is_verify_block_on_the_transformed_rows(seed):
+    case = logits_case(seed)
+    case["temperature"] = np.where(case["temperature"] == 0, 0.8, case["temperature"])
+    batch, _, vocab = case["target_logits"].shape
+
+    def transformed(logits, b):
+        rows = [
+            reference.transform_logits(
+                row, case["temperature"][b], case["top_k"][b], case["top_p"][b]
+            )
+            for row in logits[b]
+        ]
+        return np.array(rows).reshape(len(rows), vocab)
+
+    p = np.stack([transformed(case["target_logits"], b) for b in range(batch)])
+    q = None
+    if case["draft_logits"] is not None:
+        q = np.stack([transformed(case["draft_logits"], b) for b in range(batch)])
+    from_logits = specaccept.verify_logits(**case, method="block")
+    from_probs = specaccept.verify(
+        case["draft_token_ids"],
+        p,
+        q,
+        num_draft_tokens=case["num_draft_tokens"],
+        uniforms=case["uniforms"],
+        recovery_uniforms=case["recovery_uniforms"],
+        method="block",
+    )
+    assert from_logits.num_accepted.tolist() == from_probs.num_accepted.tolist()

@@ -10,7 +10,7 @@ import numpy.typing as npt
 from . import _native
 from ._arrays import as_numpy, float_array, int_array, like_converter
 from ._errors import InputError
-from ._options import isolating
+from ._options import as_method, isolating
 from ._result import Verification, finish
 from ._uniforms import RngLike, draw_missing
 
@@ -53,6 +53,7 @@ def verify_logits(
     rng: RngLike = None,
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
+    method: Literal["token", "block"] = "token",
 ) -> Verification:
     """Verify drafted tokens from logits, with the engine's sampling transform.
 
@@ -98,6 +99,12 @@ def verify_logits(
         As for :func:`verify`: with ``"isolate"`` a row with a bad value (its
         logits, temperature, top-k, top-p, ids, count or uniforms) is marked in
         ``result.errors`` and the other rows are verified as without it.
+    method : ``"token"`` or ``"block"``
+        As for :func:`verify`. ``"block"`` needs every position's exact
+        ``p_t(x_t)`` and ``q_t(x_t)``, so each sampled row runs the float64
+        transform on all its rows (the screen and the top-k candidate path,
+        which prove token decisions, are not used), and, going down from the
+        last position, transforms one more pair of rows per step.
 
     Returns
     -------
@@ -113,6 +120,7 @@ def verify_logits(
     """
     convert = like_converter(like)
     isolate = isolating(errors)
+    rule = as_method(method)
     ids = int_array(draft_token_ids, "draft_token_ids")
     target = float_array(target_logits, "target_logits")
     draft = None if draft_logits is None else float_array(draft_logits, "draft_logits")
@@ -130,6 +138,6 @@ def verify_logits(
     if (u is None or ru is None) and (temperatures != 0).any():
         u, ru = draw_missing(rng, ids, counts, u, ru)
     result = _native.verify_logits(
-        ids, target, draft, temperatures, top_ks, top_ps, counts, u, ru, isolate
+        ids, target, draft, temperatures, top_ks, top_ps, counts, u, ru, isolate, rule
     )
     return finish(result, convert)

@@ -122,4 +122,5 @@ def verify_logits(
     uniforms: _In | None,
     recovery_uniforms: _In | None,
     isolate: bool = False,
+    method: str = "token",
 ) -> _Chain | _Isolated: ...

@@ -1055,11 +1055,13 @@ def verify_logits(
     rng=None,
     like=None,
     errors="raise",
+    method="token",
 ) -> Verification:
     """Reference of :func:`specaccept.verify_logits`: the transform, row by row, then
     the chain rule, the residual and the bonus exactly as :func:`verify`."""
     like_converter(like)
     isolate = _isolating(errors)
+    block = _block_method(method)
     ids = _ints(draft_token_ids, "draft_token_ids")
     logits = _floats(target_logits, "target_logits")
     draft = None if draft_logits is None else _floats(draft_logits, "draft_logits")
@@ -1135,7 +1137,20 @@ def verify_logits(
             row_u = [_uniform(u[b, t], "uniforms", (b, t)) for t in range(k)]
             recovery = _uniform(ru[b], "recovery_uniforms", (b,))
             n, next_token = k, None
-            for t, x in enumerate(drafts):
+            if block:
+
+                def draft_row(t: int) -> list[float] | None:
+                    if draft is None:
+                        return None
+                    return transform_logits(draft[b, t], t_b, k_b, p_b, f"draft_logits[{b}, {t}")
+
+                n, next_token = _block_logits_row(
+                    drafts, target, draft_row, draft is not None, row_u, recovery
+                )
+                drafts_to_check: list[int] = []
+            else:
+                drafts_to_check = drafts
+            for t, x in enumerate(drafts_to_check):
                 p = target(t)
                 q = (
                     None
@@ -1160,6 +1175,38 @@ def verify_logits(
 
     isolated = _verify_rows(batch, isolate, verify_row)
     return _result(None, output_token_ids, num_accepted, like, isolated)
+
+
+def _block_logits_row(drafts, target, draft_row, has_draft, row_u, recovery) -> tuple[int, int]:
+    """Block verification of one row of transformed logits (docs/spec.md section
+    2.6): ``target(t)`` and ``draft_row(t)`` (``None``: one-hot drafts) are the
+    transformed rows, read position by position, then again from the top down."""
+    k = len(drafts)
+    rho, p_drafted = [1.0], []
+    for t, x in enumerate(drafts):
+        p = target(t)
+        q = draft_row(t)
+        p_drafted.append(p[x])
+        rho.append(_next_rho(rho[t], p[x], 1.0 if q is None else q[x]))
+    if k == 0 or row_u[k - 1] < rho[k]:  # h_k = rho_k; no drafts: tau = 0 = k
+        return k, sample_index(target(k), recovery)
+    tau = 0
+    for i in range(k - 1, 0, -1):
+        if not has_draft:
+            z = rho[i] * (1.0 - p_drafted[i])
+        else:
+            p, q = target(i), draft_row(i)
+            z = _canonical_total([max(0.0, rho[i] * a - c) for a, c in zip(p, q, strict=True)])
+        if row_u[i - 1] < _block_h(z, rho[i]):
+            tau = i
+            break
+    p, q = target(tau), draft_row(tau)
+    if q is None:
+        residual = [0.0 if i == drafts[tau] else p_i for i, p_i in enumerate(p)]
+    else:
+        residual = [max(0.0, rho[tau] * a - c) for a, c in zip(p, q, strict=True)]
+    token = sample_index(residual, recovery)
+    return tau, (token if token is not None else sample_index(p, recovery))
 
 
 def _argmax_list(row, where: str) -> int:

@@ -39,13 +39,14 @@ pub use screen::screen_pass;
 use screen::{screened_accept, Screening};
 use sparse::{top_k_probability, SparseScratch};
 
-use crate::chain::ChainOutputs;
+use crate::block;
+use crate::chain::{ChainOutputs, Method};
 use crate::checks::{check_token, check_uniform, draft_len, expect_shape, Pos, RowAt};
 use crate::error::{show, CoreError, RowErrors};
 use crate::memory;
 use crate::rule::is_accepted;
 use crate::sample::{self, BufferWeights, SUM_BLOCK};
-use crate::simd::{PairOp, Residual};
+use crate::simd::{PairOp, Residual, ScaledResidual};
 use crate::threads;
 use crate::view::{FloatView, IntView, Prob};
 
@@ -66,6 +67,8 @@ pub struct LogitsInputs<'a, P, Q> {
     pub num_draft_tokens: Option<IntView<'a, Ix1>>,
     pub uniforms: Option<FloatView<'a, Ix2>>,
     pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
+    /// How sampled rows decide their prefix (see [`crate::chain::Method`]).
+    pub method: Method,
 }
 
 #[derive(Clone, Copy)]
@@ -426,13 +429,6 @@ fn verify_row<P: Prob, Q: Prob>(
 ) -> Result<(Vec<usize>, usize, usize), CoreError> {
     let k_max = inputs.draft_token_ids.shape()[1];
     let vocab = inputs.target_logits.shape()[2];
-    let Buffers {
-        wp,
-        wq,
-        residual,
-        scratch,
-        sparse,
-    } = buffers;
     let params = params(&inputs.temperature, &inputs.top_k, &inputs.top_p, b)?;
     let k = draft_len(inputs.num_draft_tokens.as_ref(), b, k_max)?;
     let ids: Vec<usize> = (0..k)
@@ -473,6 +469,17 @@ fn verify_row<P: Prob, Q: Prob>(
             check_uniform(uniforms.get(b, t), "uniforms", &[b, t])?;
         }
         let recovery_u = check_uniform(recovery.get(b), "recovery_uniforms", &[b])?;
+        if inputs.method == Method::Block {
+            let (n, next) = block_row(inputs, b, &ids, params, recovery_u, buffers)?;
+            return Ok((ids, n, next));
+        }
+        let Buffers {
+            wp,
+            wq,
+            residual,
+            scratch,
+            sparse,
+        } = buffers;
         let mut outcome = None;
         let screenable = params.top_k == 0 && params.top_p >= 1.0;
         let inverse = 1.0 / params.temperature;
@@ -583,6 +590,139 @@ fn verify_row<P: Prob, Q: Prob>(
         }
     };
     Ok((ids, n, next))
+}
+
+/// Block verification of a sampled row (docs/spec.md section 2.6) on the
+/// transformed rows: every position's `p_t(x_t)`, `q_t(x_t)` exactly (the
+/// float64 transform; the screen and the top-k look prove token decisions,
+/// not the values the path weights need), then `tau` from the top down, each
+/// step transforming one more pair of rows for its residual mass. Returns
+/// `(n_b, next token)`.
+fn block_row<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    b: usize,
+    ids: &[usize],
+    params: Params,
+    recovery_u: f64,
+    buffers: &mut Buffers,
+) -> Result<(usize, usize), CoreError> {
+    let Buffers {
+        wp,
+        wq,
+        residual,
+        scratch,
+        ..
+    } = buffers;
+    let k = ids.len();
+    let target = |t: usize| LogitsRow {
+        logits: inputs.target_logits.slice(s![b, t, ..]),
+        arg: "target_logits",
+        b,
+        t,
+        max: None,
+    };
+    let draft = |t: usize| {
+        inputs.draft_logits.as_ref().map(|d| LogitsRow {
+            logits: d.slice(s![b, t, ..]),
+            arg: "draft_logits",
+            b,
+            t,
+            max: None,
+        })
+    };
+    // The transformed rows of position t: `wp` (and `wq`) and their totals.
+    let rows = |t: usize, wp: &mut Vec<f64>, wq: &mut Vec<f64>, scratch: &mut Scratch| {
+        let total_p = transform(target(t), params, wp, scratch)?;
+        let total_q = match draft(t) {
+            Some(row) => Some(transform(row, params, wq, scratch)?),
+            None => None,
+        };
+        Ok::<_, CoreError>((total_p, total_q))
+    };
+    let mut rho = Vec::with_capacity(k + 1);
+    let mut p_drafted = Vec::with_capacity(k);
+    rho.push(1.0);
+    for (t, &x) in ids.iter().enumerate() {
+        let (total_p, total_q) = rows(t, wp, wq, scratch)?;
+        let p = wp[x] / total_p;
+        let q = total_q.map_or(1.0, |total| wq[x] / total);
+        p_drafted.push(p);
+        rho.push(block::next_rho(rho[t], p, q));
+    }
+    let uniforms = inputs.uniforms.as_ref().ok_or_else(|| {
+        CoreError::shape(
+            "uniforms",
+            "uniforms and recovery_uniforms are required for rows verified by sampling",
+        )
+    })?;
+    let eta = |i: usize| uniforms.get(b, i - 1);
+    // h_k = rho_k; with no drafts, tau = 0 = k.
+    if k == 0 || eta(k) < rho[k] {
+        transform(target(k), params, wp, scratch)?;
+        return Ok((k, sample_weights(wp, recovery_u, scratch, b, k)?));
+    }
+    // Down from k - 1: the residual max(0, rho_i p_i - q_i) of the transformed rows.
+    let mut tau = 0;
+    let mut known_mass = None;
+    for i in (1..k).rev() {
+        let z = match inputs.draft_logits {
+            Some(_) => {
+                let (total_p, total_q) = rows(i, wp, wq, scratch)?;
+                let total_q = total_q.unwrap_or(1.0);
+                scaled_residual(wp, total_p, wq, total_q, rho[i], residual);
+                let z =
+                    sample::canonical_sum(&BufferWeights { w: residual }, &mut scratch.block_sums)?;
+                known_mass = Some(z);
+                z
+            }
+            None => block::one_hot_mass(rho[i], p_drafted[i]),
+        };
+        if eta(i) < block::h(z, rho[i]) {
+            tau = i;
+            break;
+        }
+        known_mass = None;
+    }
+    // The residual at tau (tau = 0: the token rule's, rho_0 = 1).
+    let scale = rho[tau];
+    if known_mass.is_none() {
+        let (total_p, total_q) = rows(tau, wp, wq, scratch)?;
+        match total_q {
+            Some(total_q) => scaled_residual(wp, total_p, wq, total_q, scale, residual),
+            None => residual_of(wp, total_p, None, ids[tau], residual),
+        }
+    }
+    let weights = BufferWeights { w: residual };
+    let token = match known_mass {
+        Some(z) => sample::search(&weights, recovery_u, &scratch.block_sums, z),
+        None => sample::sample(&weights, recovery_u, &mut scratch.block_sums)?,
+    };
+    let token = match token {
+        Some(token) => token,
+        // Only rounding gets here: sample from p itself.
+        None => {
+            transform(target(tau), params, wp, scratch)?;
+            sample_weights(wp, recovery_u, scratch, b, tau)?
+        }
+    };
+    Ok((tau, token))
+}
+
+/// `residual_i = max(0, scale * (wp_i / total_p) - wq_i / total_q)`: the block
+/// rule's residual of transformed rows (`scale = 1`: [`residual_of`]'s bits).
+fn scaled_residual(
+    wp: &[f64],
+    total_p: f64,
+    wq: &[f64],
+    total_q: f64,
+    scale: f64,
+    residual: &mut Vec<f64>,
+) {
+    residual.resize(wp.len(), 0.0); // every entry is written below
+    let op = ScaledResidual(scale);
+    for ((r, &a), &c) in residual.iter_mut().zip(wp).zip(wq) {
+        *r = op.apply(a / total_p, c / total_q);
+    }
 }
 
 /// `residual_i = max(0, wp_i / total_p - wq_i / total_q)`, or with `q`
