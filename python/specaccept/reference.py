@@ -1189,7 +1189,7 @@ def _block_logits_row(drafts, target, draft_row, has_draft, row_u, recovery) -> 
         p_drafted.append(p[x])
         rho.append(_next_rho(rho[t], p[x], 1.0 if q is None else q[x]))
     if k == 0 or row_u[k - 1] < rho[k]:  # h_k = rho_k; no drafts: tau = 0 = k
-        return k, sample_index(target(k), recovery)
+        return k, _drawn(sample_index(target(k), recovery))
     tau = 0
     for i in range(k - 1, 0, -1):
         if not has_draft:
@@ -1206,7 +1206,14 @@ def _block_logits_row(drafts, target, draft_row, has_draft, row_u, recovery) -> 
     else:
         residual = [max(0.0, rho[tau] * a - c) for a, c in zip(p, q, strict=True)]
     token = sample_index(residual, recovery)
-    return tau, (token if token is not None else sample_index(p, recovery))
+    return tau, (token if token is not None else _drawn(sample_index(p, recovery)))
+
+
+def _drawn(token: int | None) -> int:
+    """A draw from a transformed row (never empty: the transform keeps a token)."""
+    if token is None:
+        raise InputError("a transformed row has no token left", argument="target_logits")
+    return token
 
 
 def _argmax_list(row, where: str) -> int:
@@ -1318,8 +1325,9 @@ def acceptance_rate(target_probs, draft_probs, *, like=None):
     for index in np.ndindex(p.shape[:-1]):
         overlap = []
         for i in range(p.shape[-1]):
-            p_i = _entry(p[(*index, i)], "target_probs", (*index, i))
-            q_i = _entry(q[(*index, i)], "draft_probs", (*index, i))
+            at = (*index, i)
+            p_i = _entry(p[at], "target_probs", at)
+            q_i = _entry(q[at], "draft_probs", at)
             overlap.append(p_i if p_i < q_i else q_i)
         total = 0.0
         for start in range(0, len(overlap), SUM_BLOCK):
