@@ -274,6 +274,40 @@ CASES: dict[str, tuple[str, str]] = {
         "TypeError",
     ),
     "verify: errors bogus": ("sa.verify(IDS(), P(), rng=0, errors='bogus')", "ValueError"),
+    "verify: method block": (
+        "ok_ver(sa.verify(w(IDS()), w(P()), w(Q()), rng=0, method='block'))",
+        "ok",
+    ),
+    "verify: method block, one-hot": (
+        "ok_ver(sa.verify(w(IDS()), w(P()), rng=0, method='block'))",
+        "ok",
+    ),
+    "verify: method bogus": ("sa.verify(IDS(), P(), rng=0, method='tree')", "ValueError"),
+    "verify: method None": ("sa.verify(IDS(), P(), rng=0, method=None)", "TypeError"),
+    "verify: method block, NaN row": (
+        "p = P(); p[:, 1, :] = np.nan\nsa.verify(IDS(), p, Q(), uniforms=np.full((2, 3), 0.999), "
+        "recovery_uniforms=np.full(2, 0.5), method='block')",
+        "ValueError",
+    ),
+    "verify: method block, huge stride-0 rows": (
+        "sa.verify(np.zeros((1, 2), np.int64), np.broadcast_to(0.5, (1, 3, 2**29)), "
+        "np.broadcast_to(0.5, (1, 2, 2**29)), uniforms=np.full((1, 2), 0.999), "
+        "recovery_uniforms=np.full(1, 0.5), method='block')",
+        "ok|MemoryError",
+    ),
+    "expected_num_accepted: valid": (
+        "e = sa.expected_num_accepted(IDS(), P(), Q(), method='block')\nassert e.shape == (2,)",
+        "ok",
+    ),
+    "expected_num_accepted: bad method": (
+        "sa.expected_num_accepted(IDS(), P(), method=1)",
+        "TypeError",
+    ),
+    "expected_num_accepted: shape": ("sa.expected_num_accepted(IDS(), P()[:, :2])", "ValueError"),
+    "expected_num_accepted: id >= V": (
+        "sa.expected_num_accepted(np.full((2, 3), 99), P())",
+        "ValueError",
+    ),
     "verify: errors None": ("sa.verify(IDS(), P(), rng=0, errors=None)", "TypeError"),
     "verify: errors isolate, one bad row": (
         "ids = np.array([[0, 1, 2], [3, 9, 0]])\n"
