@@ -554,3 +554,44 @@ def test_verify_logits_block_is_verify_block_on_the_transformed_rows(seed):
         method="block",
     )
     assert from_logits.num_accepted.tolist() == from_probs.num_accepted.tolist()
+
+
+def test_block_rows_are_the_same_on_any_thread_count_and_into_out_buffers():
+    before = specaccept.get_num_threads()
+    rng = np.random.default_rng(21)
+    batch, k, vocab = 48, 4, 12_000  # above PARALLEL_MIN_ELEMENTS: rows run on the pool
+    p = rng.dirichlet(np.full(vocab, 0.3), size=(batch, k + 1)).astype(np.float32)
+    q = rng.dirichlet(np.full(vocab, 0.3), size=(batch, k)).astype(np.float32)
+    ids = np.where(
+        rng.random((batch, k)) < 0.5, p[:, :k].argmax(2), rng.integers(0, vocab, (batch, k))
+    )
+    u, ru = rng.random((batch, k)), rng.random(batch)
+    counts = rng.integers(0, k + 1, size=batch)
+    expected = reference.verify(
+        ids, p, q, num_draft_tokens=counts, uniforms=u, recovery_uniforms=ru, method="block"
+    ).to_lists()
+    try:
+        for n in (1, 2, 4):
+            specaccept.set_num_threads(n)
+            out = specaccept.Verification.empty(batch, k)
+            r = specaccept.verify(
+                ids,
+                p,
+                q,
+                num_draft_tokens=counts,
+                uniforms=u,
+                recovery_uniforms=ru,
+                method="block",
+                out=out,
+            )
+            assert r.output_token_ids is out.output_token_ids
+            assert r.to_lists() == expected, n
+    finally:
+        specaccept.set_num_threads(before)
+    # Per-row Generators: a row's tokens do not depend on the rest of the batch.
+    seeds = [np.random.default_rng(s) for s in range(batch)]
+    whole = specaccept.verify(ids, p, q, rng=seeds, method="block")
+    alone = specaccept.verify(
+        ids[5:6], p[5:6], q[5:6], rng=[np.random.default_rng(5)], method="block"
+    )
+    assert whole.tokens(5).tolist() == alone.tokens(0).tolist()
