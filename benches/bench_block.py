@@ -30,7 +30,7 @@ from specaccept._bench import cpu_model, median_of_runs, read_bandwidth
 
 
 def ngram_gain(k_values: list[int], steps: int, seed: int) -> list[tuple[int, float, float]]:
-    from specaccept.ngram import builtin_models
+    from specaccept.ngram import builtin_models, drafted_block
 
     target, draft, vocab = builtin_models()
     ids = vocab.encode(specaccept.ngram.builtin_text()[:200_000])
@@ -39,15 +39,7 @@ def ngram_gain(k_values: list[int], steps: int, seed: int) -> list[tuple[int, fl
     for k in k_values:
         token, block = 0.0, 0.0
         for start in rng.integers(8, len(ids) - 8, size=steps):
-            context = list(ids[: int(start)])[-8:]
-            drafts: list[int] = []
-            for _ in range(k):
-                row = draft.distribution(context + drafts)
-                drafts.append(int(rng.choice(len(row), p=row / row.sum())))
-            seq = context + drafts
-            p = target.next_token_probs([seq], k + 1)
-            q = draft.next_token_probs([seq[:-1]], k)
-            args = (np.array([drafts]), p, q)
+            args = drafted_block(target, draft, ids[int(start) - 8 : int(start)], k, rng)
             token += specaccept.expected_num_accepted(*args, method="token")[0]
             block += specaccept.expected_num_accepted(*args, method="block")[0]
         rows.append((k, token / steps, block / steps))

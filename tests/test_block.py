@@ -410,7 +410,7 @@ def test_block_expects_at_least_as_many_on_random_rows(seed):
 
 
 def test_block_expects_more_on_the_builtin_ngram_models():
-    from specaccept.ngram import builtin_models
+    from specaccept.ngram import builtin_models, drafted_block
 
     target, draft, vocab = builtin_models()
     rng = np.random.default_rng(11)
@@ -419,15 +419,7 @@ def test_block_expects_more_on_the_builtin_ngram_models():
     starts = rng.integers(8, len(ids) - 8, size=steps)
     token, block = [], []
     for start in starts:
-        context = list(ids[: int(start)])[-8:]
-        drafts = []
-        for _ in range(k):
-            row = draft.distribution(context + drafts)
-            drafts.append(int(rng.choice(len(row), p=row / row.sum())))
-        seq = context + drafts
-        p = target.next_token_probs([seq], k + 1)
-        q = draft.next_token_probs([seq[:-1]], k)
-        args = (np.array([drafts]), p, q)
+        args = drafted_block(target, draft, ids[int(start) - 8 : int(start)], k, rng)
         token.append(specaccept.expected_num_accepted(*args, method="token")[0])
         block.append(specaccept.expected_num_accepted(*args, method="block")[0])
     gain = np.array(block) - np.array(token)

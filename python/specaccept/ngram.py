@@ -30,7 +30,7 @@ import numpy as np
 
 from ._errors import InputError
 
-__all__ = ["NGramModel", "Vocabulary", "builtin_models", "builtin_text"]
+__all__ = ["NGramModel", "Vocabulary", "builtin_models", "builtin_text", "drafted_block"]
 
 # Words (with an inner apostrophe), numbers, single punctuation marks, and a
 # paragraph break, which the models use as their end-of-sequence token.
@@ -269,3 +269,32 @@ def builtin_models(
     vocab = Vocabulary.from_tokens(words)
     ids = vocab.encode(text)
     return NGramModel(target_order, ids, vocab), NGramModel(draft_order, ids, vocab), vocab
+
+
+def drafted_block(
+    target: NGramModel,
+    draft: NGramModel,
+    context: Sequence[int],
+    k: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``k`` tokens sampled from ``draft`` after ``context``, with the rows a verifier
+    reads: ``(draft_token_ids [1, k], target_probs [1, k+1, V], draft_probs [1, k, V])``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from specaccept.ngram import builtin_models, drafted_block
+    >>> target, draft, vocab = builtin_models()
+    >>> ids, p, q = drafted_block(target, draft, vocab.encode("It was"), 3, np.random.default_rng(0))
+    >>> ids.shape, p.shape[:2], q.shape[:2]
+    ((1, 3), (1, 4), (1, 3))
+    """
+    drafts: list[int] = []
+    for _ in range(k):
+        row = draft.distribution([*context, *drafts])
+        drafts.append(int(rng.choice(len(row), p=row / row.sum())))
+    sequence = [*context, *drafts]
+    target_probs = target.next_token_probs([sequence], k + 1)
+    draft_probs = draft.next_token_probs([sequence[:-1]], k)
+    return np.array([drafts], dtype=np.int64), target_probs, draft_probs
