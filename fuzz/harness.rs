@@ -17,7 +17,7 @@ use specaccept::error::RowErrors;
 use specaccept::logits::{self, LogitsInputs};
 use specaccept::rate;
 use specaccept::rule;
-use specaccept::tree::{self, TreeInputs, TreeOutputs};
+use specaccept::tree::{self, TreeInputs, TreeMethod, TreeOutputs};
 use specaccept::view::{FloatView, IntView, Prob};
 
 /// Reads the input front to back; past the end it yields zeros.
@@ -427,6 +427,7 @@ fn run_tree<P: FromF64, Q: FromF64>(
         uniforms: (flags & 16 == 0).then(|| FloatView::F64(uniforms.view())),
         recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
         greedy: Greedy::All(flags % 3 == 1),
+        method: TreeMethod::Token,
     };
     let mut ids = Array2::zeros((batch, deepest + 1));
     let mut accepted = Array1::zeros(batch);

@@ -22,7 +22,7 @@ use crate::logits::{self, LogitsInputs};
 use crate::rate;
 use crate::rule;
 use crate::threads;
-use crate::tree::{self, TreeInputs, TreeOutputs};
+use crate::tree::{self, TreeInputs, TreeMethod, TreeOutputs};
 use crate::view::{FloatView, IntView, Prob};
 
 impl From<CoreError> for PyErr {
@@ -872,7 +872,7 @@ type TreeResult<'py> = (
 /// (a broadcast view when shared). Returns `(output_token_ids, num_accepted,
 /// num_emitted, accepted_node_ids)`.
 #[pyfunction]
-#[pyo3(signature = (node_token_ids, parent_ids, target_probs, draft_probs, uniforms, recovery_uniforms, greedy))]
+#[pyo3(signature = (node_token_ids, parent_ids, target_probs, draft_probs, uniforms, recovery_uniforms, greedy, method="token"))]
 #[allow(clippy::too_many_arguments)]
 fn verify_tree<'py>(
     py: Python<'py>,
@@ -883,7 +883,18 @@ fn verify_tree<'py>(
     uniforms: Option<&Bound<'py, PyAny>>,
     recovery_uniforms: Option<&Bound<'py, PyAny>>,
     greedy: &Bound<'py, PyAny>,
+    method: &str,
 ) -> PyResult<TreeResult<'py>> {
+    let method = match method {
+        "token" => TreeMethod::Token,
+        "traversal" => TreeMethod::Traversal,
+        other => {
+            return Err(input_error(
+                "method",
+                format!("method must be \"token\" or \"traversal\", got {other:?}"),
+            ))
+        }
+    };
     let ids = IntArg::<Ix2>::extract(node_token_ids, "node_token_ids")?;
     let parents = IntArg::<Ix2>::extract(parent_ids, "parent_ids")?;
     let target = FloatArg::<Ix3>::extract(target_probs, "target_probs")?;
@@ -905,6 +916,7 @@ fn verify_tree<'py>(
                     uniforms: u.as_ref().map(FloatArg::view),
                     recovery_uniforms: ru.as_ref().map(FloatArg::view),
                     greedy: greedy_rows.view(),
+                    method,
                 },
             )
         };

@@ -16,12 +16,13 @@ use std::cell::RefCell;
 
 use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2};
 
+use crate::block;
 use crate::checks::{check_gathered, check_token, check_uniform, expect_shape, Pos, RowAt};
 use crate::error::CoreError;
 use crate::memory;
 use crate::rule::is_accepted;
 use crate::sample::{self, argmax_of, sample_target, zero_row, BufferWeights, SUM_BLOCK};
-use crate::simd::{PairOp, Residual};
+use crate::simd::{PairOp, Residual, ScaledResidual};
 use crate::threads;
 use crate::view::{FloatView, Greedy, IntView, Prob};
 
@@ -42,6 +43,29 @@ pub struct TreeInputs<'a, P, Q> {
     /// `[B]`: the draw of the replacement or bonus token.
     pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
     pub greedy: Greedy<'a>,
+    pub method: TreeMethod,
+}
+
+/// How the sampled rows of a tree are verified.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TreeMethod {
+    /// Top-down multi-round rejection sampling (SpecInfer; docs/spec.md section 7.3).
+    #[default]
+    Token,
+    /// Traversal verification (Weng et al., NeurIPS 2025; docs/spec.md section 7.6).
+    Traversal,
+}
+
+/// One node on the traversal's stack: its rate `a`, whether its target weights
+/// were replaced by a residual (held in the stack level's buffer) and their
+/// total, and the next child to visit.
+#[derive(Clone, Copy)]
+struct Frame {
+    node: usize,
+    rate: f64,
+    residual: bool,
+    total: f64,
+    child: usize,
 }
 
 /// Where `verify_tree` writes.
@@ -230,6 +254,9 @@ struct Buffers {
     first_child: Vec<usize>,
     next_sibling: Vec<usize>,
     accepted: Vec<(usize, i64)>,
+    frames: Vec<Frame>,
+    /// The traversal's residual rows, one per stack level (`V` each, as needed).
+    levels: Vec<Vec<f64>>,
 }
 
 impl Buffers {
@@ -241,7 +268,8 @@ impl Buffers {
         memory::reserve(&mut self.scratch, vocab.div_ceil(SUM_BLOCK), "target_probs")?;
         memory::reserve(&mut self.first_child, nodes, "node_token_ids")?;
         memory::reserve(&mut self.next_sibling, nodes, "node_token_ids")?;
-        memory::reserve(&mut self.accepted, nodes, "node_token_ids")
+        memory::reserve(&mut self.accepted, nodes, "node_token_ids")?;
+        memory::reserve(&mut self.frames, nodes, "node_token_ids")
     }
 }
 
@@ -267,6 +295,8 @@ fn verify_rows<P: Prob, Q: Prob>(
         first_child,
         next_sibling,
         accepted,
+        frames,
+        levels,
     } = buffers;
     for (i, b) in (first_row..first_row + out.num_accepted.len()).enumerate() {
         // Children in index order, as linked lists: first child, next sibling.
@@ -295,7 +325,22 @@ fn verify_rows<P: Prob, Q: Prob>(
         };
         let mut node = 0usize;
         accepted.clear();
+        let traversal = !greedy && inputs.method == TreeMethod::Traversal;
         let next = loop {
+            if traversal {
+                break traverse_row(
+                    inputs,
+                    b,
+                    vocab,
+                    first_child,
+                    next_sibling,
+                    recovery,
+                    scratch,
+                    frames,
+                    levels,
+                    accepted,
+                )?;
+            }
             let mut child = first_child[node];
             if child == usize::MAX {
                 // A leaf: the bonus token from its target row.
@@ -534,6 +579,208 @@ fn round_slices_with<A: Prob, Q: Prob>(
 }
 
 /// The first bad entry in reading order (`p_i`, then `q_i`), for the error.
+/// Traversal verification of row `b` (docs/spec.md section 7.6): the tree in
+/// post-order, children in index order, iteratively (a stack of [`Frame`]s, so a
+/// deep tree costs memory, not call depth). Entering child `c` (token `x`) of a
+/// node with rate `a` gives it the rate `next_rho(a, Mb(x), q_c(x))` of the path;
+/// a node with no child left is accepted iff its uniform is below its rate (the
+/// root always), and the next token comes from its target weights. A rejected
+/// node is removed: its parent's weights become `max(0, a * w / T - q_c)` (with
+/// one-hot drafts, `w` with `x` zeroed and mass `a * (1 - Mb(x))`), their sum
+/// the new `T`, and its rate `h(S, a)` as in block verification. Returns the
+/// next token; `accepted` holds the path.
+#[allow(clippy::too_many_arguments)]
+fn traverse_row<P: Prob, Q: Prob>(
+    inputs: &TreeInputs<'_, P, Q>,
+    b: usize,
+    vocab: usize,
+    first_child: &[usize],
+    next_sibling: &[usize],
+    recovery: f64,
+    scratch: &mut Vec<f64>,
+    frames: &mut Vec<Frame>,
+    levels: &mut Vec<Vec<f64>>,
+    accepted: &mut Vec<(usize, i64)>,
+) -> Result<usize, CoreError> {
+    let token = |c: usize| {
+        check_token(
+            "node_token_ids",
+            &[b, c],
+            inputs.node_token_ids.get(b, c),
+            vocab,
+        )
+    };
+    // Mb(x) at the frame on level `d`: its target row's p(x), or w[x] / T.
+    let share = |f: &Frame, levels: &[Vec<f64>], d: usize, x: usize| -> Result<f64, CoreError> {
+        if f.residual {
+            Ok(normalised(levels[d][x], f.total))
+        } else {
+            check_gathered(
+                inputs.target_probs[[b, f.node, x]].to_f64(),
+                "target_probs",
+                &[b, f.node, x],
+            )
+        }
+    };
+    frames.clear();
+    frames.push(Frame {
+        node: 0,
+        rate: 1.0,
+        residual: false,
+        total: 1.0,
+        child: first_child[0],
+    });
+    loop {
+        let d = frames.len() - 1;
+        let f = frames[d];
+        if f.child != usize::MAX {
+            let c = f.child;
+            let x = token(c)?;
+            let mb = share(&f, levels, d, x)?;
+            let ms = match &inputs.draft_probs {
+                Some(dp) => check_gathered(dp[[b, c, x]].to_f64(), "draft_probs", &[b, c, x])?,
+                None => 1.0,
+            };
+            frames.push(Frame {
+                node: c,
+                rate: block::next_rho(f.rate, mb, ms),
+                residual: false,
+                total: 1.0,
+                child: first_child[c],
+            });
+            continue;
+        }
+        let accept = f.node == 0 || {
+            let u = match &inputs.uniforms {
+                Some(u) => check_uniform(u.get(b, f.node), "uniforms", &[b, f.node])?,
+                None => unreachable!("checked by the caller"),
+            };
+            u < f.rate
+        };
+        if accept {
+            let drawn = if f.residual {
+                sample::sample(&BufferWeights { w: &levels[d] }, recovery, scratch)?
+            } else {
+                sample_target(
+                    inputs.target_row(b, f.node),
+                    None,
+                    inputs.at(b, f.node),
+                    recovery,
+                    scratch,
+                )?
+            };
+            let next = match drawn {
+                Some(token) => token,
+                None => sample_row(
+                    inputs.target_row(b, f.node),
+                    inputs.at(b, f.node),
+                    recovery,
+                    scratch,
+                )?,
+            };
+            accepted.clear();
+            for frame in &frames[1..] {
+                accepted.push((frame.node, token(frame.node)? as i64));
+            }
+            return Ok(next);
+        }
+        // Rejected: the parent takes the residual without this node.
+        frames.pop();
+        let pd = d - 1;
+        let parent = frames[pd];
+        let x = token(f.node)?;
+        if levels.len() <= pd {
+            levels.resize_with(pd + 1, Vec::new);
+        }
+        let (mass, total) = match &inputs.draft_probs {
+            None => {
+                let mb = share(&parent, levels, pd, x)?;
+                if !parent.residual {
+                    copy_row(
+                        inputs.target_row(b, parent.node),
+                        &mut levels[pd],
+                        b,
+                        parent.node,
+                    )?;
+                }
+                levels[pd][x] = 0.0;
+                (parent.rate * (1.0 - mb), parent.total * (1.0 - mb))
+            }
+            Some(dp) => {
+                let q_row = dp.slice(s![b, f.node, ..]);
+                let p_row = (!parent.residual).then(|| inputs.target_row(b, parent.node));
+                scaled_round(
+                    p_row,
+                    &mut levels[pd],
+                    parent.rate,
+                    parent.total,
+                    q_row,
+                    b,
+                    parent.node,
+                    f.node,
+                )?;
+                let mass = sample::canonical_sum(&BufferWeights { w: &levels[pd] }, scratch)?;
+                (mass, mass)
+            }
+        };
+        let p = &mut frames[pd];
+        p.rate = if p.node == 0 {
+            1.0
+        } else {
+            block::h(mass, p.rate)
+        };
+        p.residual = true;
+        p.total = total;
+        p.child = next_sibling[f.node];
+    }
+}
+
+/// `w` := the target row (checked entry by entry) as float64.
+fn copy_row<P: Prob>(
+    row: ArrayView1<'_, P>,
+    w: &mut Vec<f64>,
+    b: usize,
+    node: usize,
+) -> Result<(), CoreError> {
+    memory::reserve(w, row.len(), "target_probs")?;
+    w.clear();
+    for (i, v) in row.iter().enumerate() {
+        w.push(entry(v.to_f64(), "target_probs", b, node, i)?);
+    }
+    Ok(())
+}
+
+/// The traversal's residual round: `w_v := max(0, a * (w_v / T) - q_v)`, with
+/// `w` the target row as given when `p` is `Some` (each `p_v`, then `q_v`, checked).
+#[allow(clippy::too_many_arguments)]
+fn scaled_round<P: Prob, Q: Prob>(
+    p: Option<ArrayView1<'_, P>>,
+    w: &mut Vec<f64>,
+    rate: f64,
+    total: f64,
+    q: ArrayView1<'_, Q>,
+    b: usize,
+    node: usize,
+    child: usize,
+) -> Result<(), CoreError> {
+    let op = ScaledResidual(rate);
+    if let Some(p) = p {
+        memory::reserve(w, p.len(), "target_probs")?;
+        w.clear();
+        for (i, (pv, qv)) in p.iter().zip(q.iter()).enumerate() {
+            let pv = entry(pv.to_f64(), "target_probs", b, node, i)?;
+            let qv = entry(qv.to_f64(), "draft_probs", b, child, i)?;
+            w.push(op.apply(normalised(pv, total), qv));
+        }
+    } else {
+        for (i, (wv, qv)) in w.iter_mut().zip(q.iter()).enumerate() {
+            let qv = entry(qv.to_f64(), "draft_probs", b, child, i)?;
+            *wv = op.apply(normalised(*wv, total), qv);
+        }
+    }
+    Ok(())
+}
+
 fn first_bad_entry<P: Prob, Q: Prob>(
     p: Option<ArrayView1<'_, P>>,
     q: Option<ArrayView1<'_, Q>>,

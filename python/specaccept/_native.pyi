@@ -108,6 +108,7 @@ def verify_tree(
     uniforms: _In | None,
     recovery_uniforms: _In | None,
     greedy: bool | npt.NDArray[np.bool_],
+    method: str = "token",
 ) -> tuple[
     npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
 ]: ...

@@ -11,11 +11,15 @@ from ._arrays import as_numpy, bool_array
 from ._errors import InputError
 from ._result import Verification
 
-__all__ = ["CHAIN_METHODS", "as_greedy", "as_method", "isolating", "out_buffers"]
+__all__ = ["CHAIN_METHODS", "TREE_METHODS", "as_greedy", "as_method", "isolating", "out_buffers"]
 
 #: The verification methods of chains (``verify``, ``verify_logits``, the vLLM
 #: layer): ``"token"`` (token by token) and ``"block"`` (the block jointly).
 CHAIN_METHODS = ("token", "block")
+
+#: The verification methods of trees (``verify_tree``): ``"token"`` (top-down
+#: multi-round rejection sampling) and ``"traversal"`` (leaves first, path rates).
+TREE_METHODS = ("token", "traversal")
 
 
 def as_greedy(greedy: Any) -> bool | np.ndarray:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -10,7 +10,7 @@ import numpy.typing as npt
 from . import _native
 from ._arrays import float_array, int_array, like_converter
 from ._errors import InputError
-from ._options import as_greedy
+from ._options import TREE_METHODS, as_greedy, as_method
 from ._result import TreeVerification
 from ._uniforms import RngLike, as_generator, draw_uniforms
 
@@ -28,6 +28,7 @@ def verify_tree(
     rng: RngLike = None,
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
+    method: Literal["token", "traversal"] = "token",
 ) -> TreeVerification:
     """Verify a tree of drafted tokens by multi-round rejection sampling.
 
@@ -66,6 +67,17 @@ def verify_tree(
         of the current node's target row; otherwise emit that argmax.
     like : array or tensor, optional
         The framework of the results, as for :func:`verify`.
+    method : ``"token"`` or ``"traversal"``
+        ``"token"`` (default): top-down multi-round rejection sampling, a child
+        tried with its own ratio ``p/q``. ``"traversal"``: traversal verification
+        (Weng et al., NeurIPS 2025): the tree is visited leaves first (post-order,
+        children in index order), each node tried with the acceptance rate of its
+        whole path, and a rejected node's siblings continue from the residual; it
+        is lossless and, on a chain, exactly ``verify(method="block")``. Row ``c``
+        of ``draft_probs`` must be the distribution child ``c`` was drawn from
+        (for siblings drawn without replacement, the parent's distribution with
+        the earlier siblings removed and renormalised). See docs/spec.md
+        section 7.6 and docs/methods.md.
 
     Returns
     -------
@@ -85,6 +97,7 @@ def verify_tree(
     ([[2, 0, 1]], [[2, 3]])
     """
     convert = like_converter(like)
+    rule = as_method(method, TREE_METHODS)
     ids = int_array(node_token_ids, "node_token_ids")
     if ids.ndim != 2:
         raise InputError(
@@ -103,7 +116,7 @@ def verify_tree(
         source = "node_token_ids [B, N]"
         u = draw_uniforms(g, ids.size, ids.shape, source) if u is None else u
         ru = draw_uniforms(g, ids.shape[0], None, source) if ru is None else ru
-    result = _native.verify_tree(ids, parents, target, draft, u, ru, greedy_rows)
+    result = _native.verify_tree(ids, parents, target, draft, u, ru, greedy_rows, rule)
     if convert is not None:
         result = tuple(convert(a) for a in result)
     return TreeVerification(*result)

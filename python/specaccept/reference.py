@@ -813,9 +813,19 @@ def verify_tree(
     rng=None,
     greedy=False,
     like=None,
+    method="token",
 ):
-    """Reference of :func:`specaccept.verify_tree`: multi-round rejection sampling."""
+    """Reference of :func:`specaccept.verify_tree`: multi-round rejection sampling
+    (``method="token"``) or traversal verification (``"traversal"``)."""
     convert = like_converter(like) or (lambda a: a)
+    if not isinstance(method, str):
+        raise TypeError(
+            f"method must be one of ('token', 'traversal'), got {type(method).__name__}"
+        )
+    if method not in ("token", "traversal"):
+        raise InputError(
+            f"method must be one of ('token', 'traversal'), got {method!r:.40}", argument="method"
+        )
     ids = _ints(node_token_ids, "node_token_ids")
     parents = _ints(parent_ids, "parent_ids")
     p = _floats(target_probs, "target_probs")
@@ -870,7 +880,12 @@ def verify_tree(
         for n in range(1, nodes):
             if int(parents[b, n]) >= 0:
                 children[int(parents[b, n])].append(n)
-        path, next_token = _verify_tree_row(p, q, u, ru, ids, children, b, vocab, greedy_rows[b])
+        if method == "traversal" and not greedy_rows[b]:
+            path, next_token = _traverse_tree_row(p, q, u, ru, ids, children, b, vocab)
+        else:
+            path, next_token = _verify_tree_row(
+                p, q, u, ru, ids, children, b, vocab, greedy_rows[b]
+            )
         for i, (c, x) in enumerate(path):
             out_ids[b, i], out_nodes[b, i] = x, c
         out_ids[b, len(path)] = next_token
@@ -878,6 +893,75 @@ def verify_tree(
     return TreeVerification(
         convert(out_ids), convert(accepted_counts), convert(accepted_counts + 1), convert(out_nodes)
     )
+
+
+def _traverse_tree_row(p, q, u, ru, ids, children, b: int, vocab: int):
+    """Traversal verification of one row (docs/spec.md section 7.6): post-order, children
+    in index order. A node's state is its rate ``a`` and its target weights ``w`` with
+    total ``T`` (``None``: its target row as given, ``T = 1``); a rejected child ``c``
+    (token ``x``, draft row ``q_c``) turns them into the residual
+    ``max(0, a * w / T - q_c)`` with ``T = S`` its sum, and ``a`` into
+    ``S / ((S + 1) - a)``. The root is always accepted."""
+    if u is None or ru is None:
+        raise InputError(
+            "uniforms: uniforms and recovery_uniforms are required for rows verified by sampling",
+            argument="uniforms",
+        )
+    recovery = _uniform(ru[b], "recovery_uniforms", (b,))
+    # Frames: [node, rate, weights or None, total, index of the next child].
+    stack: list[list[Any]] = [[0, 1.0, None, 1.0, 0]]
+    while True:
+        node, a, w, total, i = stack[-1]
+        kids = children[node]
+        if i < len(kids):
+            c = kids[i]
+            x = _tree_token(ids, b, c, vocab)
+            mb_x = _target_share(p, b, node, x, w, total)
+            ms_x = 1.0 if q is None else _gathered(q[b, c, x], "draft_probs", (b, c, x))
+            stack.append([c, _next_rho(a, mb_x, ms_x), None, 1.0, 0])
+            continue
+        if node == 0 or _uniform(u[b, node], "uniforms", (b, node)) < a:
+            weights = w if w is not None else _row(p[b, node], "target_probs", b, node)
+            token = sample_index(weights, recovery)
+            if token is None:  # rounding or unnormalised rows: the node's target row
+                token = _sample_target(p, b, node, recovery)
+            path = [(frame[0], _tree_token(ids, b, frame[0], vocab)) for frame in stack[1:]]
+            return path, token
+        # Node rejected: its parent removes it and takes the residual.
+        stack.pop()
+        parent = stack[-1]
+        _, pa, pw, ptotal, pi = parent
+        x = _tree_token(ids, b, node, vocab)
+        if q is None:
+            mb_x = _target_share(p, b, parent[0], x, pw, ptotal)
+            mass = pa * (1.0 - mb_x)
+            weights = (
+                list(pw) if pw is not None else _row(p[b, parent[0]], "target_probs", b, parent[0])
+            )
+            weights[x] = 0.0
+            new_total = ptotal * (1.0 - mb_x)
+        else:
+            weights = []
+            for v in range(vocab):
+                w_v = (
+                    _entry(p[b, parent[0], v], "target_probs", (b, parent[0], v))
+                    if pw is None
+                    else pw[v]
+                )
+                q_v = _entry(q[b, node, v], "draft_probs", (b, node, v))
+                share = w_v / ptotal if ptotal > 0 else 0.0
+                weights.append(max(0.0, pa * share - q_v))
+            mass = _canonical_total(weights)
+            new_total = mass
+        parent[1] = 1.0 if parent[0] == 0 else _block_h(mass, pa)
+        parent[2], parent[3], parent[4] = weights, new_total, pi + 1
+
+
+def _target_share(p, b: int, node: int, x: int, w, total: float) -> float:
+    """``Mb(x)`` at a node: its target row's ``p(x)`` (checked), or ``w[x] / T``."""
+    if w is None:
+        return _gathered(p[b, node, x], "target_probs", (b, node, x))
+    return w[x] / total if total > 0 else 0.0
 
 
 def _tree_token(ids, b: int, c: int, vocab: int) -> int:

@@ -1,0 +1,179 @@
+"""Traversal verification (``verify_tree(method="traversal")``, docs/spec.md section 7.6):
+the native code equals the reference, equals block verification on a chain, and its
+rows follow the target's law (chi-square against the exact law of
+``tests/tree_laws.py``, where the rule itself is checked by enumeration)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import specaccept
+import test_block
+from scipy import stats
+from specaccept import reference
+from tree_laws import MarkovModel, depth, target_sequences
+
+ALPHA = 1e-6  # false-failure rate of the chi-square test
+
+
+def random_tree_case(seed):
+    rng = np.random.default_rng(seed)
+    batch, nodes, vocab = 4, int(rng.integers(1, 9)), int(rng.integers(1, 40))
+    parents = np.array([-1] + [int(rng.integers(0, n)) for n in range(1, nodes)])
+    if seed % 5 == 0 and nodes > 2:
+        parents[nodes - 1] = -1  # padding
+    dtype = (np.float16, np.float32, np.float64)[seed % 3]
+    p = rng.dirichlet(np.full(vocab, 0.4), size=(batch, nodes)).astype(dtype)
+    q = None if seed % 2 else rng.dirichlet(np.full(vocab, 0.4), size=(batch, nodes)).astype(dtype)
+    ids = rng.integers(0, vocab, size=(batch, nodes))
+    favourite = p[np.arange(batch)[:, None], np.maximum(parents, 0)].argmax(-1)
+    ids = np.where(rng.random((batch, nodes)) < 0.5, favourite, ids)
+    return dict(
+        node_token_ids=ids,
+        parent_ids=parents,
+        target_probs=p,
+        draft_probs=q,
+        uniforms=rng.random((batch, nodes)),
+        recovery_uniforms=rng.random(batch),
+        greedy=rng.random(batch) < 0.2,
+    )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_native_equals_the_reference(seed):
+    case = random_tree_case(seed)
+    native = specaccept.verify_tree(**case, method="traversal")
+    oracle = reference.verify_tree(**case, method="traversal")
+    assert native.to_lists() == oracle.to_lists()
+    assert native.accepted_node_ids.tolist() == oracle.accepted_node_ids.tolist()
+
+
+@pytest.mark.parametrize("one_hot", [False, True], ids=["draft-probs", "one-hot"])
+@pytest.mark.parametrize("seed", range(40))
+def test_on_a_chain_it_is_block_verification_bit_for_bit(seed, one_hot):
+    case = test_block.random_case(seed, one_hot)
+    ids, p, q = case["draft_token_ids"], case["target_probs"], case["draft_probs"]
+    batch, k = ids.shape
+    chain = specaccept.verify(
+        ids,
+        p,
+        q,
+        uniforms=case["uniforms"],
+        recovery_uniforms=case["recovery_uniforms"],
+        method="block",
+    )
+    # Node 0 the root, node i the i-th draft; its uniform is the chain's (i-1)-th.
+    tree = specaccept.verify_tree(
+        np.concatenate([np.zeros((batch, 1), np.int64), ids], axis=1),
+        np.arange(-1, k),
+        p,
+        None
+        if q is None
+        else np.concatenate([np.zeros((batch, 1, p.shape[2]), q.dtype), q], axis=1),
+        uniforms=np.concatenate([np.zeros((batch, 1)), case["uniforms"]], axis=1),
+        recovery_uniforms=case["recovery_uniforms"],
+        method="traversal",
+    )
+    assert tree.to_lists() == chain.to_lists()
+
+
+# A tree of 6 drafted nodes over V = 3: two candidates at the root, one with two
+# children, the other with one (breadth first: 1, 2 | 3, 4 under 1 | 5 under 2).
+PARENTS = np.array([-1, 0, 0, 1, 1, 2])
+SHAPE = [[[], []], [[]]]
+
+
+def draw_trees(rows, target, draft, rng):
+    """Rows of trees drawn from the draft chain (siblings without replacement), with
+    the rows verify_tree reads: p at each node's prefix, q_c the law c was drawn from."""
+    nodes = len(PARENTS)
+    ids = np.zeros((rows, nodes), np.int64)
+    p = np.zeros((rows, nodes, 3))
+    q = np.zeros((rows, nodes, 3))
+    for r in range(rows):
+        prefixes = {0: (0,)}
+        for node in range(nodes):
+            if node:
+                parent = int(PARENTS[node])
+                earlier = [c for c in range(1, node) if PARENTS[c] == parent]
+                law = np.array([float(x) for x in draft(prefixes[parent])])
+                law[[int(ids[r, c]) for c in earlier]] = 0.0
+                law /= law.sum()
+                q[r, node] = law
+                ids[r, node] = rng.choice(3, p=law)
+                prefixes[node] = (*prefixes[parent], int(ids[r, node]))
+            p[r, node] = [float(x) for x in target(prefixes[node])]
+    return ids, p, q
+
+
+def test_native_traversal_rows_follow_the_target_law():
+    rows = 30_000
+    target, draft = MarkovModel(41), MarkovModel(141)
+    rng = np.random.default_rng(5)
+    ids, p, q = draw_trees(rows, target, draft, rng)
+    result = specaccept.verify_tree(ids, PARENTS, p, q, rng=rng, method="traversal")
+    length = depth(SHAPE) + 1
+    sequences = np.full((rows, length), -1)
+    for b in range(rows):
+        emitted = result.tokens(b)
+        sequences[b, : len(emitted)] = emitted
+    for b in range(rows):
+        prefix = (0, *[int(y) for y in sequences[b] if y >= 0])
+        for t in range(len(prefix) - 1, length):
+            law = [float(x) for x in target(prefix)]
+            sequences[b, t] = rng.choice(3, p=law)
+            prefix = (*prefix, int(sequences[b, t]))
+    cells = sequences @ (3 ** np.arange(length - 1, -1, -1))
+    observed = np.bincount(cells, minlength=3**length)
+    law = target_sequences(length, target)
+    expected = np.array([float(law.get(s, 0)) for s in itertools.product(range(3), repeat=length)])
+    keep = expected > 0
+    assert observed[~keep].sum() == 0, "a sequence the target rules out was emitted"
+    statistic, p_value = stats.chisquare(observed[keep], expected[keep] * rows)
+    assert p_value > ALPHA, (statistic, p_value)
+
+
+def test_traversal_accepts_more_than_token_on_the_same_trees():
+    rows = 20_000
+    target, draft = MarkovModel(42), MarkovModel(142)
+    rng = np.random.default_rng(6)
+    ids, p, q = draw_trees(rows, target, draft, rng)
+    u, ru = rng.random((rows, len(PARENTS))), rng.random(rows)
+    kwargs = dict(uniforms=u, recovery_uniforms=ru)
+    token = specaccept.verify_tree(ids, PARENTS, p, q, **kwargs).num_accepted
+    traversal = specaccept.verify_tree(
+        ids, PARENTS, p, q, **kwargs, method="traversal"
+    ).num_accepted
+    gain = traversal - token
+    assert gain.mean() > 4 * gain.std() / np.sqrt(rows), (token.mean(), traversal.mean())
+
+
+def test_the_method_is_checked():
+    case = random_tree_case(3)
+    with pytest.raises(specaccept.InputError, match="method must be one of"):
+        specaccept.verify_tree(**case, method="block")
+    with pytest.raises(TypeError, match="method must be one of"):
+        specaccept.verify_tree(**case, method=1)
+    with pytest.raises(specaccept.InputError, match="method must be one of"):
+        reference.verify_tree(**case, method="Traversal")
+
+
+def test_a_deep_chain_runs_without_recursion():
+    # 5,000 nodes in a line, every one rejected: the stack is a vector, not calls.
+    nodes, vocab = 5_000, 4
+    p = np.full((1, nodes, vocab), 0.25)
+    q = np.zeros((1, nodes, vocab))
+    q[..., 0] = 1.0
+    ids = np.zeros((1, nodes), np.int64)
+    r = specaccept.verify_tree(
+        ids,
+        np.arange(-1, nodes - 1),
+        p,
+        q,
+        uniforms=np.full((1, nodes), 0.999),
+        recovery_uniforms=np.array([0.5]),
+        method="traversal",
+    )
+    assert r.num_accepted[0] == 0 and r.tokens(0)[0] in (1, 2, 3)
