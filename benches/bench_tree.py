@@ -31,8 +31,9 @@ CHAIN_K = 6
 TREE_PARENTS = np.array([-1, 0, 0, 1, 2, 3, 4])
 
 
-def acceptance(a_target: float, rows: int, seed: int) -> tuple[float, float, float]:
-    """Mean accepted length of the chain and of the tree, for p and q with overlap ~a."""
+def acceptance(a_target: float, rows: int, seed: int) -> tuple[float, float, float, float]:
+    """Mean accepted length of the chain, of the tree (token) and of the tree
+    (traversal), for p and q with overlap ~a."""
     rng = np.random.default_rng(seed)
     vocab = 64
     p = rng.dirichlet(np.full(vocab, 0.5))
@@ -50,14 +51,27 @@ def acceptance(a_target: float, rows: int, seed: int) -> tuple[float, float, flo
     )
     nodes = len(TREE_PARENTS)
     tree_ids = rng.choice(vocab, p=q, size=(rows, nodes))
+    target = np.broadcast_to(p, (rows, nodes, vocab))
+    draft = np.broadcast_to(q, (rows, nodes, vocab))
+    u, ru = rng.random((rows, nodes)), rng.random(rows)
     tree = specaccept.verify_tree(
+        tree_ids, TREE_PARENTS, target, draft, uniforms=u, recovery_uniforms=ru
+    )
+    traversal = specaccept.verify_tree(
         tree_ids,
         TREE_PARENTS,
-        np.broadcast_to(p, (rows, nodes, vocab)),
-        np.broadcast_to(q, (rows, nodes, vocab)),
-        rng=rng,
+        target,
+        draft,
+        uniforms=u,
+        recovery_uniforms=ru,
+        method="traversal",
     )
-    return a, float(chain.num_accepted.mean()), float(tree.num_accepted.mean())
+    return (
+        a,
+        float(chain.num_accepted.mean()),
+        float(tree.num_accepted.mean()),
+        float(traversal.num_accepted.mean()),
+    )
 
 
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -84,6 +98,9 @@ def timing(batch: int, vocab: int, repeats: int) -> None:
     assert (chain.num_accepted == 0).all()
     single, threads = read_bandwidth(256 << 20, specaccept.get_num_threads())
     tree_bytes = batch * 4 * vocab * 4  # the root's row and 3 draft rows
+    # Traversal removes every node: 15 draft rows, and the target rows of the root
+    # and its 3 children (each parent's first residual round).
+    traversal_bytes = batch * 19 * vocab * 4
     chain_bytes = batch * 2 * vocab * 4  # one residual pair
     n = specaccept.get_num_threads()
     print(f"\n(B, N, V) = ({batch}, {nodes}, {vocab}) float32, every candidate rejected:")
@@ -93,6 +110,13 @@ def timing(batch: int, vocab: int, repeats: int) -> None:
             "verify_tree",
             tree_bytes,
             lambda: specaccept.verify_tree(tokens, parents, p, q, uniforms=u, recovery_uniforms=ru),
+        ),
+        (
+            "traversal",
+            traversal_bytes,
+            lambda: specaccept.verify_tree(
+                tokens, parents, p, q, uniforms=u, recovery_uniforms=ru, method="traversal"
+            ),
         ),
         (
             f"verify K={k}",
@@ -120,10 +144,10 @@ def main() -> None:
     args = parser.parse_args()
     rows = 5_000 if args.quick else 100_000
     print(f"Mean accepted length on a budget of {CHAIN_K} drafted tokens ({rows} rows):")
-    print(f"  {'a = sum(min(p, q))':>20} {'chain (K=6)':>12} {'tree (2x3)':>11}")
+    print(f"  {'a = sum(min(p, q))':>20} {'chain (K=6)':>12} {'tree (2x3)':>11} {'traversal':>10}")
     for target in (0.3, 0.5, 0.6, 0.7, 0.8, 0.9):
-        a, chain, tree = acceptance(target, rows, seed=int(target * 100))
-        print(f"  {a:>20.2f} {chain:>12.3f} {tree:>11.3f}")
+        a, chain, tree, traversal = acceptance(target, rows, seed=int(target * 100))
+        print(f"  {a:>20.2f} {chain:>12.3f} {tree:>11.3f} {traversal:>10.3f}")
     if args.quick:
         timing(batch=4, vocab=4096, repeats=3)
     else:

@@ -419,42 +419,45 @@ fn run_tree<P: FromF64, Q: FromF64>(
         }
     }
     let deepest = depth.iter().copied().max().unwrap_or(0);
-    let inputs = TreeInputs {
-        node_token_ids: IntView::I64(tokens.view()),
-        parent_ids: IntView::I64(parents.view()),
-        target_probs: view(p_array, p_layout, vocab),
-        draft_probs: (flags & 4 == 0).then(|| draft.view()),
-        uniforms: (flags & 16 == 0).then(|| FloatView::F64(uniforms.view())),
-        recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
-        greedy: Greedy::All(flags % 3 == 1),
-        method: TreeMethod::Token,
-    };
-    let mut ids = Array2::zeros((batch, deepest + 1));
-    let mut accepted = Array1::zeros(batch);
-    let mut emitted = Array1::zeros(batch);
-    let mut path = Array2::zeros((batch, deepest));
-    let mut out = TreeOutputs {
-        output_token_ids: ids.view_mut(),
-        num_accepted: accepted.view_mut(),
-        num_emitted: emitted.view_mut(),
-        accepted_node_ids: path.view_mut(),
-    };
-    if tree::verify_tree(&inputs, &mut out).is_err() {
-        return;
-    }
-    for b in 0..batch {
-        let n = accepted[b] as usize;
-        assert!(n <= deepest && emitted[b] == n as i64 + 1);
-        let mut node = 0i64;
-        for d in 0..n {
-            let child = path[[b, d]];
-            assert_eq!(parents[[b, child as usize]], node, "a path from the root");
-            assert_eq!(ids[[b, d]], tokens[[b, child as usize]]);
-            node = child;
+    // Both tree methods, the same invariants.
+    for method in [TreeMethod::Token, TreeMethod::Traversal] {
+        let inputs = TreeInputs {
+            node_token_ids: IntView::I64(tokens.view()),
+            parent_ids: IntView::I64(parents.view()),
+            target_probs: view(p_array, p_layout, vocab),
+            draft_probs: (flags & 4 == 0).then(|| draft.view()),
+            uniforms: (flags & 16 == 0).then(|| FloatView::F64(uniforms.view())),
+            recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
+            greedy: Greedy::All(flags % 3 == 1),
+            method,
+        };
+        let mut ids = Array2::zeros((batch, deepest + 1));
+        let mut accepted = Array1::zeros(batch);
+        let mut emitted = Array1::zeros(batch);
+        let mut path = Array2::zeros((batch, deepest));
+        let mut out = TreeOutputs {
+            output_token_ids: ids.view_mut(),
+            num_accepted: accepted.view_mut(),
+            num_emitted: emitted.view_mut(),
+            accepted_node_ids: path.view_mut(),
+        };
+        if tree::verify_tree(&inputs, &mut out).is_err() {
+            continue;
         }
-        assert!((0..vocab as i64).contains(&ids[[b, n]]));
-        assert!(ids.row(b).iter().skip(n + 1).all(|&x| x == -1));
-        assert!(path.row(b).iter().skip(n).all(|&x| x == -1));
+        for b in 0..batch {
+            let n = accepted[b] as usize;
+            assert!(n <= deepest && emitted[b] == n as i64 + 1);
+            let mut node = 0i64;
+            for d in 0..n {
+                let child = path[[b, d]];
+                assert_eq!(parents[[b, child as usize]], node, "a path from the root");
+                assert_eq!(ids[[b, d]], tokens[[b, child as usize]]);
+                node = child;
+            }
+            assert!((0..vocab as i64).contains(&ids[[b, n]]));
+            assert!(ids.row(b).iter().skip(n + 1).all(|&x| x == -1));
+            assert!(path.row(b).iter().skip(n).all(|&x| x == -1));
+        }
     }
 }
 
