@@ -751,7 +751,9 @@ fn copy_row<P: Prob>(
 }
 
 /// The traversal's residual round: `w_v := max(0, a * (w_v / T) - q_v)`, with
-/// `w` the target row as given when `p` is `Some` (each `p_v`, then `q_v`, checked).
+/// `w` the target row as given when `p` is `Some`. One pass without branches,
+/// the validity of every value read folded in; on a bad value the first one (in
+/// the reference's order: `p_v`, then `q_v`) is named.
 #[allow(clippy::too_many_arguments)]
 fn scaled_round<P: Prob, Q: Prob>(
     p: Option<ArrayView1<'_, P>>,
@@ -764,21 +766,34 @@ fn scaled_round<P: Prob, Q: Prob>(
     child: usize,
 ) -> Result<(), CoreError> {
     let op = ScaledResidual(rate);
-    if let Some(p) = p {
-        memory::reserve(w, p.len(), "target_probs")?;
-        w.clear();
-        for (i, (pv, qv)) in p.iter().zip(q.iter()).enumerate() {
-            let pv = entry(pv.to_f64(), "target_probs", b, node, i)?;
-            let qv = entry(qv.to_f64(), "draft_probs", b, child, i)?;
-            w.push(op.apply(normalised(pv, total), qv));
+    let ok = |v: f64| (0.0..=f64::MAX).contains(&v);
+    // `w / 1` is `w`: the target row as given skips the division, the same bits.
+    let unit = total == 1.0;
+    let share = |v: f64| if unit { v } else { normalised(v, total) };
+    let mut valid = true;
+    match p {
+        Some(p) => {
+            memory::reserve(w, p.len(), "target_probs")?;
+            w.clear();
+            w.extend(p.iter().zip(q.iter()).map(|(pv, qv)| {
+                let (pv, qv) = (pv.to_f64(), qv.to_f64());
+                valid &= ok(pv) & ok(qv);
+                op.apply(share(pv), qv)
+            }));
         }
-    } else {
-        for (i, (wv, qv)) in w.iter_mut().zip(q.iter()).enumerate() {
-            let qv = entry(qv.to_f64(), "draft_probs", b, child, i)?;
-            *wv = op.apply(normalised(*wv, total), qv);
+        None => {
+            for (wv, qv) in w.iter_mut().zip(q.iter()) {
+                let qv = qv.to_f64();
+                valid &= ok(qv);
+                *wv = op.apply(share(*wv), qv);
+            }
         }
     }
-    Ok(())
+    if valid {
+        Ok(())
+    } else {
+        Err(first_bad_entry(p, Some(q), b, node, child))
+    }
 }
 
 fn first_bad_entry<P: Prob, Q: Prob>(
