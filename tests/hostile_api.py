@@ -274,6 +274,34 @@ CASES: dict[str, tuple[str, str]] = {
         "TypeError",
     ),
     "verify: errors bogus": ("sa.verify(IDS(), P(), rng=0, errors='bogus')", "ValueError"),
+    "verify_tree: method traversal": (
+        "r = sa.verify_tree(np.array([[0, 1, 2, 0]]), np.array([-1, 0, 0, 2]), "
+        "np.full((1, 4, 3), 1 / 3), np.full((1, 4, 3), 1 / 3), rng=0, method='traversal')\n"
+        "assert r.num_emitted[0] == r.num_accepted[0] + 1",
+        "ok",
+    ),
+    "verify_tree: method bogus": (
+        "sa.verify_tree(np.array([[0, 1]]), np.array([-1, 0]), np.full((1, 2, 3), 1 / 3), "
+        "rng=0, method='block')",
+        "ValueError",
+    ),
+    "verify_tree: method None": (
+        "sa.verify_tree(np.array([[0, 1]]), np.array([-1, 0]), np.full((1, 2, 3), 1 / 3), "
+        "rng=0, method=None)",
+        "TypeError",
+    ),
+    "verify_tree: traversal, NaN draft row": (
+        "q = np.full((1, 2, 3), 1 / 3); q[0, 1] = [0.2, 0.6, np.nan]\n"
+        "sa.verify_tree(np.array([[0, 1]]), np.array([-1, 0]), np.full((1, 2, 3), 1 / 3), q, "
+        "uniforms=np.full((1, 2), 0.999), recovery_uniforms=np.array([0.5]), method='traversal')",
+        "ValueError",
+    ),
+    "verify_tree: traversal, huge stride-0 rows": (
+        "sa.verify_tree(np.zeros((1, 3), np.int64), np.array([-1, 0, 1]), "
+        "np.broadcast_to(0.5, (1, 3, 2**29)), np.broadcast_to(0.5, (1, 3, 2**29)), "
+        "uniforms=np.full((1, 3), 0.999), recovery_uniforms=np.array([0.5]), method='traversal')",
+        "ok|MemoryError",
+    ),
     "verify: method block": (
         "ok_ver(sa.verify(w(IDS()), w(P()), w(Q()), rng=0, method='block'))",
         "ok",
