@@ -302,6 +302,20 @@ CASES: dict[str, tuple[str, str]] = {
         "uniforms=np.full((1, 3), 0.999), recovery_uniforms=np.array([0.5]), method='traversal')",
         "ok|MemoryError",
     ),
+    "expected_num_accepted_tree: valid": (
+        "e = sa.expected_num_accepted_tree(np.array([[0, 1, 2]]), np.array([-1, 0, 1]), "
+        "np.full((1, 3, 3), 1 / 3), method='traversal')\nassert 0 <= e[0] <= 2",
+        "ok",
+    ),
+    "expected_num_accepted_tree: bad parent": (
+        "sa.expected_num_accepted_tree(np.array([[0, 1]]), np.array([-1, 5]), np.full((1, 2, 3), 1 / 3))",
+        "ValueError",
+    ),
+    "expected_num_accepted_tree: too deep": (
+        "n = 400\nsa.expected_num_accepted_tree(np.zeros((1, n), np.int64), np.arange(-1, n - 1), "
+        "np.full((1, n, 2), 0.5))",
+        "ValueError",
+    ),
     "verify: method block": (
         "ok_ver(sa.verify(w(IDS()), w(P()), w(Q()), rng=0, method='block'))",
         "ok",

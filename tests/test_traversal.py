@@ -177,3 +177,59 @@ def test_a_deep_chain_runs_without_recursion():
         method="traversal",
     )
     assert r.num_accepted[0] == 0 and r.tokens(0)[0] in (1, 2, 3)
+
+
+@pytest.mark.parametrize("method", ["token", "traversal"])
+@pytest.mark.parametrize("seed", range(8))
+def test_expected_num_accepted_tree_matches_monte_carlo(seed, method):
+    case = random_tree_case(seed)
+    case["greedy"] = False
+    del case["uniforms"], case["recovery_uniforms"]
+    reps = 20_000
+    nodes = case["node_token_ids"].shape[1]
+    exact = specaccept.expected_num_accepted_tree(
+        case["node_token_ids"],
+        case["parent_ids"],
+        case["target_probs"],
+        case["draft_probs"],
+        method=method,
+    )
+    tiled = {
+        k: (np.repeat(v, reps, axis=0) if isinstance(v, np.ndarray) and k != "parent_ids" else v)
+        for k, v in case.items()
+    }
+    got = specaccept.verify_tree(**tiled, rng=seed, method=method).num_accepted.reshape(-1, reps)
+    spread = got.std(axis=1) / np.sqrt(reps)
+    rare = nodes * 20 / reps  # events too rare to be seen move the mean this much at most
+    assert np.all(np.abs(got.mean(axis=1) - exact) < 5.5 * spread + rare)
+
+
+def test_expected_num_accepted_tree_is_the_exact_law_on_markov_trees():
+    from tree_laws import draft_trees, expected_accepted
+
+    target, draft = MarkovModel(43), MarkovModel(143)
+    total = 0.0
+    for weight, tree in draft_trees(SHAPE, (0,), draft):
+        # The tree as verify_tree's arrays, numbered breadth-first as PARENTS is.
+        ids, prefixes = [0], [(0,)]
+        level = [((0, x), sub) for x, sub in tree]
+        for prefix, _ in level:
+            ids.append(prefix[-1])
+            prefixes.append(prefix)
+        for prefix, sub in level:
+            for x, _ in sub:
+                ids.append(x)
+                prefixes.append((*prefix, x))
+        p = np.array([[float(v) for v in target(pre)] for pre in prefixes])
+        q = np.zeros_like(p)
+        for node in range(1, len(PARENTS)):
+            parent = int(PARENTS[node])
+            earlier = [int(ids[c]) for c in range(1, node) if PARENTS[c] == parent]
+            law = np.array([float(v) for v in draft(prefixes[parent])])
+            law[earlier] = 0.0
+            q[node] = law / law.sum()
+        expected = specaccept.expected_num_accepted_tree(
+            np.array([ids]), PARENTS, p[None], q[None], method="traversal"
+        )[0]
+        total += float(weight) * expected
+    assert total == pytest.approx(float(expected_accepted(SHAPE, target, draft)), abs=1e-12)

@@ -16,7 +16,7 @@ from ._api import (
     verify_greedy,
 )
 from ._errors import InputError
-from ._expectation import expected_num_accepted
+from ._expectation import expected_num_accepted, expected_num_accepted_tree
 from ._generate import Drafter, Generation, LanguageModel, generate
 from ._logits import verify_logits
 from ._result import TreeVerification, Verification
@@ -55,6 +55,7 @@ __all__ = [
     "accepted_prefix_length",
     "best_num_draft_tokens",
     "expected_num_accepted",
+    "expected_num_accepted_tree",
     "expected_speedup",
     "expected_tokens_per_step",
     "generate",

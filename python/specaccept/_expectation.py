@@ -16,7 +16,7 @@ from ._arrays import float_array, int_array
 from ._errors import InputError
 from ._options import as_method
 
-__all__ = ["expected_num_accepted"]
+__all__ = ["expected_num_accepted", "expected_num_accepted_tree"]
 
 
 def expected_num_accepted(
@@ -174,3 +174,170 @@ def _check_gathered(values, live, name, ids) -> None:
             index=(b, t, int(ids[b, t])),
             row=b,
         )
+
+
+def expected_num_accepted_tree(
+    node_token_ids: npt.ArrayLike,
+    parent_ids: npt.ArrayLike,
+    target_probs: npt.ArrayLike,
+    draft_probs: npt.ArrayLike | None = None,
+    *,
+    method: Literal["token", "traversal"] = "token",
+) -> npt.NDArray[np.float64]:
+    """The expectation of ``verify_tree``'s ``num_accepted`` over the uniforms, given the tree.
+
+    An exact recursion over the tree (docs/spec.md sections 7.3 and 7.6), in
+    float64 with NumPy: ``"token"`` tries a node's children in order, each
+    accepted with ``min(1, P(x) / q_c(x))`` against the current residual ``P``;
+    ``"traversal"`` follows the traversal rule's path rates and residuals. Greedy
+    rows are not modelled (their length is not random).
+
+    Parameters
+    ----------
+    node_token_ids : int array ``[B, N]``
+    parent_ids : int array ``[B, N]`` or ``[N]``
+    target_probs : float array ``[B, N, V]``
+    draft_probs : float array ``[B, N, V]``, optional
+    method : ``"token"`` or ``"traversal"``
+
+    Returns
+    -------
+    ndarray of float64, shape ``[B]``
+
+    Examples
+    --------
+    >>> import numpy as np, specaccept
+    >>> ids, parents = np.array([[0, 0, 1]]), np.array([-1, 0, 1])    # a chain of 2
+    >>> p = np.tile([1 / 3, 2 / 3], (1, 3, 1))
+    >>> q = np.tile([2 / 3, 1 / 3], (1, 3, 1))
+    >>> tree = specaccept.expected_num_accepted_tree(ids, parents, p, q, method="traversal")
+    >>> chain = specaccept.expected_num_accepted(ids[:, 1:], p, q[:, 1:], method="block")
+    >>> bool(np.isclose(tree[0], chain[0]))
+    True
+    """
+    rule = as_method(method, ("token", "traversal"))
+    ids = int_array(node_token_ids, "node_token_ids")
+    parents = int_array(parent_ids, "parent_ids")
+    p = float_array(target_probs, "target_probs")
+    q = None if draft_probs is None else float_array(draft_probs, "draft_probs")
+    if ids.ndim != 2 or ids.shape[1] == 0:
+        raise InputError(
+            f"node_token_ids must be 2-D [B, N] with N >= 1, got shape {ids.shape}",
+            argument="node_token_ids",
+        )
+    batch, nodes = ids.shape
+    if parents.ndim == 1 and parents.shape == (nodes,):
+        parents = np.broadcast_to(parents, ids.shape)
+    if parents.shape != (batch, nodes):
+        raise InputError(
+            f"parent_ids: has shape {parents.shape}, expected ({batch}, {nodes}) or ({nodes},)",
+            argument="parent_ids",
+        )
+    if p.ndim != 3 or p.shape[:2] != (batch, nodes):
+        raise InputError(
+            f"target_probs: has shape {p.shape}, expected ({batch}, {nodes}, V)",
+            argument="target_probs",
+        )
+    vocab = p.shape[2]
+    if q is not None and q.shape != p.shape:
+        raise InputError(
+            f"draft_probs: has shape {q.shape}, expected {p.shape}", argument="draft_probs"
+        )
+    out = np.zeros(batch)
+    for b in range(batch):
+        children: list[list[int]] = [[] for _ in range(nodes)]
+        depth = [0] * nodes
+        if int(parents[b, 0]) != -1:
+            raise InputError(
+                f"parent_ids[{b}, 0] = {int(parents[b, 0])}: the root's parent must be -1",
+                argument="parent_ids",
+                index=(b, 0),
+                row=b,
+            )
+        for n in range(1, nodes):
+            parent = int(parents[b, n])
+            if parent == -1:
+                depth[n] = -1
+                continue
+            if not 0 <= parent < n or depth[parent] == -1:
+                raise InputError(
+                    f"parent_ids[{b}, {n}] = {parent}: a parent must be an earlier node",
+                    argument="parent_ids",
+                    index=(b, n),
+                    row=b,
+                )
+            depth[n] = depth[parent] + 1
+            x = int(ids[b, n])
+            if not 0 <= x < vocab:
+                raise InputError(
+                    f"node_token_ids[{b}, {n}] = {x} is outside [0, V) with V = {vocab}",
+                    argument="node_token_ids",
+                    index=(b, n),
+                    row=b,
+                )
+            children[parent].append(n)
+        if max(depth) > _MAX_DEPTH:
+            raise InputError(
+                f"parent_ids: row {b} has a path of {max(depth)} nodes; the recursion "
+                f"handles at most {_MAX_DEPTH}",
+                argument="parent_ids",
+                row=b,
+            )
+        rows = _TreeRows(p[b], None if q is None else q[b], ids[b], children)
+        out[b] = rows.token(0) if rule == "token" else rows.traversal(0, 1.0, 0)[1]
+    return out
+
+
+# Deeper trees would need Python frames past the interpreter's limit.
+_MAX_DEPTH = 200
+
+
+class _TreeRows:
+    """One row's tree, for the recursions of expected_num_accepted_tree."""
+
+    def __init__(self, p, q, ids, children):
+        self.p, self.q, self.ids, self.children = p, q, ids, children
+
+    def draft(self, c: int) -> np.ndarray:
+        if self.q is not None:
+            return self.q[c].astype(np.float64)
+        row = np.zeros(self.p.shape[1])
+        row[int(self.ids[c])] = 1.0
+        return row
+
+    def token(self, v: int) -> float:
+        """Expected accepted length below ``v``, top-down (SpecInfer's rule)."""
+        residual = self.p[v].astype(np.float64)
+        alive, expected = 1.0, 0.0
+        for c in self.children[v]:
+            x, q = int(self.ids[c]), self.draft(c)
+            p_x, q_x = residual[x], q[x]
+            accept = 0.0 if p_x == 0 else (1.0 if q_x <= p_x else p_x / q_x)
+            expected += alive * accept * (1.0 + self.token(c))
+            alive *= 1.0 - accept
+            weights = np.maximum(residual - q, 0.0)
+            total = weights.sum()
+            residual = weights / total if total > 0 else weights
+        return expected
+
+    def traversal(self, v: int, rate: float, depth: int) -> tuple[float, float]:
+        """(probability the subtree of ``v`` accepts, expected accepted length) entering
+        ``v`` with ``rate``."""
+        weights, total, a = self.p[v].astype(np.float64), 1.0, rate
+        rejected, accepted, expected = 1.0, 0.0, 0.0
+        for c in self.children[v]:
+            x, q = int(self.ids[c]), self.draft(c)
+            share = weights[x] / total if total > 0 else 0.0
+            child_rate = (
+                0.0 if a == 0 or share == 0 else (1.0 if q[x] == 0 else min(1.0, a * share / q[x]))
+            )
+            taken, length = self.traversal(c, child_rate, depth + 1)
+            expected += rejected * length
+            accepted += rejected * taken
+            rejected *= 1.0 - taken
+            weights = np.maximum(a * (weights / total if total > 0 else 0.0) - q, 0.0)
+            total = float(weights.sum())
+            denominator = (total + 1.0) - a
+            a = 1.0 if v == 0 or denominator == 0 else total / denominator
+        keep = rejected * a
+        return accepted + keep, expected + keep * depth
