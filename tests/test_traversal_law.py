@@ -68,3 +68,18 @@ def test_traversal_expects_at_least_the_chain_of_its_first_path():
     wide = expected_accepted([[[]], [[]]], target, draft)
     chain = expected_accepted([[[]]], target, draft)
     assert wide >= chain
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("name", SHAPES)
+def test_the_traversal_rule_is_lossless_on_proposed_trees(name, seed):
+    # draft_probs=None: deterministic candidates (a top-k drafter), one-hot rows.
+    from tree_laws import continued, one_hot_law, proposed_tree
+
+    target, draft = MarkovModel(50 + seed), MarkovModel(150 + seed)
+    shape = SHAPES[name]
+    tree = proposed_tree(shape, (0,), draft)
+    length = depth(shape) + 1
+    assert continued(one_hot_law(tree, (0,), target), length, target) == target_sequences(
+        length, target
+    )

@@ -181,3 +181,63 @@ def expected_accepted(shape: Shape, target, draft, variant: str = "traversal") -
         for (path, _), prob in traversal_law(tree, (0,), target, draft, variant).items():
             total += weight * prob * len(path)
     return total
+
+
+def proposed_tree(shape: Shape, prefix: tuple[int, ...], draft: MarkovModel):
+    """The deterministic tree a top-k drafter proposes: at each node the draft's most
+    likely tokens, in order (ties by lower id)."""
+    dist = draft(prefix)
+    order = sorted(range(V), key=lambda v: (-dist[v], v))
+    return [
+        (order[i], proposed_tree(child, (*prefix, order[i]), draft))
+        for i, child in enumerate(shape)
+    ]
+
+
+def one_hot_law(tree, prefix, target):
+    """The traversal rule's law on a proposed tree (``draft_probs=None``: each child's
+    draft row is one-hot at its token)."""
+    law: dict[tuple[tuple[int, ...], int], Fraction] = {}
+    _visit_one_hot(tree, prefix, F(1), F(1), (), target, law)
+    return law
+
+
+def _visit_one_hot(tree, prefix, rate, weight, path, target, law) -> Fraction:
+    mb, a = list(target(prefix)), rate
+    rejected_all, accepted = F(1), F(0)
+    for x, subtree in tree:
+        child_rate = F(0) if (a == 0 or mb[x] == 0) else min(F(1), a * mb[x])
+        child = _visit_one_hot(
+            subtree, (*prefix, x), child_rate, weight * rejected_all, (*path, x), target, law
+        )
+        accepted += rejected_all * child
+        rejected_all *= 1 - child
+        residual = [positive(a * mb[y] - (1 if y == x else 0)) for y in range(V)]
+        mass = sum(residual)
+        if mass > 0:
+            mb = [r / mass for r in residual]
+        denominator = mass + 1 - a
+        a = F(1) if denominator == 0 else mass / denominator
+    keep = rejected_all * a
+    if keep:
+        total = sum(mb)
+        for y in range(V):
+            if mb[y]:
+                key = (path, y)
+                law[key] = law.get(key, F(0)) + weight * keep * mb[y] / total
+    return accepted + keep
+
+
+def continued(law, length: int, target):
+    """A step's law continued by target samples to ``length`` tokens."""
+    out: dict[tuple[int, ...], Fraction] = {}
+    for (path, token), prob in law.items():
+        emitted = (*path, token)
+        for rest in itertools.product(range(V), repeat=length - len(emitted)):
+            q, prefix = prob, (0, *emitted)
+            for y in rest:
+                q *= target(prefix)[y]
+                prefix = (*prefix, y)
+            if q:
+                out[(*emitted, *rest)] = out.get((*emitted, *rest), F(0)) + q
+    return out
