@@ -74,6 +74,36 @@ def acceptance(a_target: float, rows: int, seed: int) -> tuple[float, float, flo
     )
 
 
+# Tree shapes for the n-gram comparison (parents, breadth first).
+SHAPES = {
+    "chain of 4": [-1, 0, 1, 2, 3],
+    "2 at the root, chains of 2": [-1, 0, 0, 1, 2, 3, 4],
+    "3 at the root": [-1, 0, 0, 0],
+    "2 x 2 x 2 (binary, depth 3)": [-1, 0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6],
+}
+
+
+def ngram_gain(blocks: int, seed: int) -> list[tuple[str, float, float]]:
+    """Exact expected accepted length (over the uniforms) of the token and traversal
+    rules on trees drafted by the bigram model for the 4-gram target, averaged over
+    drafted trees."""
+    from specaccept.ngram import builtin_models, builtin_text, drafted_tree
+
+    target, draft, vocab = builtin_models()
+    ids = vocab.encode(builtin_text()[:200_000])
+    rng = np.random.default_rng(seed)
+    rows = []
+    for name, parents in SHAPES.items():
+        token = traversal = 0.0
+        for start in rng.integers(8, len(ids) - 8, size=blocks):
+            tree = drafted_tree(target, draft, ids[int(start) - 8 : int(start)], parents, rng)
+            args = (tree[0], np.array(parents), tree[1], tree[2])
+            token += specaccept.expected_num_accepted_tree(*args, method="token")[0]
+            traversal += specaccept.expected_num_accepted_tree(*args, method="traversal")[0]
+        rows.append((name, token / blocks, traversal / blocks))
+    return rows
+
+
 def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return median_of_runs(fn, repeats) * 1e3
 
@@ -148,6 +178,11 @@ def main() -> None:
     for target in (0.3, 0.5, 0.6, 0.7, 0.8, 0.9):
         a, chain, tree, traversal = acceptance(target, rows, seed=int(target * 100))
         print(f"  {a:>20.2f} {chain:>12.3f} {tree:>11.3f} {traversal:>10.3f}")
+    blocks = 20 if args.quick else 300
+    print(f"\nExpected accepted length on the n-gram models ({blocks} drafted trees per shape):")
+    print(f"  {'shape':30} {'token':>7} {'traversal':>10} {'gain':>6}")
+    for name, token, traversal in ngram_gain(blocks, seed=2):
+        print(f"  {name:30} {token:7.3f} {traversal:10.3f} {100 * (traversal / token - 1):5.1f}%")
     if args.quick:
         timing(batch=4, vocab=4096, repeats=3)
     else:

@@ -233,3 +233,22 @@ def test_expected_num_accepted_tree_is_the_exact_law_on_markov_trees():
         )[0]
         total += float(weight) * expected
     assert total == pytest.approx(float(expected_accepted(SHAPE, target, draft)), abs=1e-12)
+
+
+def test_traversal_expects_more_on_the_builtin_ngram_models():
+    from specaccept.ngram import builtin_models, builtin_text, drafted_tree
+
+    target, draft, vocab = builtin_models()
+    ids = vocab.encode(builtin_text()[:20_000])
+    rng = np.random.default_rng(12)
+    parents = np.array([-1, 0, 0, 1, 2, 3, 4])  # two candidates, each followed by two
+    gain = []
+    for start in rng.integers(8, len(ids) - 8, size=900):
+        tree = drafted_tree(target, draft, ids[int(start) - 8 : int(start)], parents, rng)
+        args = (tree[0], parents, tree[1], tree[2])
+        token = specaccept.expected_num_accepted_tree(*args, method="token")[0]
+        traversal = specaccept.expected_num_accepted_tree(*args, method="traversal")[0]
+        gain.append(traversal - token)
+    gain = np.array(gain)
+    # Paired over the same trees: above zero by 4 standard errors.
+    assert gain.mean() > 4 * gain.std() / np.sqrt(len(gain)), gain.mean()

@@ -30,7 +30,14 @@ import numpy as np
 
 from ._errors import InputError
 
-__all__ = ["NGramModel", "Vocabulary", "builtin_models", "builtin_text", "drafted_block"]
+__all__ = [
+    "NGramModel",
+    "Vocabulary",
+    "builtin_models",
+    "builtin_text",
+    "drafted_block",
+    "drafted_tree",
+]
 
 # Words (with an inner apostrophe), numbers, single punctuation marks, and a
 # paragraph break, which the models use as their end-of-sequence token.
@@ -298,3 +305,56 @@ def drafted_block(
     target_probs = target.next_token_probs([sequence], k + 1)
     draft_probs = draft.next_token_probs([sequence[:-1]], k)
     return np.array([drafts], dtype=np.int64), target_probs, draft_probs
+
+
+def drafted_tree(
+    target: NGramModel,
+    draft: NGramModel,
+    context: Sequence[int],
+    parent_ids: Sequence[int],
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A tree of the shape ``parent_ids`` (parents before children) sampled from
+    ``draft`` after ``context``, siblings without replacement, with the rows
+    ``verify_tree`` reads: ``(node_token_ids [1, N], target_probs [1, N, V],
+    draft_probs [1, N, V])``, row ``c`` of the draft rows the law child ``c`` was
+    drawn from (the parent's, earlier siblings removed and renormalised).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from specaccept.ngram import builtin_models, drafted_tree
+    >>> target, draft, vocab = builtin_models()
+    >>> ids, p, q = drafted_tree(target, draft, vocab.encode("It was"), [-1, 0, 0, 1],
+    ...                          np.random.default_rng(0))
+    >>> ids.shape, p.shape[:2], bool(ids[0, 1] != ids[0, 2])
+    ((1, 4), (1, 4), True)
+    """
+    nodes = len(parent_ids)
+    vocab = target.vocab_size
+    prefixes: list[list[int]] = [list(context)]
+    ids = np.zeros((1, nodes), dtype=np.int64)
+    draft_probs = np.zeros((1, nodes, vocab))
+    for node in range(1, nodes):
+        parent = int(parent_ids[node])
+        if not 0 <= parent < node:
+            raise InputError(
+                f"parent_ids[{node}] = {parent}: a parent must be an earlier node",
+                argument="parent_ids",
+                index=(node,),
+            )
+        law = draft.distribution(prefixes[parent]).astype(np.float64)
+        for sibling in range(1, node):
+            if int(parent_ids[sibling]) == parent:
+                law[int(ids[0, sibling])] = 0.0
+        if law.sum() <= 0:
+            raise InputError(
+                f"parent_ids: node {parent} has more children than the draft has tokens",
+                argument="parent_ids",
+            )
+        law /= law.sum()
+        draft_probs[0, node] = law
+        ids[0, node] = int(rng.choice(vocab, p=law))
+        prefixes.append([*prefixes[parent], int(ids[0, node])])
+    target_probs = np.array([[target.distribution(prefix) for prefix in prefixes]])
+    return ids, target_probs, draft_probs
