@@ -12,7 +12,7 @@ from ._arrays import float_array, int_array, like_converter
 from ._errors import InputError
 from ._options import TREE_METHODS, as_greedy, as_method
 from ._result import TreeVerification
-from ._uniforms import RngLike, as_generator, draw_uniforms
+from ._uniforms import SeedLike, as_generator, draw_uniforms
 
 __all__ = ["verify_tree"]
 
@@ -25,7 +25,7 @@ def verify_tree(
     *,
     uniforms: npt.ArrayLike | None = None,
     recovery_uniforms: npt.ArrayLike | None = None,
-    rng: RngLike = None,
+    rng: SeedLike = None,
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
     method: Literal["token", "traversal"] = "token",
@@ -112,7 +112,7 @@ def verify_tree(
     u = None if uniforms is None else float_array(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
     if (u is None or ru is None) and greedy_rows is not True:
-        g = as_generator(rng)
+        g = as_generator(rng, per_row=False)
         source = "node_token_ids [B, N]"
         u = draw_uniforms(g, ids.size, ids.shape, source) if u is None else u
         ru = draw_uniforms(g, ids.shape[0], None, source) if ru is None else ru

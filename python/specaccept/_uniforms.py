@@ -17,14 +17,20 @@ import numpy as np
 from ._arrays import int_array
 from ._errors import InputError
 
-__all__ = ["RngLike", "as_generator", "draw", "draw_missing", "draw_uniforms"]
+__all__ = ["RngLike", "SeedLike", "as_generator", "draw", "draw_missing", "draw_uniforms"]
 
 #: What ``rng`` accepts: ``None`` (fresh entropy), an int seed, a Generator, or
 #: one Generator per batch row.
 RngLike = int | np.random.Generator | Sequence[np.random.Generator] | None
 
+#: What ``rng`` accepts where rows have no streams of their own (``verify_tree``,
+#: the vLLM layer): ``None``, an int seed or a Generator.
+SeedLike = int | np.random.Generator | None
 
-def as_generator(rng: Any) -> np.random.Generator:
+
+def as_generator(rng: Any, per_row: bool = True) -> np.random.Generator:
+    """``rng`` as one Generator (``per_row``: the caller also takes a sequence of
+    Generators, which the message then mentions)."""
     if isinstance(rng, np.random.Generator):
         return rng
     if rng is None:
@@ -33,9 +39,9 @@ def as_generator(rng: Any) -> np.random.Generator:
         if rng < 0:
             raise InputError(f"rng: a seed must be >= 0, got {rng}", argument="rng")
         return np.random.default_rng(rng)
+    also = " or a sequence of B Generators" if per_row else ""
     raise TypeError(
-        "rng must be None, an int seed, a numpy.random.Generator or a sequence of B "
-        f"Generators, got {type(rng).__name__}"
+        f"rng must be None, an int seed, a numpy.random.Generator{also}, got {type(rng).__name__}"
     )
 
 

@@ -153,7 +153,7 @@ def verify(
     u = None if uniforms is None else float_array(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
     if (u is None or ru is None) and greedy_rows is not True:
-        g = as_generator(rng)
+        g = as_generator(rng, per_row=False)
         source = "draft_token_ids [T] and num_draft_tokens [B]"
         total = ids.shape[0] if ids.ndim == 1 else 0
         u = draw_uniforms(g, total, None, source) if u is None else u
