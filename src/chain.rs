@@ -444,15 +444,6 @@ fn verify_rows<P: Prob, Q: Prob, C: Chain<P, Q>>(
     Ok(())
 }
 
-/// Marks the rows of `out` whose errors were isolated (`-1` tokens, 0
-/// accepted, 0 emitted). Rows verified by the kernels are marked as they fail;
-/// this serves rows refused before (see the binding).
-pub fn mark_failed(out: &mut ChainOutputs<'_>, b: usize) {
-    out.output_token_ids.row_mut(b).fill(-1);
-    out.num_accepted[b] = 0;
-    out.num_emitted[b] = 0;
-}
-
 /// Verifies row `b`, writes its emitted tokens and `-1` padding, returns `n_b`.
 fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
     chain: &C,

@@ -100,11 +100,15 @@ def traversal_law(tree, prefix, target, draft, variant: str = "traversal"):
 
 def _visit(tree, prefix, rate, weight, path, target, draft, variant, law) -> Fraction:
     """Adds the outcomes of entering this node with ``rate`` (``weight``: the
-    probability of getting here); returns the probability the subtree accepts."""
-    mb, ms, a = list(target(prefix)), list(draft(prefix)), rate
+    probability of getting here); returns the probability the subtree accepts.
+    ``draft=None``: proposed trees, each child's draft row one-hot at its token."""
+    mb, a = list(target(prefix)), rate
+    ms = None if draft is None else list(draft(prefix))
     rejected_all = F(1)  # the probability every child so far was rejected
     accepted = F(0)
     for x, subtree in tree:
+        if draft is None:
+            ms = [F(int(y == x)) for y in range(V)]
         child_rate = F(0) if (a == 0 or mb[x] == 0) else min(F(1), a * mb[x] / ms[x])
         child = _visit(
             subtree,
@@ -123,7 +127,7 @@ def _visit(tree, prefix, rate, weight, path, target, draft, variant, law) -> Fra
         mass = sum(residual)
         if mass > 0:
             mb = [r / mass for r in residual]
-        if variant != "no-draft-update":
+        if draft is not None and variant != "no-draft-update":
             removed = ms[x]
             ms = (
                 [F(0) if y == x else ms[y] / (1 - removed) for y in range(V)] if removed < 1 else ms
@@ -143,20 +147,11 @@ def _visit(tree, prefix, rate, weight, path, target, draft, variant, law) -> Fra
 
 def sequence_law(shape: Shape, target, draft, variant: str = "traversal"):
     """The law of the first ``depth + 1`` tokens: a verified tree continued by the target."""
-    length = depth(shape) + 1
-    law: dict[tuple[int, ...], Fraction] = {}
+    law: dict[tuple[tuple[int, ...], int], Fraction] = {}
     for weight, tree in draft_trees(shape, (0,), draft):
-        for (path, token), prob in traversal_law(tree, (0,), target, draft, variant).items():
-            emitted = (*path, token)
-            for rest in itertools.product(range(V), repeat=length - len(emitted)):
-                q, prefix = weight * prob, (0, *emitted)
-                for y in rest:
-                    q *= target(prefix)[y]
-                    prefix = (*prefix, y)
-                sequence = (*emitted, *rest)
-                if q:
-                    law[sequence] = law.get(sequence, F(0)) + q
-    return law
+        for key, prob in traversal_law(tree, (0,), target, draft, variant).items():
+            law[key] = law.get(key, F(0)) + weight * prob
+    return continued(law, depth(shape) + 1, target)
 
 
 def target_sequences(length: int, target):
@@ -197,35 +192,7 @@ def proposed_tree(shape: Shape, prefix: tuple[int, ...], draft: MarkovModel):
 def one_hot_law(tree, prefix, target):
     """The traversal rule's law on a proposed tree (``draft_probs=None``: each child's
     draft row is one-hot at its token)."""
-    law: dict[tuple[tuple[int, ...], int], Fraction] = {}
-    _visit_one_hot(tree, prefix, F(1), F(1), (), target, law)
-    return law
-
-
-def _visit_one_hot(tree, prefix, rate, weight, path, target, law) -> Fraction:
-    mb, a = list(target(prefix)), rate
-    rejected_all, accepted = F(1), F(0)
-    for x, subtree in tree:
-        child_rate = F(0) if (a == 0 or mb[x] == 0) else min(F(1), a * mb[x])
-        child = _visit_one_hot(
-            subtree, (*prefix, x), child_rate, weight * rejected_all, (*path, x), target, law
-        )
-        accepted += rejected_all * child
-        rejected_all *= 1 - child
-        residual = [positive(a * mb[y] - (1 if y == x else 0)) for y in range(V)]
-        mass = sum(residual)
-        if mass > 0:
-            mb = [r / mass for r in residual]
-        denominator = mass + 1 - a
-        a = F(1) if denominator == 0 else mass / denominator
-    keep = rejected_all * a
-    if keep:
-        total = sum(mb)
-        for y in range(V):
-            if mb[y]:
-                key = (path, y)
-                law[key] = law.get(key, F(0)) + weight * keep * mb[y] / total
-    return accepted + keep
+    return traversal_law(tree, prefix, target, None)
 
 
 def continued(law, length: int, target):

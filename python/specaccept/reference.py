@@ -157,6 +157,27 @@ def _shape(x: np.ndarray | None, name: str, shape: tuple[int, ...]) -> None:
         raise InputError(f"{name}: has shape {x.shape}, expected {shape}", argument=name)
 
 
+def _chain_shapes(target, target_name, draft, draft_name, counts, u, ru, batch, num_draft) -> int:
+    """A chain's arrays checked against ``[B, K]``: ranks first, then shapes
+    (``target [B, K+1, V]``, ``draft [B, K, V]``, ``[B]``, ``[B, K]``); returns ``V``."""
+    _ndim(target, target_name, 3)
+    vocab = target.shape[2]
+    for x, name, ndim in (
+        (draft, draft_name, 3),
+        (counts, "num_draft_tokens", 1),
+        (u, "uniforms", 2),
+        (ru, "recovery_uniforms", 1),
+    ):
+        if x is not None:
+            _ndim(x, name, ndim)
+    _shape(target, target_name, (batch, num_draft + 1, vocab))
+    _shape(draft, draft_name, (batch, num_draft, vocab))
+    _shape(counts, "num_draft_tokens", (batch,))
+    _shape(u, "uniforms", (batch, num_draft))
+    _shape(ru, "recovery_uniforms", (batch,))
+    return vocab
+
+
 def _draft_len(counts: np.ndarray | None, b: int, num_draft: int) -> int:
     if counts is None:
         return num_draft
@@ -563,21 +584,7 @@ def verify(
     batch, num_draft = ids.shape
     if not all_greedy:
         u, ru = _draw_uniforms(rng, batch, num_draft, counts, u, ru)
-    _ndim(p, "target_probs", 3)
-    vocab = p.shape[2]
-    for x, name, ndim in (
-        (q, "draft_probs", 3),
-        (counts, "num_draft_tokens", 1),
-        (u, "uniforms", 2),
-        (ru, "recovery_uniforms", 1),
-    ):
-        if x is not None:
-            _ndim(x, name, ndim)
-    _shape(p, "target_probs", (batch, num_draft + 1, vocab))
-    _shape(q, "draft_probs", (batch, num_draft, vocab))
-    _shape(counts, "num_draft_tokens", (batch,))
-    _shape(u, "uniforms", (batch, num_draft))
-    _shape(ru, "recovery_uniforms", (batch,))
+    vocab = _chain_shapes(p, "target_probs", q, "draft_probs", counts, u, ru, batch, num_draft)
     greedy_rows = _greedy_rows(greedy, batch)
     _out_shapes(buffers, batch, num_draft)
 
@@ -1160,21 +1167,9 @@ def verify_logits(
     if (u is None or ru is None) and bool((temperatures != 0).any()):
         u, ru = _draw_uniforms(rng, batch, num_draft, counts, u, ru)
     # Every shape before any loop.
-    _ndim(logits, "target_logits", 3)
-    vocab = logits.shape[2]
-    for x, name, ndim in (
-        (draft, "draft_logits", 3),
-        (counts, "num_draft_tokens", 1),
-        (u, "uniforms", 2),
-        (ru, "recovery_uniforms", 1),
-    ):
-        if x is not None:
-            _ndim(x, name, ndim)
-    _shape(logits, "target_logits", (batch, num_draft + 1, vocab))
-    _shape(draft, "draft_logits", (batch, num_draft, vocab))
-    _shape(counts, "num_draft_tokens", (batch,))
-    _shape(u, "uniforms", (batch, num_draft))
-    _shape(ru, "recovery_uniforms", (batch,))
+    vocab = _chain_shapes(
+        logits, "target_logits", draft, "draft_logits", counts, u, ru, batch, num_draft
+    )
     for values, name in ((temperatures, "temperature"), (top_ks, "top_k"), (top_ps, "top_p")):
         _shape(values, name, (batch,))
     source = "draft_token_ids [B, K]"
