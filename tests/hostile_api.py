@@ -316,6 +316,47 @@ CASES: dict[str, tuple[str, str]] = {
         "np.full((1, n, 2), 0.5))",
         "ValueError",
     ),
+    "verify_logits: method block": (
+        "ok_ver(sa.verify_logits(w(IDS()), w(np.log(P())), w(np.log(Q())), rng=0, method='block'))",
+        "ok",
+    ),
+    "verify_logits: method bogus": (
+        "sa.verify_logits(IDS(), np.log(P()), rng=0, method='traversal')",
+        "ValueError",
+    ),
+    "vllm.verify: rejection_sample_method block": (
+        "r = vllm.verify(np.array([1, 2]), [2], np.full((2, 5), 0.2), np.full((2, 5), 0.2), "
+        "np.array([3]), rng=0, rejection_sample_method='block')\nassert r.num_emitted[0] >= 1",
+        "ok",
+    ),
+    "vllm.verify: rejection_sample_method synthetic": (
+        "vllm.verify(np.array([1]), [1], np.full((1, 5), 0.2), None, np.array([3]), rng=0, "
+        "rejection_sample_method='synthetic')",
+        "ValueError",
+    ),
+    "vllm.verify: rejection_sample_method int": (
+        "vllm.verify(np.array([1]), [1], np.full((1, 5), 0.2), None, np.array([3]), rng=0, "
+        "rejection_sample_method=1)",
+        "TypeError",
+    ),
+    "vllm.verify: methods disagree": (
+        "vllm.verify(np.array([1]), [1], np.full((1, 5), 0.2), None, np.array([3]), rng=0, "
+        "method='block', rejection_sample_method='standard')",
+        "ValueError",
+    ),
+    "ngram.drafted_tree: parent after child": (
+        "from specaccept.ngram import builtin_models, drafted_tree\n"
+        "t, d, v = builtin_models()\n"
+        "drafted_tree(t, d, [1, 2], [-1, 2, 0], np.random.default_rng(0))",
+        "ValueError",
+    ),
+    "ngram.drafted_block: k = 0": (
+        "from specaccept.ngram import builtin_models, drafted_block\n"
+        "t, d, v = builtin_models()\n"
+        "ids, p, q = drafted_block(t, d, [1, 2], 0, np.random.default_rng(0))\n"
+        "assert ids.shape == (1, 0) and p.shape[1] == 1",
+        "ok",
+    ),
     "verify: method block": (
         "ok_ver(sa.verify(w(IDS()), w(P()), w(Q()), rng=0, method='block'))",
         "ok",
