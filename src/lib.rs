@@ -13,6 +13,8 @@
 //!   `specaccept.reference` mirrors to the bit; [`simd`] holds its block sums
 //!   (portable, and AVX2 chosen at run time: the same bits).
 //! - [`rate`]: the analytic acceptance rate `sum(min(p, q))` per row.
+//! - [`philox`]: counter-based uniforms (Philox4x32-10) from per-request
+//!   seeds and offsets.
 //! - [`tree`]: tree verification (many candidates per position).
 //! - [`logits`]: verification from logits (temperature, top-k, top-p).
 //! - [`chain`]: chain verification (`verify`), greedy verification on ids
@@ -31,6 +33,7 @@ pub mod checks;
 pub mod error;
 pub mod logits;
 pub mod memory;
+pub mod philox;
 pub mod rate;
 pub mod rule;
 pub mod sample;

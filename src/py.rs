@@ -19,6 +19,7 @@ use crate::chain::{
 };
 use crate::error::{CoreError, RowErrors};
 use crate::logits::{self, LogitsInputs};
+use crate::philox;
 use crate::rate;
 use crate::rule;
 use crate::threads;
@@ -1098,6 +1099,55 @@ fn accepted_prefix_length<'py>(
     Ok(out)
 }
 
+/// Stream `stream` of each row's counter-based uniforms: `[B, num_positions]`
+/// float64 (see `specaccept.counter_uniforms`, docs/spec.md section 4.6).
+#[pyfunction]
+fn counter_stream<'py>(
+    py: Python<'py>,
+    seeds: &Bound<'py, PyAny>,
+    offsets: &Bound<'py, PyAny>,
+    num_positions: usize,
+    stream: u32,
+) -> PyResult<Bound<'py, PyArray2<f64>>> {
+    let (seeds, offsets) = (u64_arg(seeds, "seeds")?, u64_arg(offsets, "offsets")?);
+    let (seeds, offsets) = (seeds.as_array(), offsets.as_array());
+    if seeds.len() != offsets.len() {
+        let message = format!(
+            "has shape ({},), expected ({},) (one per row of seeds)",
+            offsets.len(),
+            seeds.len()
+        );
+        return Err(CoreError::shape("offsets", message).into());
+    }
+    if num_positions as u64 > 1 << 32 {
+        let message = format!("{num_positions} is above 2**32 (a position index has 32 bits)");
+        return Err(CoreError::shape("num_positions", message).into());
+    }
+    let shape = [seeds.len(), num_positions];
+    let out = zeros::<f64, Ix2>(py, &shape, "uniforms", "seeds [B] and num_positions")?;
+    let (Some(seeds), Some(offsets)) = (seeds.as_slice(), offsets.as_slice()) else {
+        return Err(PyTypeError::new_err("seeds and offsets must be contiguous"));
+    };
+    // SAFETY: a fresh array, shared with nothing.
+    let mut view = unsafe { out.as_array_mut() };
+    if let Some(flat) = view.as_slice_mut() {
+        py.detach(|| philox::fill(&seeds, &offsets, stream, num_positions, flat));
+    }
+    Ok(out)
+}
+
+/// A 1-D uint64 array (the Python layer converts seeds and offsets to one).
+fn u64_arg<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Input<'py, u64, Ix1>> {
+    let arr = ndarray_arg::<Ix1>(obj, name)?;
+    if !is::<u64>(arr) {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must have dtype uint64, got {}",
+            arr.dtype()
+        )));
+    }
+    borrow(arr, name)
+}
+
 /// The number of threads large batches are verified on.
 #[pyfunction]
 fn get_num_threads() -> usize {
@@ -1120,9 +1170,9 @@ fn max_num_threads() -> usize {
 mod _native {
     #[pymodule_export]
     use super::{
-        acceptance_mask, acceptance_rate, accepted_prefix_length, get_num_threads, max_num_threads,
-        rejection_probability, set_num_threads, verify, verify_flat, verify_greedy, verify_logits,
-        verify_tree,
+        acceptance_mask, acceptance_rate, accepted_prefix_length, counter_stream, get_num_threads,
+        max_num_threads, rejection_probability, set_num_threads, verify, verify_flat,
+        verify_greedy, verify_logits, verify_tree,
     };
 
     #[pymodule_export]

@@ -34,6 +34,7 @@ from ._threads import (
     set_num_threads,
 )
 from ._tree import verify_tree
+from ._uniforms import counter_uniforms
 
 __version__ = "0.1.0"
 
@@ -54,6 +55,7 @@ __all__ = [
     "acceptance_rate",
     "accepted_prefix_length",
     "best_num_draft_tokens",
+    "counter_uniforms",
     "expected_num_accepted",
     "expected_num_accepted_tree",
     "expected_speedup",

@@ -132,9 +132,9 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _first_speculative_tokens(target, draft, prompt, rows, k, rng) -> np.ndarray:
     """The first token of one speculative step from ``prompt``, ``rows`` times over."""
-    from ._generate import _propose
+    from ._generate import _propose, _Randomness
 
-    drafts, draft_probs = _propose(draft, [prompt] * rows, k, rng, greedy=False)
+    drafts, draft_probs = _propose(draft, [prompt] * rows, k, _Randomness(rng), greedy=False)
     extended = [prompt + d.tolist() for d in drafts]
     target_probs = target.next_token_probs(extended, k + 1)
     return verify(drafts, target_probs, draft_probs, rng=rng).output_token_ids[:, 0]

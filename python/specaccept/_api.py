@@ -16,7 +16,7 @@ from ._arrays import bool_array, float_array, int_array, like_converter
 from ._errors import InputError
 from ._options import as_greedy, as_method, isolating, out_buffers
 from ._result import Verification, finish
-from ._uniforms import RngLike, draw_missing, draw_uniforms
+from ._uniforms import CounterLike, RngLike, draw_missing, draw_uniforms
 
 __all__ = [
     "RngLike",
@@ -38,6 +38,8 @@ def verify(
     uniforms: npt.ArrayLike | None = None,
     recovery_uniforms: npt.ArrayLike | None = None,
     rng: RngLike = None,
+    seeds: CounterLike = None,
+    offsets: CounterLike = None,
     greedy: bool | npt.ArrayLike = False,
     out: Verification | tuple[npt.NDArray[np.int64], ...] | None = None,
     like: Any = None,
@@ -80,6 +82,14 @@ def verify(
         stream: row ``b`` draws ``g_b.random(k_b)`` then ``g_b.random()``, so a
         row's result does not depend on the rest of the batch. When ``greedy`` is
         the scalar ``True`` nothing is drawn.
+    seeds, offsets : int arrays ``[B]`` (``offsets`` also one int), optional
+        Counter-based uniforms instead of ``uniforms``/``recovery_uniforms``/``rng``
+        (give both, and none of those): row ``b`` uses
+        ``counter_uniforms(seeds, offsets, K)``, Philox4x32-10 keyed by its seed
+        (a request's own, any value in ``[0, 2**64)``) at its offset (e.g. the
+        request's step or token count). A row's tokens then depend only on its
+        seed, offset and probability rows: not on the batch, the row's place in
+        it, the thread count or earlier calls. See :func:`counter_uniforms`.
     greedy : bool or ndarray of bool, shape ``[B]``
         Rows verified by argmax: accept iff ``x_t == argmax p_t`` (first maximal
         index); the next token is the argmax too.
@@ -154,7 +164,9 @@ def verify(
     greedy_rows = as_greedy(greedy)
     buffers = out_buffers(out)
     ids, u, ru, draws = draft_token_ids, uniforms, recovery_uniforms, None
-    if (u is None or ru is None) and greedy_rows is not True:
+    if seeds is not None or offsets is not None:
+        u, ru = draw_missing(rng, ids, num_draft_tokens, u, ru, seeds, offsets)
+    elif (u is None or ru is None) and greedy_rows is not True:
         if u is None and ru is None and type(rng) is np.random.Generator:
             # The serving loop's case: one Generator call, split by the native code.
             if type(ids) is not np.ndarray:

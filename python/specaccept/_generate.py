@@ -8,6 +8,7 @@ next-token probabilities.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -16,11 +17,12 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from . import _native
 from ._api import verify
 from ._arrays import as_numpy
 from ._errors import InputError
 from ._stats import AcceptanceStats
-from ._uniforms import as_generator
+from ._uniforms import DRAFTING_STREAM, as_generator, counter_keys
 
 __all__ = ["Drafter", "Generation", "LanguageModel", "generate"]
 
@@ -100,13 +102,57 @@ class Generation:
         return self.num_tokens - self.target_calls
 
 
-def _sample_rows(probs: np.ndarray, rng: np.random.Generator, greedy: bool) -> np.ndarray:
-    """One token per row of ``probs [B, V]``: argmax, or an inverse-CDF draw."""
-    if greedy:
+def _sample_rows(probs: np.ndarray, uniforms: np.ndarray | None, greedy: bool) -> np.ndarray:
+    """One token per row of ``probs [B, V]``: argmax, or an inverse-CDF draw with
+    ``uniforms [B]``."""
+    if greedy or uniforms is None:
         return probs.argmax(axis=1)
     cdf = np.cumsum(probs, axis=1, dtype=np.float64)
-    u = rng.random((probs.shape[0], 1)) * cdf[:, -1:]
+    u = uniforms[:, None] * cdf[:, -1:]
     return np.minimum((cdf <= u).sum(axis=1), probs.shape[1] - 1)
+
+
+@dataclass
+class _Randomness:
+    """Where a run's draws come from: one Generator shared by every row (``rng``),
+    or, with ``seed=``, each request's own counter-based streams (docs/spec.md
+    section 4.6): its key is a hash of the seed and its prompt, its offset the
+    number of tokens it has generated, so its text does not depend on the batch."""
+
+    generator: np.random.Generator | None
+    request_seeds: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, rng: Any, seed: Any, prompts: list[list[int]]) -> _Randomness:
+        if seed is None:
+            return cls(as_generator(rng))
+        if rng is not None:
+            raise InputError("rng: give seed or rng, not both", argument="rng")
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be None or an int, got {type(seed).__name__}")
+        if not 0 <= int(seed) < 2**64:
+            raise InputError(f"seed = {int(seed)} is outside [0, 2**64)", argument="seed")
+        return cls(None, np.array([_request_seed(int(seed), p) for p in prompts], np.uint64))
+
+    def step(self, rows: list[int], emitted: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The seeds and offsets of ``rows`` this step (``None``: the Generator draws)."""
+        if self.request_seeds is None:
+            return None
+        return counter_keys(self.request_seeds[rows], np.array(emitted, dtype=np.uint64))
+
+    def draft_uniforms(self, keys: tuple[np.ndarray, np.ndarray] | None, shape: tuple[int, int]):
+        """The uniforms the drafts of a step are sampled with, ``[rows, width]``."""
+        if keys is None:
+            assert self.generator is not None
+            # Position by position, as the drafts are sampled.
+            return self.generator.random(shape[::-1]).T
+        return _native.counter_stream(keys[0], keys[1], shape[1], DRAFTING_STREAM)
+
+
+def _request_seed(seed: int, prompt: list[int]) -> int:
+    """A request's 64-bit key: a hash of the run's seed and the prompt's tokens."""
+    data = seed.to_bytes(8, "little") + np.asarray(prompt, dtype="<u8").tobytes()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
 def _too_large(batch: int, width: int, vocab: int) -> MemoryError:
@@ -169,9 +215,10 @@ def _propose(
     draft: Any,
     sequences: list[list[int]],
     k: int,
-    rng: np.random.Generator,
+    randomness: _Randomness,
     greedy: bool,
     vocab: int | None = None,
+    keys: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``k`` drafted tokens per row and the distributions they came from."""
     batch = len(sequences)
@@ -180,30 +227,60 @@ def _propose(
         raise _too_large(batch, k, vocab)
     if isinstance(draft, Drafter):
         # The drafter gets copies: whatever it does to them, the run's sequences stay.
-        proposal = draft.propose([list(s) for s in sequences], k, rng, greedy)
-        if not isinstance(proposal, (tuple, list)) or len(proposal) != 2:
-            raise TypeError(
-                "draft.propose must return (tokens [B, k], probs [B, k, V]), got "
-                f"{type(proposal).__name__}"
+        if keys is None:
+            assert randomness.generator is not None
+            return _proposal(
+                draft, [list(s) for s in sequences], k, randomness.generator, greedy, vocab
             )
-        tokens = _model_tokens(proposal[0], (batch, k), vocab, "draft.propose")
-        if proposal[1] is None:
-            raise TypeError("draft.propose must return (tokens, probs): probs is None")
-        return tokens, proposal[1]  # verify reads and checks it, as draft_probs
+        # seed=: each request proposes alone, with a Generator of its own seed and offset.
+        parts = [
+            _proposal(
+                draft, [list(s)], k, np.random.default_rng([int(key), int(step)]), greedy, vocab
+            )
+            for s, key, step in zip(sequences, keys[0], keys[1], strict=True)
+        ]
+        if not parts:
+            return np.zeros((0, k), dtype=np.int64), np.zeros((0, k, vocab))
+        return (
+            np.concatenate([t for t, _ in parts]),
+            np.concatenate([_model_probs(p, (1, k, vocab), "draft.propose") for _, p in parts]),
+        )
     extended = [list(s) for s in sequences]
     try:
         tokens = np.zeros((batch, k), dtype=np.int64)
         probs = np.zeros((batch, k, vocab))
     except MemoryError:
         raise _too_large(batch, k, vocab) from None
+    uniforms = None if greedy else randomness.draft_uniforms(keys, (batch, k))
     for i in range(k):
         answer = draft.next_token_probs(extended, 1)
         step = _model_probs(answer, (batch, 1, vocab), "draft.next_token_probs")[:, 0]
-        chosen = _sample_rows(step, rng, greedy)
+        chosen = _sample_rows(step, None if uniforms is None else uniforms[:, i], greedy)
         tokens[:, i], probs[:, i] = chosen, step
         for seq, token in zip(extended, chosen.tolist(), strict=True):
             seq.append(token)
     return tokens, probs
+
+
+def _proposal(
+    draft: Any,
+    sequences: list[list[int]],
+    k: int,
+    rng: np.random.Generator,
+    greedy: bool,
+    vocab: int,
+) -> tuple[np.ndarray, Any]:
+    """``draft.propose``'s answer, checked: tokens ``[B, k]`` and the probabilities."""
+    proposal = draft.propose(sequences, k, rng, greedy)
+    if not isinstance(proposal, (tuple, list)) or len(proposal) != 2:
+        raise TypeError(
+            "draft.propose must return (tokens [B, k], probs [B, k, V]), got "
+            f"{type(proposal).__name__}"
+        )
+    tokens = _model_tokens(proposal[0], (len(sequences), k), vocab, "draft.propose")
+    if proposal[1] is None:
+        raise TypeError("draft.propose must return (tokens, probs): probs is None")
+    return tokens, proposal[1]  # verify reads and checks it, as draft_probs
 
 
 def _check_model(model: Any, name: str, drafter: bool = False) -> int:
@@ -270,6 +347,7 @@ def generate(
     eos_token_id: int | None = None,
     greedy: bool = False,
     rng: Any = None,
+    seed: int | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> Generation:
     """Generate continuations of ``prompts`` by speculative decoding.
@@ -297,7 +375,14 @@ def generate(
     greedy : bool
         Greedy decoding (argmax drafts, argmax verification) instead of sampling.
     rng : None, int or Generator
-        The randomness of drafting and verification.
+        The randomness of drafting and verification, one stream for the batch:
+        a row's text then depends on the other rows.
+    seed : int, optional
+        Instead of ``rng``: per-request counter-based randomness (docs/spec.md
+        section 4.6). Each request is keyed by a hash of ``seed`` and its
+        prompt, and each step by the number of tokens it has generated, so the
+        same prompt and seed give the same text whatever else is in the batch
+        (given models that score each row on its own). In ``[0, 2**64)``.
     progress : callable, optional
         Called as ``progress(done_tokens, total_tokens)`` after each step.
 
@@ -356,7 +441,7 @@ def generate(
             f"target and draft vocabularies differ: {vocab} vs {draft_vocab}", argument="draft"
         )
     sequences = _prompts(prompts)
-    generator = as_generator(rng)
+    randomness = _Randomness.of(rng, seed, sequences)
     result = Generation(tokens=[[] for _ in sequences])
     active = [b for b in range(len(sequences)) if max_new_tokens > 0]
     start = time.perf_counter()
@@ -366,7 +451,8 @@ def generate(
         # Never draft past max_new_tokens: a step emits at most k_b + 1 tokens.
         counts = [min(k, max_new_tokens - len(result.tokens[b]) - 1) for b in active]
         width = max(counts)
-        drafts, draft_probs = _propose(draft, context, width, generator, greedy, vocab)
+        keys = randomness.step(active, [len(result.tokens[b]) for b in active])
+        drafts, draft_probs = _propose(draft, context, width, randomness, greedy, vocab, keys)
         result.draft_calls += len(active) * width
         extended = [c + d.tolist() for c, d in zip(context, drafts, strict=True)]
         target_probs = _model_probs(
@@ -381,7 +467,9 @@ def generate(
             target_probs,
             draft_probs,
             num_draft_tokens=step_counts,
-            rng=generator,
+            rng=randomness.generator,
+            seeds=None if keys is None else keys[0],
+            offsets=None if keys is None else keys[1],
             greedy=greedy,
         )
         result.stats.update(step, step_counts)

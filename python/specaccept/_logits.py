@@ -12,7 +12,7 @@ from ._arrays import as_numpy, float_array, int_array, like_converter
 from ._errors import InputError
 from ._options import as_method, isolating
 from ._result import Verification, finish
-from ._uniforms import RngLike, draw_missing
+from ._uniforms import CounterLike, RngLike, draw_missing
 
 __all__ = ["verify_logits"]
 
@@ -51,6 +51,8 @@ def verify_logits(
     uniforms: npt.ArrayLike | None = None,
     recovery_uniforms: npt.ArrayLike | None = None,
     rng: RngLike = None,
+    seeds: CounterLike = None,
+    offsets: CounterLike = None,
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
     method: Literal["token", "block"] = "token",
@@ -92,7 +94,7 @@ def verify_logits(
         ``0`` switches it off.
     top_p : float or ``[B]``
         In ``(0, 1]``; ``1.0`` switches it off.
-    num_draft_tokens, uniforms, recovery_uniforms, rng, like
+    num_draft_tokens, uniforms, recovery_uniforms, rng, seeds, offsets, like
         As for :func:`verify`.
 
     errors : ``"raise"`` or ``"isolate"``
@@ -135,7 +137,9 @@ def verify_logits(
     counts = None if num_draft_tokens is None else int_array(num_draft_tokens, "num_draft_tokens")
     u = None if uniforms is None else float_array(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
-    if (u is None or ru is None) and (temperatures != 0).any():
+    if seeds is not None or offsets is not None:
+        u, ru = draw_missing(rng, ids, counts, u, ru, seeds, offsets)
+    elif (u is None or ru is None) and (temperatures != 0).any():
         u, ru = draw_missing(rng, ids, counts, u, ru)
     result = _native.verify_logits(
         ids, target, draft, temperatures, top_ks, top_ps, counts, u, ru, isolate, rule

@@ -20,6 +20,7 @@ __all__ = [
     "acceptance_mask",
     "acceptance_rate",
     "accepted_prefix_length",
+    "counter_stream",
     "get_num_threads",
     "max_num_threads",
     "rejection_probability",
@@ -97,6 +98,12 @@ def acceptance_rate(target_probs: _In, draft_probs: _In) -> npt.NDArray[np.float
 def accepted_prefix_length(
     accepted: npt.NDArray[np.bool_], num_draft_tokens: _In | None
 ) -> npt.NDArray[np.int64]: ...
+def counter_stream(
+    seeds: npt.NDArray[np.uint64],
+    offsets: npt.NDArray[np.uint64],
+    num_positions: int,
+    stream: int,
+) -> npt.NDArray[np.float64]: ...
 def get_num_threads() -> int: ...
 def set_num_threads(n: int) -> None: ...
 def max_num_threads() -> int: ...

@@ -12,7 +12,7 @@ from ._arrays import float_array, int_array, like_converter
 from ._errors import InputError
 from ._options import TREE_METHODS, as_greedy, as_method
 from ._result import TreeVerification
-from ._uniforms import SeedLike, as_generator, draw_uniforms
+from ._uniforms import CounterLike, SeedLike, as_generator, draw_uniforms, seeded
 
 __all__ = ["verify_tree"]
 
@@ -26,6 +26,8 @@ def verify_tree(
     uniforms: npt.ArrayLike | None = None,
     recovery_uniforms: npt.ArrayLike | None = None,
     rng: SeedLike = None,
+    seeds: CounterLike = None,
+    offsets: CounterLike = None,
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
     method: Literal["token", "traversal"] = "token",
@@ -62,6 +64,11 @@ def verify_tree(
         The draw of the replacement or bonus token. Drawn from ``rng`` if missing.
     rng : None, int or Generator
         Draws ``uniforms = g.random((B, N))`` then ``recovery_uniforms = g.random(B)``.
+    seeds, offsets : int arrays ``[B]`` (``offsets`` also one int), optional
+        Counter-based uniforms instead of ``uniforms``/``recovery_uniforms``/``rng``:
+        ``counter_uniforms(seeds, offsets, N)``, so node ``c``'s draw is Philox
+        stream 0 at index ``c``. A row's result then depends only on its own
+        seed, offset and rows, as for :func:`verify`.
     greedy : bool or bool array ``[B]``
         Rows verified by argmax: accept the first child whose token is the argmax
         of the current node's target row; otherwise emit that argmax.
@@ -111,7 +118,10 @@ def verify_tree(
     greedy_rows = as_greedy(greedy)
     u = None if uniforms is None else float_array(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
-    if (u is None or ru is None) and greedy_rows is not True:
+    counter = seeded(seeds, offsets, ids.shape[0], ids.shape[1], u, ru, rng)
+    if counter is not None:
+        u, ru = counter
+    elif (u is None or ru is None) and greedy_rows is not True:
         g = as_generator(rng, per_row=False)
         source = "node_token_ids [B, N]"
         u = draw_uniforms(g, ids.size, ids.shape, source) if u is None else u

@@ -24,6 +24,7 @@ import numpy as np
 from ._arrays import as_numpy, like_converter
 from ._errors import InputError
 from ._result import TreeVerification, Verification, _verification
+from ._uniforms import counter_given, counter_keys
 
 __all__ = [
     "SUM_BLOCK",
@@ -31,6 +32,9 @@ __all__ = [
     "acceptance_mask",
     "acceptance_rate",
     "accepted_prefix_length",
+    "counter_uniform",
+    "counter_uniforms",
+    "philox4x32_10",
     "rejection_probability",
     "sample_index",
     "transform_logits",
@@ -354,6 +358,74 @@ def _residual(p: np.ndarray, q: np.ndarray | None, b: int, t: int, x: int) -> li
 
 
 # --------------------------------------------------------------------------
+# Counter-based uniforms (docs/spec.md section 4.6): Philox4x32-10 in Python
+# integers (Salmon et al., SC 2011), keyed by a request's seed and offset.
+# --------------------------------------------------------------------------
+
+_PHILOX_M0, _PHILOX_M1 = 0xD2511F53, 0xCD9E8D57
+_PHILOX_W0, _PHILOX_W1 = 0x9E3779B9, 0xBB67AE85
+_MASK32 = 0xFFFFFFFF
+
+
+def philox4x32_10(counter: Sequence[int], key: Sequence[int]) -> tuple[int, int, int, int]:
+    """The four 32-bit outputs of Philox4x32-10 for ``counter`` (4 words) and ``key`` (2)."""
+    c0, c1, c2, c3 = (int(c) & _MASK32 for c in counter)
+    k0, k1 = (int(k) & _MASK32 for k in key)
+    for round_ in range(10):
+        if round_:
+            k0, k1 = (k0 + _PHILOX_W0) & _MASK32, (k1 + _PHILOX_W1) & _MASK32
+        p0, p1 = _PHILOX_M0 * c0, _PHILOX_M1 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & _MASK32, (p0 >> 32) ^ c3 ^ k1, p0 & _MASK32
+    return c0, c1, c2, c3
+
+
+def counter_uniform(seed: int, offset: int, index: int, stream: int) -> float:
+    """The uniform of a request's ``(seed, offset)`` at ``index`` of ``stream``:
+    ``((x0 << 32 | x1) >> 11) * 2**-53`` from the first two outputs of Philox with
+    key ``(seed low, seed high)`` and counter ``(offset low, offset high, index, stream)``."""
+    x0, x1, _, _ = philox4x32_10(
+        (offset & _MASK32, offset >> 32, index, stream), (seed & _MASK32, seed >> 32)
+    )
+    return ((x0 << 32 | x1) >> 11) * 2.0**-53
+
+
+def counter_uniforms(seeds, offsets, num_positions):
+    """Reference of :func:`specaccept.counter_uniforms`."""
+    if isinstance(num_positions, (bool, np.bool_)) or not isinstance(
+        num_positions, (int, np.integer)
+    ):
+        raise TypeError(f"num_positions must be an int, got {type(num_positions).__name__}")
+    if not 0 <= int(num_positions) <= 1 << 32:
+        raise InputError(
+            f"num_positions = {int(num_positions)} is outside [0, 2**32]",
+            argument="num_positions",
+        )
+    keys, steps = counter_keys(seeds, offsets)
+    return _counter_uniforms(keys, steps, int(num_positions))
+
+
+def _counter_uniforms(keys: np.ndarray, steps: np.ndarray, num_positions: int):
+    batch = keys.shape[0]
+    source = "seeds [B] and num_positions"
+    uniforms = _full((batch, num_positions), 0.0, np.float64, "uniforms", source)
+    recovery = _full((batch,), 0.0, np.float64, "recovery_uniforms", source)
+    for b in range(batch):
+        seed, offset = int(keys[b]), int(steps[b])
+        for i in range(num_positions):
+            uniforms[b, i] = counter_uniform(seed, offset, i, 0)
+        recovery[b] = counter_uniform(seed, offset, 0, 1)
+    return uniforms, recovery
+
+
+def _seeded(seeds, offsets, batch, num_positions, uniforms, recovery_uniforms, rng):
+    """The counter-based uniforms of a call, or ``None`` without seeds/offsets."""
+    if not counter_given(seeds, offsets, uniforms, recovery_uniforms, rng):
+        return None
+    keys, steps = counter_keys(seeds, offsets, batch)
+    return _counter_uniforms(keys, steps, num_positions)
+
+
+# --------------------------------------------------------------------------
 # Randomness: what is missing is drawn from rng, in this order.
 # --------------------------------------------------------------------------
 
@@ -538,6 +610,8 @@ def verify(
     uniforms=None,
     recovery_uniforms=None,
     rng=None,
+    seeds=None,
+    offsets=None,
     greedy=False,
     out=None,
     like=None,
@@ -582,7 +656,10 @@ def verify(
     )
 
     batch, num_draft = ids.shape
-    if not all_greedy:
+    counter = _seeded(seeds, offsets, batch, num_draft, u, ru, rng)
+    if counter is not None:
+        u, ru = counter
+    elif not all_greedy:
         u, ru = _draw_uniforms(rng, batch, num_draft, counts, u, ru)
     vocab = _chain_shapes(p, "target_probs", q, "draft_probs", counts, u, ru, batch, num_draft)
     greedy_rows = _greedy_rows(greedy, batch)
@@ -818,6 +895,8 @@ def verify_tree(
     uniforms=None,
     recovery_uniforms=None,
     rng=None,
+    seeds=None,
+    offsets=None,
     greedy=False,
     like=None,
     method="token",
@@ -856,7 +935,10 @@ def verify_tree(
             f"greedy must be a bool or a bool array of shape [B], got {type(greedy).__name__}"
         )
     all_greedy = isinstance(greedy, (bool, np.bool_)) and bool(greedy)
-    if (u is None or ru is None) and not all_greedy:
+    counter = _seeded(seeds, offsets, batch, nodes, u, ru, rng)
+    if counter is not None:
+        u, ru = counter
+    elif (u is None or ru is None) and not all_greedy:
         g = _generator(rng)
         source = "node_token_ids [B, N]"
         u = _random(g, (batch, nodes), source) if u is None else u
@@ -1144,6 +1226,8 @@ def verify_logits(
     uniforms=None,
     recovery_uniforms=None,
     rng=None,
+    seeds=None,
+    offsets=None,
     like=None,
     errors="raise",
     method="token",
@@ -1164,7 +1248,10 @@ def verify_logits(
     counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
     u = None if uniforms is None else _floats(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
-    if (u is None or ru is None) and bool((temperatures != 0).any()):
+    counter = _seeded(seeds, offsets, batch, num_draft, u, ru, rng)
+    if counter is not None:
+        u, ru = counter
+    elif (u is None or ru is None) and bool((temperatures != 0).any()):
         u, ru = _draw_uniforms(rng, batch, num_draft, counts, u, ru)
     # Every shape before any loop.
     vocab = _chain_shapes(

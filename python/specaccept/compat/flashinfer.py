@@ -41,6 +41,7 @@ import numpy.typing as npt
 from .._api import acceptance_mask, verify
 from .._arrays import as_numpy, float_array, int_array, like_converter
 from .._errors import InputError
+from .._uniforms import CounterLike, seeded
 
 __all__ = ["chain_speculative_sampling"]
 
@@ -48,12 +49,14 @@ __all__ = ["chain_speculative_sampling"]
 def chain_speculative_sampling(
     draft_probs: npt.ArrayLike,
     draft_token_ids: npt.ArrayLike,
-    uniform_samples: npt.ArrayLike,
+    uniform_samples: npt.ArrayLike | None,
     target_probs: npt.ArrayLike,
     maybe_output_accepted_token_num: Any = None,
     maybe_output_emitted_draft_token_num: Any = None,
     deterministic: bool = True,
     *,
+    seeds: CounterLike = None,
+    offsets: CounterLike = None,
     like: Any = None,
 ) -> tuple[Any, Any, Any]:
     """FlashInfer's chain speculative sampling: output ids, accepted and emitted counts.
@@ -62,7 +65,7 @@ def chain_speculative_sampling(
     ----------
     draft_probs : float array ``[B, K, V]``
     draft_token_ids : int array ``[B, K]``
-    uniform_samples : float array ``[B, K+1]``
+    uniform_samples : float array ``[B, K+1]``, or None with ``seeds``/``offsets``
         Column ``i < K`` tests position ``i``; column ``K`` draws the replacement
         or bonus token.
     target_probs : float array ``[B, K+1, V]``
@@ -73,6 +76,11 @@ def chain_speculative_sampling(
         checked before anything is written.
     deterministic : bool
         Accepted for compatibility; the result is always deterministic.
+    seeds, offsets : int arrays ``[B]`` (``offsets`` also one int), optional
+        Per-request counter-based uniforms instead of ``uniform_samples`` (as
+        FlashInfer's ``seed``/``offset``, but one per request): column ``i < K``
+        is ``counter_uniforms(seeds, offsets, K)[0][:, i]`` and column ``K`` the
+        recovery uniforms.
     like : array or tensor, optional
         The framework of the results (default: ``target_probs``'s when it is not NumPy).
 
@@ -107,12 +115,27 @@ def chain_speculative_sampling(
     ids = int_array(draft_token_ids, "draft_token_ids")
     p = float_array(target_probs, "target_probs")
     q = float_array(draft_probs, "draft_probs")
-    u = float_array(uniform_samples, "uniform_samples")
     if ids.ndim != 2:
         raise InputError(
             f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}", argument="draft_token_ids"
         )
     batch, num_draft = ids.shape
+    if uniform_samples is not None and (seeds is not None or offsets is not None):
+        raise InputError(
+            "uniform_samples: give seeds/offsets or uniform_samples, not both",
+            argument="uniform_samples",
+        )
+    counter = seeded(seeds, offsets, batch, num_draft, None, None, None)
+    if counter is not None:
+        u = np.concatenate([counter[0], counter[1][:, None]], axis=1)
+        del inputs["uniform_samples"]
+    elif uniform_samples is None:
+        raise InputError(
+            "uniform_samples: give uniform_samples [B, K+1], or seeds and offsets",
+            argument="uniform_samples",
+        )
+    else:
+        u = float_array(uniform_samples, "uniform_samples")
     if u.shape != (batch, num_draft + 1):
         raise InputError(
             f"uniform_samples: has shape {u.shape}, expected {(batch, num_draft + 1)} ([B, K+1])",

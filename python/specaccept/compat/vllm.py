@@ -41,7 +41,7 @@ from .._arrays import as_numpy, float_array, int_array, like_converter
 from .._errors import InputError
 from .._options import as_greedy, as_method, isolating
 from .._result import Verification, finish
-from .._uniforms import as_generator, draw_uniforms
+from .._uniforms import CounterLike, as_generator, draw_uniforms, seeded
 
 __all__ = ["PLACEHOLDER_TOKEN_ID", "parse_output", "rejection_sample", "verify"]
 
@@ -76,6 +76,8 @@ def verify(
     uniforms: npt.ArrayLike | None = None,
     recovery_uniforms: npt.ArrayLike | None = None,
     rng: Any = None,
+    seeds: CounterLike = None,
+    offsets: CounterLike = None,
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
@@ -108,6 +110,11 @@ def verify(
         One uniform per request for the recovered token. Drawn from ``rng`` if missing.
     rng : None, int or Generator
         Draws ``uniforms = g.random(T)`` then ``recovery_uniforms = g.random(B)``.
+    seeds, offsets : int arrays ``[B]`` (``offsets`` also one int), optional
+        Counter-based uniforms per request instead of ``uniforms``/``rng``
+        (vLLM's per-request ``seed``): request ``b``'s ``j``-th draft uses
+        ``counter_uniforms(seeds, offsets, max_k)[0][b, j]``, so its tokens do
+        not depend on the other requests of the step.
     greedy : bool or bool array ``[B]``
         Requests verified by argmax (vLLM: temperature 0): accept while the draft
         is the target's argmax, emit the argmax at the first mismatch.
@@ -152,7 +159,18 @@ def verify(
     greedy_rows = as_greedy(greedy)
     u = None if uniforms is None else float_array(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
-    if (u is None or ru is None) and greedy_rows is not True:
+    counter = seeded(
+        seeds,
+        offsets,
+        counts.shape[0] if counts.ndim == 1 else 0,
+        _max_count(counts, ids),
+        u,
+        ru,
+        rng,
+    )
+    if counter is not None:
+        u, ru = _flat_uniforms(counter[0], counts, ids), counter[1]
+    elif (u is None or ru is None) and greedy_rows is not True:
         g = as_generator(rng, per_row=False)
         source = "draft_token_ids [T] and num_draft_tokens [B]"
         total = ids.shape[0] if ids.ndim == 1 else 0
@@ -165,6 +183,25 @@ def verify(
     return finish(result, convert)
 
 
+def _max_count(counts: np.ndarray, ids: np.ndarray) -> int:
+    """The longest request's draft count; 0 for counts the native code refuses
+    (not ``[B]``, negative, or not summing to ``T``), so its error names them."""
+    total = ids.shape[0] if ids.ndim == 1 else -1
+    if counts.ndim != 1 or not counts.size or int(counts.min()) < 0:
+        return 0
+    if sum(counts.tolist()) != total:  # Python ints: no wrap
+        return 0
+    return int(counts.max())
+
+
+def _flat_uniforms(per_row: np.ndarray, counts: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Request ``b``'s first ``k_b`` uniforms back to back: the flat ``[T]`` layout
+    (``T`` zeros where :func:`_max_count` found the counts unusable)."""
+    if _max_count(counts, ids) == 0:
+        return np.zeros(ids.shape[0] if ids.ndim == 1 else 0)
+    return per_row[np.arange(per_row.shape[1]) < counts[:, None]]
+
+
 def rejection_sample(
     draft_token_ids: npt.ArrayLike,
     num_draft_tokens: npt.ArrayLike | list[int],
@@ -175,6 +212,8 @@ def rejection_sample(
     uniforms: npt.ArrayLike | None = None,
     recovery_uniforms: npt.ArrayLike | None = None,
     rng: Any = None,
+    seeds: CounterLike = None,
+    offsets: CounterLike = None,
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
     method: Literal["token", "block"] = "token",
@@ -204,6 +243,8 @@ def rejection_sample(
         uniforms=uniforms,
         recovery_uniforms=recovery_uniforms,
         rng=rng,
+        seeds=seeds,
+        offsets=offsets,
         greedy=greedy,
         method=method,
         rejection_sample_method=rejection_sample_method,
