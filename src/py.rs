@@ -3,7 +3,7 @@
 //! dtype and rank here (for clear messages), and handed to the core with the
 //! GIL released. Nothing a caller controls is unwrapped.
 
-use half::f16;
+use half::{bf16, f16};
 use ndarray::{ArrayD, ArrayView, ArrayView1, ArrayView2, Axis, Dimension, Ix1, Ix2, Ix3, IxDyn};
 use numpy::{
     dtype, npyffi, Element, PyArray, PyArray1, PyArray2, PyArrayDescrMethods, PyArrayDyn,
@@ -230,14 +230,16 @@ fn input_arg<'a, 'py, D: Dimension>(
 /// A borrowed float array of any probability dtype.
 enum FloatArg<'py, D: Dimension> {
     F16(Input<'py, f16, D>),
+    BF16(Input<'py, bf16, D>),
     F32(Input<'py, f32, D>),
     F64(Input<'py, f64, D>),
 }
 
 impl<'py, D: Dimension> FloatArg<'py, D> {
     fn extract(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Self> {
-        let arr = input_arg::<D>(obj, name, "float16, float32 or float64", |a| {
-            is::<f64>(a) || is::<f32>(a) || is::<f16>(a)
+        let dtypes = "float16, bfloat16, float32 or float64";
+        let arr = input_arg::<D>(obj, name, dtypes, |a| {
+            is::<f64>(a) || is::<f32>(a) || is::<f16>(a) || is_bf16(a)
         })?;
         if is::<f64>(arr) {
             Ok(FloatArg::F64(borrow(arr, name)?))
@@ -245,6 +247,12 @@ impl<'py, D: Dimension> FloatArg<'py, D> {
             Ok(FloatArg::F32(borrow(arr, name)?))
         } else if is::<f16>(arr) {
             Ok(FloatArg::F16(borrow(arr, name)?))
+        } else if is_bf16(arr) {
+            // SAFETY: `is_bf16` found 2-byte bfloat16 elements, the layout of
+            // `half::bf16`; `PyArray<bf16, D>` is a typed handle on the same
+            // object, whose rank `input_arg` checked.
+            let typed = unsafe { arr.cast_unchecked::<PyArray<bf16, D>>() };
+            Ok(FloatArg::BF16(Input(typed.clone())))
         } else {
             unreachable!("input_arg checked the dtype")
         }
@@ -253,10 +261,24 @@ impl<'py, D: Dimension> FloatArg<'py, D> {
     fn view(&self) -> FloatView<'_, D> {
         match self {
             FloatArg::F16(a) => FloatView::F16(a.as_array()),
+            FloatArg::BF16(a) => FloatView::BF16(a.as_array()),
             FloatArg::F32(a) => FloatView::F32(a.as_array()),
             FloatArg::F64(a) => FloatView::F64(a.as_array()),
         }
     }
+}
+
+/// Whether `arr` holds bfloat16 (the `ml_dtypes.bfloat16` NumPy type, JAX's):
+/// told by its type's name and size, without asking NumPy for the type by name
+/// (which needs `ml_dtypes` imported).
+fn is_bf16(arr: &Bound<'_, PyUntypedArray>) -> bool {
+    let dtype = arr.dtype();
+    dtype.itemsize() == 2
+        && dtype.kind() == b'V'
+        && dtype
+            .typeobj()
+            .name()
+            .is_ok_and(|n| n.to_str().is_ok_and(|n| n == "bfloat16"))
 }
 
 /// A borrowed integer array of either id dtype.
@@ -520,6 +542,7 @@ macro_rules! each_dtype_pair {
     ($target:expr, $draft:expr, $none:ty, $run:ident) => {
         match $target {
             FloatArg::F16(p) => each_dtype_pair!(@draft p.as_array(), $draft, $none, $run),
+            FloatArg::BF16(p) => each_dtype_pair!(@draft p.as_array(), $draft, $none, $run),
             FloatArg::F32(p) => each_dtype_pair!(@draft p.as_array(), $draft, $none, $run),
             FloatArg::F64(p) => each_dtype_pair!(@draft p.as_array(), $draft, $none, $run),
         }
@@ -528,6 +551,7 @@ macro_rules! each_dtype_pair {
         match $draft {
             None => $run!($p, None::<$none>),
             Some(FloatArg::F16(q)) => $run!($p, Some(q.as_array())),
+            Some(FloatArg::BF16(q)) => $run!($p, Some(q.as_array())),
             Some(FloatArg::F32(q)) => $run!($p, Some(q.as_array())),
             Some(FloatArg::F64(q)) => $run!($p, Some(q.as_array())),
         }
@@ -1057,6 +1081,7 @@ fn acceptance_rate<'py>(
             ($p:expr) => {
                 match qv {
                     FloatView::F16(q) => py.detach(|| rate::acceptance_rate($p, q, flat)),
+                    FloatView::BF16(q) => py.detach(|| rate::acceptance_rate($p, q, flat)),
                     FloatView::F32(q) => py.detach(|| rate::acceptance_rate($p, q, flat)),
                     FloatView::F64(q) => py.detach(|| rate::acceptance_rate($p, q, flat)),
                 }
@@ -1064,6 +1089,7 @@ fn acceptance_rate<'py>(
         }
         match pv {
             FloatView::F16(p) => run!(p),
+            FloatView::BF16(p) => run!(p),
             FloatView::F32(p) => run!(p),
             FloatView::F64(p) => run!(p),
         }?;

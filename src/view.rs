@@ -1,11 +1,11 @@
 //! How the core reads its inputs: probability rows generic over [`Prob`]
-//! (f16/f32/f64, monomorphized: this is where the bytes are), and the small
+//! (f16/bf16/f32/f64, monomorphized: this is where the bytes are), and the small
 //! per-row arrays (ids, counts, uniforms) through dtype enums, which cost one
 //! predictable branch per element and keep the number of kernel instances small.
 
 use ndarray::{ArrayView, ArrayView1, Dimension, Ix1, Ix2};
 
-/// A probability element: read as `f64`, exactly (every f16/f32 is an f64).
+/// A probability element: read as `f64`, exactly (every f16/bf16/f32 is an f64).
 ///
 /// `bits` gives the hot loops a one-instruction validity check: for values with
 /// the sign bit clear, the bit patterns order like the values, so
@@ -18,7 +18,7 @@ pub trait Prob: Copy + Send + Sync + 'static + crate::simd::Load8 {
     const LARGEST_FINITE: Self::Bits;
     fn bits(self) -> Self::Bits;
     fn to_f64(self) -> f64;
-    /// Whether every value is an `f32` ([`Prob::to_f32`] exact: f16, f32).
+    /// Whether every value is an `f32` ([`Prob::to_f32`] exact: f16, bf16, f32).
     const EXACT_IN_F32: bool;
     /// The value as `f32`: exact where [`Prob::EXACT_IN_F32`], else rounded.
     fn to_f32(self) -> f32;
@@ -76,6 +76,32 @@ impl Prob for half::f16 {
     fn to_f32(self) -> f32 {
         f16_bits_to_f32(self.to_bits())
     }
+}
+
+impl Prob for half::bf16 {
+    type Bits = u16;
+    const LARGEST_FINITE: u16 = 0x7f7f;
+    #[inline(always)]
+    fn bits(self) -> u16 {
+        self.to_bits()
+    }
+    #[inline(always)]
+    fn to_f64(self) -> f64 {
+        bf16_bits_to_f32(self.to_bits()) as f64
+    }
+    const EXACT_IN_F32: bool = true;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16_bits_to_f32(self.to_bits())
+    }
+}
+
+/// Exact bf16 -> f32 conversion: bfloat16 is the high half of an f32, so the
+/// bits move up 16 places (no arithmetic: subnormals stay exact under
+/// flush-to-zero, NaN stays NaN).
+#[inline(always)]
+pub(crate) fn bf16_bits_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
 }
 
 /// Exact f16 -> f32 conversion without branches (so a row converts in SIMD
@@ -171,6 +197,7 @@ pub enum IntView<'a, D: Dimension> {
 #[derive(Clone, Copy)]
 pub enum FloatView<'a, D: Dimension> {
     F16(ArrayView<'a, half::f16, D>),
+    BF16(ArrayView<'a, half::bf16, D>),
     F32(ArrayView<'a, f32, D>),
     F64(ArrayView<'a, f64, D>),
 }
@@ -188,6 +215,7 @@ impl<D: Dimension> FloatView<'_, D> {
     pub fn shape(&self) -> &[usize] {
         match self {
             FloatView::F16(a) => a.shape(),
+            FloatView::BF16(a) => a.shape(),
             FloatView::F32(a) => a.shape(),
             FloatView::F64(a) => a.shape(),
         }
@@ -197,6 +225,7 @@ impl<D: Dimension> FloatView<'_, D> {
     pub fn values(&self) -> Box<dyn Iterator<Item = f64> + '_> {
         match self {
             FloatView::F16(a) => Box::new(a.iter().map(|v| v.to_f64())),
+            FloatView::BF16(a) => Box::new(a.iter().map(|v| v.to_f64())),
             FloatView::F32(a) => Box::new(a.iter().map(|&v| v as f64)),
             FloatView::F64(a) => Box::new(a.iter().copied()),
         }
@@ -237,6 +266,7 @@ impl FloatView<'_, Ix1> {
     pub fn get(&self, i: usize) -> f64 {
         match self {
             FloatView::F16(a) => a[i].to_f64(),
+            FloatView::BF16(a) => a[i].to_f64(),
             FloatView::F32(a) => a[i] as f64,
             FloatView::F64(a) => a[i],
         }
@@ -248,6 +278,7 @@ impl FloatView<'_, Ix2> {
     pub fn get(&self, i: usize, j: usize) -> f64 {
         match self {
             FloatView::F16(a) => a[[i, j]].to_f64(),
+            FloatView::BF16(a) => a[[i, j]].to_f64(),
             FloatView::F32(a) => a[[i, j]] as f64,
             FloatView::F64(a) => a[[i, j]],
         }
@@ -284,12 +315,29 @@ mod tests {
     }
 
     #[test]
+    fn bf16_conversion_is_exact_for_every_bit_pattern() {
+        for h in 0..=u16::MAX {
+            let ours = bf16_bits_to_f32(h);
+            let theirs = half::bf16::from_bits(h).to_f32();
+            if theirs.is_nan() {
+                assert!(ours.is_nan(), "{h:#06x}");
+            } else {
+                assert_eq!(ours.to_bits(), theirs.to_bits(), "{h:#06x}");
+            }
+        }
+    }
+
+    #[test]
     fn bits_at_most_largest_finite_means_finite_and_non_negative() {
         for h in 0..=u16::MAX {
             let v = half::f16::from_bits(h);
             let fast = v.bits() <= half::f16::LARGEST_FINITE;
             let slow = (0.0..=f64::MAX).contains(&v.to_f64()) && h != 0x8000;
             assert_eq!(fast, slow, "{h:#06x}");
+            let v = half::bf16::from_bits(h);
+            let fast = v.bits() <= half::bf16::LARGEST_FINITE;
+            let slow = (0.0..=f64::MAX).contains(&v.to_f64()) && h != 0x8000;
+            assert_eq!(fast, slow, "bf16 {h:#06x}");
         }
         for v in [0.0f32, 1.0, f32::MAX, f32::MIN_POSITIVE, 1e-45] {
             assert!(v.bits() <= f32::LARGEST_FINITE && (v as f64).bits() <= f64::LARGEST_FINITE);

@@ -24,7 +24,7 @@ SETUP = r'''
 import copy, json, math, os, subprocess, sys
 import numpy as np
 import specaccept as sa
-from specaccept import reference
+from specaccept import ngram, reference
 from specaccept.compat import flashinfer, vllm
 
 B, K, V = 2, 3, 5
@@ -155,6 +155,9 @@ ARGUMENT_NAMES = (
     "max_new_tokens",
     "k",
     "vocab_size",
+    "seeds",
+    "offsets",
+    "num_positions",
 )
 _NAMED = re.compile(r"\b(" + "|".join(ARGUMENT_NAMES) + r")\b")
 
@@ -1970,6 +1973,262 @@ CASES.update(
         "verify_greedy: str": ("sa.verify_greedy('ab', 'abc')", "TypeError"),
         "verify_greedy: negative count": (
             "sa.verify_greedy(np.array([[3]]), np.array([[3, 4]]), num_draft_tokens=np.array([-1]))",
+            "ValueError",
+        ),
+    }
+)
+
+CASES.update(
+    {
+        # --- seeds and offsets (docs/spec.md section 4.6) ------------------------------
+        "counter_uniforms: valid": (
+            "u, ru = sa.counter_uniforms(w(np.array([0, 2**64 - 1], np.uint64)), w([3, 4]), 5)\n"
+            "assert u.shape == (2, 5) and ru.shape == (2,)",
+            "ok",
+        ),
+        "counter_uniforms: 2**32 + 1 positions": (
+            "sa.counter_uniforms([1], [0], 2**32 + 1)",
+            "ValueError",
+        ),
+        "counter_uniforms: output too large": (
+            "sa.counter_uniforms(np.zeros(2**24, np.uint64), 0, 2**32)",
+            "MemoryError",
+        ),
+        "counter_uniforms: broadcast 2**40 seeds": (
+            "sa.counter_uniforms(np.broadcast_to(np.uint64(1), (2**40,)), 0, 1)",
+            "MemoryError",
+        ),
+        "counter_uniforms: float positions": ("sa.counter_uniforms([1], [0], 2.0)", "TypeError"),
+        "counter_uniforms: None seeds": ("sa.counter_uniforms(None, [0], 2)", "TypeError"),
+        "counter_uniforms: dict seeds": ("sa.counter_uniforms({1: 2}, [0], 2)", "TypeError"),
+        "counter_uniforms: 2-D seeds": ("sa.counter_uniforms([[1]], [0], 2)", "TypeError"),
+        "counter_uniforms: seed 2**64": ("sa.counter_uniforms([2**64], [0], 2)", "ValueError"),
+        "counter_uniforms: object array": (
+            "sa.counter_uniforms(np.array([1, 'a'], object), [0, 0], 2)",
+            "TypeError",
+        ),
+        "verify: seeds and offsets": (
+            "ok_ver(sa.verify(w(IDS()), w(P()), w(Q()), seeds=w(np.array([5, 6])), offsets=w([1, 2])))",
+            "ok",
+        ),
+        "verify: seeds without offsets": ("sa.verify(IDS(), P(), seeds=[1, 2])", "ValueError"),
+        "verify: seeds with rng": (
+            "sa.verify(IDS(), P(), seeds=[1, 2], offsets=0, rng=0)",
+            "ValueError",
+        ),
+        "verify: seeds of the wrong length": (
+            "sa.verify(IDS(), P(), seeds=[1, 2, 3], offsets=0)",
+            "ValueError",
+        ),
+        "verify: negative offsets": (
+            "sa.verify(IDS(), P(), seeds=[1, 2], offsets=[-1, 0])",
+            "ValueError",
+        ),
+        "verify: float seeds": ("sa.verify(IDS(), P(), seeds=np.ones(2), offsets=0)", "TypeError"),
+        "verify: seeds on a [2**40, 1] broadcast batch": (
+            "sa.verify(huge_ids(2**40, 1), np.broadcast_to(P(1, 1)[0], (2**40, 2, 5)),"
+            " seeds=np.broadcast_to(np.uint64(1), (2**40,)), offsets=0)",
+            "MemoryError",
+        ),
+        "verify_logits: seeds": (
+            "ok_ver(sa.verify_logits(w(IDS()), w(np.log(P())), seeds=[1, 2], offsets=7, top_k=2))",
+            "ok",
+        ),
+        "verify_logits: seeds with uniforms": (
+            "sa.verify_logits(IDS(), np.log(P()), seeds=[1, 2], offsets=7, uniforms=U())",
+            "ValueError",
+        ),
+        "verify_tree: seeds": (
+            "ok_tree(sa.verify_tree(w(np.array([[0, 1, 2]] * 2)), w(np.array([-1, 0, 0])),"
+            " w(probs(2, 3, 5)), seeds=[1, 2], offsets=[0, 0]), 2, 5)",
+            "ok",
+        ),
+        "verify_tree: offsets without seeds": (
+            "sa.verify_tree(np.array([[0, 1]]), np.array([-1, 0]), probs(1, 2, 5), offsets=[0])",
+            "ValueError",
+        ),
+        "vllm.verify: seeds": (
+            "r = vllm.verify(w(np.array([1, 2, 3])), [2, 1], w(probs(3, 5)), None,"
+            " w(np.array([4, 4])), seeds=[1, 2], offsets=[3, 4])\n"
+            "assert r.output_token_ids.shape == (2, 3)",
+            "ok",
+        ),
+        "vllm.verify: seeds with counts not summing to T": (
+            "vllm.verify(np.array([1, 2, 3]), [2, 2], probs(3, 5), None, np.array([4, 4]),"
+            " seeds=[1, 2], offsets=0)",
+            "ValueError",
+        ),
+        "vllm.verify: seeds with huge counts": (
+            "vllm.verify(np.array([1, 2, 3]), [2**62, 2**62, 2**63 - 1], probs(3, 5), None,"
+            " np.array([4, 4, 4]), seeds=[1, 2, 3], offsets=0)",
+            "ValueError",
+        ),
+        "flashinfer: seeds": (
+            "flashinfer.chain_speculative_sampling(w(Q()), w(IDS()), None, w(P()), seeds=[1, 2],"
+            " offsets=0)",
+            "ok",
+        ),
+        "flashinfer: neither uniforms nor seeds": (
+            "flashinfer.chain_speculative_sampling(Q(), IDS(), None, P())",
+            "ValueError",
+        ),
+        "generate: seed": (
+            "from specaccept.ngram import builtin_models\n"
+            "t, d, v = builtin_models()\n"
+            "out = sa.generate(t, d, w([v.encode('She')]), k=2, max_new_tokens=4, seed=2**64 - 1)\n"
+            "assert len(out.tokens[0]) == 4",
+            "ok",
+        ),
+        "generate: seed 2**64": (
+            "from specaccept.ngram import builtin_models\n"
+            "t, d, v = builtin_models()\n"
+            "sa.generate(t, d, [v.encode('She')], seed=2**64)",
+            "ValueError",
+        ),
+        "reference.counter_uniforms: negative seed": (
+            "reference.counter_uniforms([-1], [0], 1)",
+            "ValueError",
+        ),
+        "reference.verify: seeds": (
+            "ok_ver(reference.verify(w(IDS()), w(P()), w(Q()), seeds=[1, 2], offsets=0))",
+            "ok",
+        ),
+        # --- bfloat16 (ml_dtypes) ---------------------------------------------------------
+        "verify: bfloat16 probs": (
+            "import ml_dtypes\n"
+            "ok_ver(sa.verify(w(IDS()), w(P().astype(ml_dtypes.bfloat16)),"
+            " w(Q().astype(ml_dtypes.bfloat16)), rng=0))",
+            "ok",
+        ),
+        "verify: bfloat16 NaN target": (
+            "import ml_dtypes\n"
+            "p = P().astype(ml_dtypes.bfloat16); p[:, :, :] = np.nan\n"
+            "sa.verify(w(IDS()), w(p), rng=0)",
+            "ValueError",
+        ),
+        "verify: float8 probs": (
+            "import ml_dtypes\nsa.verify(IDS(), P().astype(ml_dtypes.float8_e5m2), rng=0)",
+            "TypeError",
+        ),
+        "verify: int4 probs": (
+            "import ml_dtypes\nsa.verify(IDS(), np.zeros((2, 4, 5), ml_dtypes.int4), rng=0)",
+            "TypeError",
+        ),
+        "verify: bfloat16 broadcast 2**40 rows": (
+            "import ml_dtypes\n"
+            "sa.verify(huge_ids(2**40, 1), np.broadcast_to(P(1, 1)[0].astype(ml_dtypes.bfloat16),"
+            " (2**40, 2, 5)), rng=0)",
+            "MemoryError",
+        ),
+        "verify_logits: bfloat16 logits": (
+            "import ml_dtypes\n"
+            "ok_ver(sa.verify_logits(w(IDS()), w(np.log(P()).astype(ml_dtypes.bfloat16)), rng=0,"
+            " top_p=0.9))",
+            "ok",
+        ),
+        "verify_tree: bfloat16": (
+            "import ml_dtypes\n"
+            "ok_tree(sa.verify_tree(w(np.array([[0, 1, 2]])), w(np.array([-1, 0, 0])),"
+            " w(probs(1, 3, 5).astype(ml_dtypes.bfloat16)), rng=0), 1, 5)",
+            "ok",
+        ),
+        "acceptance_rate: bfloat16 against float16": (
+            "import ml_dtypes\n"
+            "r = sa.acceptance_rate(w(Q().astype(ml_dtypes.bfloat16)), w(Q(). astype(np.float16)))\n"
+            "assert r.shape == (2, 3)",
+            "ok",
+        ),
+        "rejection_probability: bfloat16 inf": (
+            "import ml_dtypes\n"
+            "sa.rejection_probability(np.array([np.inf], ml_dtypes.bfloat16), np.array([0.5]))",
+            "ValueError",
+        ),
+    }
+)
+
+CASES.update(
+    {
+        # --- the reference's helpers and the n-gram module ---------------------------------
+        "reference.acceptance_rate: valid": (
+            "assert reference.acceptance_rate(w(Q()), w(Q())).shape == (2, 3)",
+            "ok",
+        ),
+        "reference.acceptance_rate: shapes differ": (
+            "reference.acceptance_rate(Q(), P())",
+            "ValueError",
+        ),
+        "reference.accepted_prefix_length: valid": (
+            "r = reference.accepted_prefix_length(w(np.array([[True, False, True]])))\n"
+            "assert r.tolist() == [1]",
+            "ok",
+        ),
+        "reference.accepted_prefix_length: ints": (
+            "reference.accepted_prefix_length(np.array([[1, 0]]))",
+            "TypeError",
+        ),
+        "reference.philox4x32_10: known answer": (
+            "assert reference.philox4x32_10((0, 0, 0, 0), (0, 0))[0] == 0x6627E8D5",
+            "ok",
+        ),
+        "reference.philox4x32_10: short counter": (
+            "reference.philox4x32_10((0, 0), (0, 0))",
+            "ValueError",
+        ),
+        "reference.counter_uniform: valid": (
+            "assert 0 <= reference.counter_uniform(2**64 - 1, 2**64 - 1, 2**32 - 1, 1) < 1",
+            "ok",
+        ),
+        "reference.sample_index: valid": (
+            "assert reference.sample_index([0.0, 1.0, 1.0], 0.75) == 2",
+            "ok",
+        ),
+        "reference.sample_index: all zero": (
+            "assert reference.sample_index([0.0, 0.0], 0.5) is None",
+            "ok",
+        ),
+        "reference.transform_logits: valid": (
+            "r = reference.transform_logits(w(np.array([0.0, 1.0, 2.0])), 1.0, 2, 1.0)\n"
+            "assert abs(sum(r) - 1) < 1e-12 and r[0] == 0",
+            "ok",
+        ),
+        "reference.transform_logits: NaN": (
+            "reference.transform_logits(np.array([0.0, np.nan]), 1.0, 0, 1.0)",
+            "ValueError",
+        ),
+        "ngram.builtin_text": ("assert 'Elliot' in ngram.builtin_text()", "ok"),
+        "ngram.builtin_models: orders": (
+            "t, d, v = ngram.builtin_models(3, 1)\nassert t.vocab_size == d.vocab_size",
+            "ok",
+        ),
+        "ngram.builtin_models: order 0": ("ngram.builtin_models(0, 1)", "ValueError"),
+        "ngram.builtin_models: str order": ("ngram.builtin_models('4')", "TypeError"),
+        "ngram.drafted_block: valid": (
+            "t, d, v = ngram.builtin_models()\n"
+            "ids, p, q = ngram.drafted_block(t, d, w(v.encode('She')), 3, np.random.default_rng(0))\n"
+            "assert ids.shape == (1, 3) and p.shape == (1, 4, t.vocab_size)",
+            "ok",
+        ),
+        "ngram.drafted_block: negative k": (
+            "t, d, v = ngram.builtin_models()\n"
+            "ngram.drafted_block(t, d, v.encode('She'), -1, np.random.default_rng(0))",
+            "ValueError",
+        ),
+        "ngram.drafted_block: unseen context token": (
+            "t, d, v = ngram.builtin_models()\n"
+            "ids, p, q = ngram.drafted_block(t, d, [10**9], 2, np.random.default_rng(0))\n"
+            "assert ids.shape == (1, 2)",  # an unseen context backs off to shorter ones
+            "ok",
+        ),
+        "ngram.drafted_tree: valid": (
+            "t, d, v = ngram.builtin_models()\n"
+            "ids, p, q = ngram.drafted_tree(t, d, w(v.encode('She')), w([-1, 0, 0, 1]),"
+            " np.random.default_rng(0))\n"
+            "assert ids.shape == (1, 4)",
+            "ok",
+        ),
+        "ngram.drafted_tree: parent after child": (
+            "t, d, v = ngram.builtin_models()\n"
+            "ngram.drafted_tree(t, d, v.encode('She'), [-1, 2, 0], np.random.default_rng(0))",
             "ValueError",
         ),
     }

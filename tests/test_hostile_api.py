@@ -94,3 +94,27 @@ def test_hostile_input(reports: dict[str, dict], case: str) -> None:
     detail += f": {report.get('message', '')}"
     assert outcome in expected.split("|"), detail
     assert report.get("inputs_unchanged") is not False, f"{case}: an input was modified"
+
+
+def test_every_public_function_is_in_the_matrix() -> None:
+    # A new entry point without hostile cases fails here.
+    import inspect
+
+    import specaccept
+    from specaccept import ngram, reference
+    from specaccept.compat import flashinfer, vllm
+
+    sources = "\n".join(source for source, _ in CASES.values())
+    missing = []
+    for module, prefix in (
+        (specaccept, "sa."),
+        (vllm, "vllm."),
+        (flashinfer, "flashinfer."),
+        (reference, "reference."),
+        (ngram, "ngram."),
+    ):
+        for name in module.__all__:
+            value = getattr(module, name)
+            if callable(value) and not inspect.isclass(value) and f"{prefix}{name}(" not in sources:
+                missing.append(prefix + name)
+    assert not missing, f"no hostile case calls {missing}"

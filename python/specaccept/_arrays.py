@@ -28,7 +28,15 @@ import numpy as np
 
 from ._errors import InputError
 
-__all__ = ["as_numpy", "bool_array", "float_array", "int_array", "like_converter"]
+__all__ = [
+    "as_numpy",
+    "bool_array",
+    "float_array",
+    "int_array",
+    "is_bfloat16",
+    "is_float",
+    "like_converter",
+]
 
 # DLPack device types whose memory the CPU reads directly: CPU, CUDA pinned
 # host memory, ROCm pinned host memory.
@@ -76,8 +84,10 @@ def _device_type(x: Any, name: str) -> int:
 def as_numpy(x: Any, name: str) -> Any:
     """``x`` as a NumPy array sharing its memory, or ``x`` itself if it is not an array.
 
-    Raises ``TypeError`` naming ``name`` for arrays that cannot be read in place:
-    on an accelerator, requiring grad, or of a dtype NumPy lacks (bfloat16).
+    A bfloat16 tensor (which DLPack exports but NumPy cannot import) comes back
+    as an ``ml_dtypes.bfloat16`` array over the same memory. Raises ``TypeError``
+    naming ``name`` for arrays that cannot be read in place: on an accelerator,
+    requiring grad, or of another dtype NumPy lacks.
     """
     if isinstance(x, np.ndarray):
         return x
@@ -92,6 +102,9 @@ def as_numpy(x: Any, name: str) -> Any:
         try:
             return np.from_dlpack(x)
         except (BufferError, RuntimeError, TypeError, ValueError) as error:
+            bits = _bfloat16_bits(x)
+            if bits is not None:
+                return bits
             raise TypeError(
                 f"{name} cannot be read in place as a NumPy array: {error} "
                 "(convert it first, e.g. tensor.detach() or tensor.float())"
@@ -117,6 +130,26 @@ def as_numpy(x: Any, name: str) -> Any:
                 f"{name} cannot be read as an array: {error}", argument=name
             ) from error
     return x
+
+
+def _bfloat16_bits(x: Any) -> np.ndarray | None:
+    """A bfloat16 tensor as an ``ml_dtypes.bfloat16`` array over its memory
+    (through its bits as int16, which DLPack carries), or ``None`` for anything else."""
+    if str(getattr(x, "dtype", "")) != "torch.bfloat16" or getattr(x, "requires_grad", False):
+        return None  # a tensor requiring grad is refused, as in other dtypes
+    import ml_dtypes
+    import torch
+
+    try:
+        bits = np.from_dlpack(x.view(torch.int16))
+    except (BufferError, RuntimeError, TypeError, ValueError):
+        return None  # requires grad, ...: the caller's message says what to do
+    return bits.view(ml_dtypes.bfloat16)
+
+
+def is_bfloat16(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is bfloat16 (``ml_dtypes.bfloat16``, JAX's NumPy type)."""
+    return dtype.kind == "V" and dtype.itemsize == 2 and dtype.name == "bfloat16"
 
 
 def _exports_buffer(x: Any) -> bool:
@@ -170,19 +203,29 @@ def _not_array(x: object, name: str, what: str) -> TypeError:
 
 
 def float_array(x: Any, name: str) -> np.ndarray:
-    """``x`` as a float16/32/64 array: in place, or converted from another float dtype."""
+    """``x`` as a float16/bfloat16/float32/float64 array: in place, or converted
+    from another float dtype."""
     if type(x) is np.ndarray and x.dtype in _PROB_TYPES and x.flags.aligned:
         return x  # the serving loop's case, first
     x = as_numpy(x, name)
     if not isinstance(x, np.ndarray):
-        raise _not_array(x, name, "float16, float32 or float64")
+        raise _not_array(x, name, "float16, bfloat16, float32 or float64")
     dt = x.dtype
-    if dt.char in _PROB_CHARS and dt.isnative and x.flags.aligned:
+    if (dt.char in _PROB_CHARS and dt.isnative or is_bfloat16(dt)) and x.flags.aligned:
         return x
-    if dt.kind != "f":
-        raise TypeError(f"{name} must have a floating dtype (float16/32/64), got {dt}")
+    if is_bfloat16(dt):
+        return x.copy()  # unaligned: the one case that is copied
+    if dt.kind != "f" or dt.char not in "efdg":  # not float8 and other ml_dtypes types
+        raise TypeError(
+            f"{name} must have a floating dtype (float16, bfloat16, float32, float64), got {dt}"
+        )
     # Byte-swapped, unaligned or extended precision: the one case that is converted.
     return x.astype(dt.newbyteorder("=") if dt.itemsize <= 8 else np.float64)
+
+
+def is_float(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` holds floating-point values (NumPy's kinds, or bfloat16)."""
+    return dtype.kind == "f" or is_bfloat16(dtype)
 
 
 def int_array(x: Any, name: str) -> np.ndarray:

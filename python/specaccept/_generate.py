@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _native
 from ._api import verify
-from ._arrays import as_numpy
+from ._arrays import as_numpy, is_float
 from ._errors import InputError
 from ._stats import AcceptanceStats
 from ._uniforms import DRAFTING_STREAM, as_generator, counter_keys
@@ -179,7 +179,7 @@ def _model_array(value: Any, name: str, what: str) -> np.ndarray:
 def _model_probs(value: Any, shape: tuple[int, ...], name: str) -> np.ndarray:
     """A model's answer as a float array of ``shape`` (read in place when it can be)."""
     array = _model_array(value, name, "a float array")
-    if array.dtype.kind != "f":
+    if not is_float(array.dtype):
         raise TypeError(f"{name} must return a float array, got dtype {array.dtype}")
     if array.shape != shape:
         raise InputError(

@@ -205,7 +205,17 @@ def _counter_array(x: Any, name: str) -> np.ndarray:
             argument=name,
             index=index,
         )
-    return arr.astype(np.uint64)
+    return _as_uint64(arr, name)
+
+
+def _as_uint64(arr: Any, name: str) -> np.ndarray:
+    """A contiguous uint64 copy, or a ``MemoryError`` naming ``name``."""
+    try:
+        return np.array(arr, dtype=np.uint64)
+    except (MemoryError, ValueError):
+        raise MemoryError(
+            f"{name}: {arr.size} entries ({arr.size * 8} bytes as uint64) cannot be allocated"
+        ) from None
 
 
 def counter_keys(
@@ -226,7 +236,7 @@ def counter_keys(
             argument="seeds",
         )
     if steps.ndim == 0:
-        steps = np.full(keys.shape, steps, dtype=np.uint64)
+        steps = _as_uint64(np.broadcast_to(steps, keys.shape), "offsets")
     elif steps.shape != keys.shape:
         raise InputError(
             f"offsets: has shape {steps.shape}, expected {keys.shape} ([B], as seeds) or one int",

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ._arrays import as_numpy, like_converter
+from ._arrays import as_numpy, is_bfloat16, like_converter
 from ._errors import InputError
 from ._result import TreeVerification, Verification, _verification
 from ._uniforms import counter_given, counter_keys
@@ -131,7 +131,10 @@ def _array(x: Any, name: str, kinds: str, what: str) -> np.ndarray:
 
 
 def _floats(x: Any, name: str) -> np.ndarray:
-    return _array(x, name, "f", "float16, float32 or float64")
+    x = as_numpy(x, name)
+    if isinstance(x, np.ndarray) and is_bfloat16(x.dtype):
+        return x.astype(np.float64)  # exact: every bfloat16 is a float64
+    return _array(x, name, "f", "float16, bfloat16, float32 or float64")
 
 
 _INT64_MAX = 2**63 - 1
@@ -368,9 +371,19 @@ _MASK32 = 0xFFFFFFFF
 
 
 def philox4x32_10(counter: Sequence[int], key: Sequence[int]) -> tuple[int, int, int, int]:
-    """The four 32-bit outputs of Philox4x32-10 for ``counter`` (4 words) and ``key`` (2)."""
-    c0, c1, c2, c3 = (int(c) & _MASK32 for c in counter)
-    k0, k1 = (int(k) & _MASK32 for k in key)
+    """The four 32-bit outputs of Philox4x32-10 for ``counter`` (4 words) and ``key``
+    (2), each word an int in ``[0, 2**32)``."""
+    words = []
+    for name, given, size in (("counter", counter, 4), ("key", key, 2)):
+        if not isinstance(given, (Sequence, np.ndarray)) or len(given) != size:
+            raise InputError(f"{name} must be {size} 32-bit words", argument=name)
+        for w in given:
+            if isinstance(w, (bool, np.bool_)) or not isinstance(w, (int, np.integer)):
+                raise TypeError(f"{name} words must be ints, got {type(w).__name__}")
+            if not 0 <= int(w) <= _MASK32:
+                raise InputError(f"{name} word {int(w)} is outside [0, 2**32)", argument=name)
+            words.append(int(w))
+    c0, c1, c2, c3, k0, k1 = words
     for round_ in range(10):
         if round_:
             k0, k1 = (k0 + _PHILOX_W0) & _MASK32, (k1 + _PHILOX_W1) & _MASK32
