@@ -170,6 +170,12 @@ impl<T: Element, D: Dimension> Input<'_, T, D> {
         // dtype), and not written while the view lives (see the type's docs).
         unsafe { self.0.as_array() }
     }
+
+    /// The elements as one slice, when the array is C-contiguous.
+    fn as_slice(&self) -> Option<&[T]> {
+        // SAFETY: as for `as_array`.
+        unsafe { self.0.as_slice() }.ok()
+    }
 }
 
 fn borrow<'py, T: Element, D: Dimension>(
@@ -1126,7 +1132,7 @@ fn accepted_prefix_length<'py>(
 }
 
 /// Stream `stream` of each row's counter-based uniforms: `[B, num_positions]`
-/// float64 (see `specaccept.counter_uniforms`, docs/spec.md section 4.6).
+/// float64 (docs/spec.md section 4.6; `generate` draws its drafts from stream 2).
 #[pyfunction]
 fn counter_stream<'py>(
     py: Python<'py>,
@@ -1136,12 +1142,61 @@ fn counter_stream<'py>(
     stream: u32,
 ) -> PyResult<Bound<'py, PyArray2<f64>>> {
     let (seeds, offsets) = (u64_arg(seeds, "seeds")?, u64_arg(offsets, "offsets")?);
-    let (seeds, offsets) = (seeds.as_array(), offsets.as_array());
-    if seeds.len() != offsets.len() {
+    let (seeds, offsets) = counter_keys(&seeds, &offsets, num_positions)?;
+    let shape = [seeds.len(), num_positions];
+    let out = zeros::<f64, Ix2>(py, &shape, "uniforms", "seeds [B] and num_positions")?;
+    // SAFETY: a fresh array, shared with nothing.
+    let mut view = unsafe { out.as_array_mut() };
+    if let Some(flat) = view.as_slice_mut() {
+        py.detach(|| philox::fill(seeds, offsets, stream, num_positions, flat));
+    }
+    Ok(out)
+}
+
+/// `(uniforms [B, n], recovery_uniforms [B])`.
+type CounterUniforms<'py> = (Bound<'py, PyArray2<f64>>, Bound<'py, PyArray1<f64>>);
+
+/// A call's counter-based uniforms (see `specaccept.counter_uniforms`):
+/// `(uniforms [B, num_positions], recovery_uniforms [B])`, streams 0 and 1.
+#[pyfunction]
+fn counter_uniforms<'py>(
+    py: Python<'py>,
+    seeds: &Bound<'py, PyAny>,
+    offsets: &Bound<'py, PyAny>,
+    num_positions: usize,
+) -> PyResult<CounterUniforms<'py>> {
+    let (seeds, offsets) = (u64_arg(seeds, "seeds")?, u64_arg(offsets, "offsets")?);
+    let (seeds, offsets) = counter_keys(&seeds, &offsets, num_positions)?;
+    let sized_by = "seeds [B] and num_positions";
+    let shape = [seeds.len(), num_positions];
+    let uniforms = zeros::<f64, Ix2>(py, &shape, "uniforms", sized_by)?;
+    let recovery = zeros::<f64, Ix1>(py, &[seeds.len()], "recovery_uniforms", sized_by)?;
+    // SAFETY: fresh arrays, shared with nothing.
+    let (mut u, mut r) = unsafe { (uniforms.as_array_mut(), recovery.as_array_mut()) };
+    if let (Some(u), Some(r)) = (u.as_slice_mut(), r.as_slice_mut()) {
+        py.detach(|| {
+            philox::fill(seeds, offsets, philox::ACCEPTANCE, num_positions, u);
+            philox::fill(seeds, offsets, philox::RECOVERY, 1, r);
+        });
+    }
+    Ok((uniforms, recovery))
+}
+
+/// The seeds and offsets as slices of equal length, and `num_positions` checked
+/// to fit a 32-bit index.
+fn counter_keys<'a>(
+    seeds: &'a Input<'_, u64, Ix1>,
+    offsets: &'a Input<'_, u64, Ix1>,
+    num_positions: usize,
+) -> PyResult<(&'a [u64], &'a [u64])> {
+    let (Some(s), Some(o)) = (seeds.as_slice(), offsets.as_slice()) else {
+        return Err(PyTypeError::new_err("seeds and offsets must be contiguous"));
+    };
+    if s.len() != o.len() {
         let message = format!(
-            "has shape ({},), expected ({},) (one per row of seeds)",
-            offsets.len(),
-            seeds.len()
+            "has shape ({},), expected ({},) (one per seed)",
+            o.len(),
+            s.len()
         );
         return Err(CoreError::shape("offsets", message).into());
     }
@@ -1149,17 +1204,7 @@ fn counter_stream<'py>(
         let message = format!("{num_positions} is above 2**32 (a position index has 32 bits)");
         return Err(CoreError::shape("num_positions", message).into());
     }
-    let shape = [seeds.len(), num_positions];
-    let out = zeros::<f64, Ix2>(py, &shape, "uniforms", "seeds [B] and num_positions")?;
-    let (Some(seeds), Some(offsets)) = (seeds.as_slice(), offsets.as_slice()) else {
-        return Err(PyTypeError::new_err("seeds and offsets must be contiguous"));
-    };
-    // SAFETY: a fresh array, shared with nothing.
-    let mut view = unsafe { out.as_array_mut() };
-    if let Some(flat) = view.as_slice_mut() {
-        py.detach(|| philox::fill(&seeds, &offsets, stream, num_positions, flat));
-    }
-    Ok(out)
+    Ok((s, o))
 }
 
 /// A 1-D uint64 array (the Python layer converts seeds and offsets to one).
@@ -1196,9 +1241,9 @@ fn max_num_threads() -> usize {
 mod _native {
     #[pymodule_export]
     use super::{
-        acceptance_mask, acceptance_rate, accepted_prefix_length, counter_stream, get_num_threads,
-        max_num_threads, rejection_probability, set_num_threads, verify, verify_flat,
-        verify_greedy, verify_logits, verify_tree,
+        acceptance_mask, acceptance_rate, accepted_prefix_length, counter_stream, counter_uniforms,
+        get_num_threads, max_num_threads, rejection_probability, set_num_threads, verify,
+        verify_flat, verify_greedy, verify_logits, verify_tree,
     };
 
     #[pymodule_export]

@@ -519,7 +519,8 @@ mod tests {
                     let pb16: Vec<half::f16> = pb.iter().map(|&v| half::f16::from_f64(v)).collect();
                     check_same(&pb16, &p16);
                     assert!(!Portable::dense(&pb16).1);
-                    let pbb: Vec<half::bf16> = pb.iter().map(|&v| half::bf16::from_f64(v)).collect();
+                    let pbb: Vec<half::bf16> =
+                        pb.iter().map(|&v| half::bf16::from_f64(v)).collect();
                     check_same(&pbb, &q32);
                     check_same(&p16, &pbb);
                     assert!(!Portable::dense(&pbb).1);

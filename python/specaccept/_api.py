@@ -60,10 +60,10 @@ def verify(
     ----------
     draft_token_ids : ndarray of int, shape ``[B, K]``
         The drafted tokens (int32/int64 read in place).
-    target_probs : ndarray of float16/32/64, shape ``[B, K+1, V]``
+    target_probs : ndarray of float16/bfloat16/float32/float64, shape ``[B, K+1, V]``
         Target probabilities ``p`` at each draft position; row ``k_b`` is the
         bonus distribution. Rows need not sum to 1.
-    draft_probs : ndarray of float16/32/64, shape ``[B, K, V]``, optional
+    draft_probs : ndarray of float16/bfloat16/float32/float64, shape ``[B, K, V]``, optional
         The probabilities ``q`` the drafts were sampled from. ``None``: the drafts
         are deterministic proposals (n-gram, prompt lookup, top-1 drafter), so
         ``q`` is one-hot at ``x_t``.
@@ -386,7 +386,7 @@ def acceptance_rate(
 
     Parameters
     ----------
-    target_probs, draft_probs : float16/32/64 arrays of the same shape ``[..., V]``
+    target_probs, draft_probs : float16/bfloat16/float32/float64 arrays of the same shape ``[..., V]``
     like : array or tensor, optional
         The framework of the result, as for :func:`verify`.
 

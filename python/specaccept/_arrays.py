@@ -211,7 +211,7 @@ def float_array(x: Any, name: str) -> np.ndarray:
     if not isinstance(x, np.ndarray):
         raise _not_array(x, name, "float16, bfloat16, float32 or float64")
     dt = x.dtype
-    if (dt.char in _PROB_CHARS and dt.isnative or is_bfloat16(dt)) and x.flags.aligned:
+    if ((dt.char in _PROB_CHARS and dt.isnative) or is_bfloat16(dt)) and x.flags.aligned:
         return x
     if is_bfloat16(dt):
         return x.copy()  # unaligned: the one case that is copied

@@ -66,7 +66,7 @@ def verify_logits(
     the shortest prefix whose mass reaches ``top_p`` plus every entry tied with the
     last one kept, and renormalises. Only the rows a row reads are transformed
     (positions up to its first rejection, and the bonus row), with selection rather
-    than a sort, and a vectorised ``exp``. Without filters, a float16/float32
+    than a sort, and a vectorised ``exp``. Without filters, a float16/bfloat16/float32
     position is usually proven accepted by a cheaper float32 pass with certified
     error bounds, and the float64 transform runs only where those bounds cannot
     decide (``u`` within about ``5e-4`` of ``p/q``, or a rejection): the tokens
@@ -81,7 +81,7 @@ def verify_logits(
     Parameters
     ----------
     draft_token_ids : int array ``[B, K]``
-    target_logits : float16/32/64 array ``[B, K+1, V]``
+    target_logits : float16/bfloat16/float32/float64 array ``[B, K+1, V]``
         ``-inf`` masks a token; NaN and ``+inf`` are errors.
     draft_logits : float array ``[B, K, V]``, optional
         ``None``: deterministic drafts (``q`` one-hot at the draft).

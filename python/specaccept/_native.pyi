@@ -21,6 +21,7 @@ __all__ = [
     "acceptance_rate",
     "accepted_prefix_length",
     "counter_stream",
+    "counter_uniforms",
     "get_num_threads",
     "max_num_threads",
     "rejection_probability",
@@ -104,6 +105,9 @@ def counter_stream(
     num_positions: int,
     stream: int,
 ) -> npt.NDArray[np.float64]: ...
+def counter_uniforms(
+    seeds: npt.NDArray[np.uint64], offsets: npt.NDArray[np.uint64], num_positions: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
 def get_num_threads() -> int: ...
 def set_num_threads(n: int) -> None: ...
 def max_num_threads() -> int: ...

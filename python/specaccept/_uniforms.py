@@ -174,7 +174,10 @@ def draw_uniforms(
 
 
 def _counter_array(x: Any, name: str) -> np.ndarray:
-    """``x`` as a uint64 array (a copy), every entry checked to lie in ``[0, 2**64)``."""
+    """``x`` as a uint64 array (contiguous; a copy unless it is one already), every
+    entry checked to lie in ``[0, 2**64)``."""
+    if type(x) is np.ndarray and x.dtype == np.uint64 and x.flags.c_contiguous:
+        return x  # the serving loop's case: read in place, never written
     if isinstance(x, (bool, np.bool_)):
         raise TypeError(f"{name} must be integers, got bool")
     if isinstance(x, (int, np.integer)):
@@ -236,7 +239,12 @@ def counter_keys(
             argument="seeds",
         )
     if steps.ndim == 0:
-        steps = _as_uint64(np.broadcast_to(steps, keys.shape), "offsets")
+        try:
+            steps = np.full(keys.shape, steps, dtype=np.uint64)
+        except (MemoryError, ValueError):
+            raise MemoryError(
+                f"offsets: one per seed ({keys.size * 8} bytes as uint64) cannot be allocated"
+            ) from None
     elif steps.shape != keys.shape:
         raise InputError(
             f"offsets: has shape {steps.shape}, expected {keys.shape} ([B], as seeds) or one int",
@@ -300,9 +308,8 @@ def counter_uniforms(
 def _counter_uniforms(
     keys: np.ndarray, steps: np.ndarray, num_positions: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    uniforms = _native.counter_stream(keys, steps, num_positions, ACCEPTANCE_STREAM)
-    recovery = _native.counter_stream(keys, steps, 1, RECOVERY_STREAM)[:, 0]
-    return uniforms, recovery
+    # Streams ACCEPTANCE_STREAM and RECOVERY_STREAM, in one native call.
+    return _native.counter_uniforms(keys, steps, num_positions)  # type: ignore[no-any-return]
 
 
 def counter_given(
