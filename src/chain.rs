@@ -12,6 +12,7 @@ use crate::checks::{
     RowAt,
 };
 use crate::error::{CoreError, RowErrors};
+use crate::lossy::{self, TypicalRow};
 use crate::memory;
 use crate::rule::is_accepted;
 use crate::sample::{
@@ -22,13 +23,29 @@ pub use crate::view::Greedy;
 use crate::view::{FloatView, IntView, Prob};
 
 /// How the sampled rows of a chain decide their accepted prefix.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Method {
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum Method<'a> {
     /// Token by token, stopping at the first rejection (docs/spec.md section 2.2).
     #[default]
     Token,
     /// The whole block jointly (Sun et al., 2025; docs/spec.md section 2.6).
     Block,
+    /// Typical acceptance (Medusa), **lossy**: docs/spec.md section 2.7, `lossy`.
+    Typical { epsilon: f64, delta: f64 },
+    /// Synthetic acceptance at these per-position rates (`[K]`), **lossy**: a
+    /// load generator, docs/spec.md section 2.8, `lossy`.
+    Synthetic(&'a [f64]),
+}
+
+impl Method<'_> {
+    /// Checks the method's own parameters against `K`.
+    fn check(&self, num_draft: usize) -> Result<(), CoreError> {
+        match *self {
+            Method::Token | Method::Block => Ok(()),
+            Method::Typical { epsilon, delta } => lossy::check_typical(epsilon, delta),
+            Method::Synthetic(rates) => lossy::check_rates(rates, num_draft),
+        }
+    }
 }
 
 /// The inputs of `verify`, as docs/spec.md section 2.1 names them.
@@ -46,7 +63,7 @@ pub struct ChainInputs<'a, P, Q> {
     /// `[B]` uniform draws for the replacement or bonus sample.
     pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
     pub greedy: Greedy<'a>,
-    pub method: Method,
+    pub method: Method<'a>,
 }
 
 /// The flattened ragged layout serving engines use (vLLM's `SpecDecodeMetadata`):
@@ -74,7 +91,7 @@ pub struct FlatChainInputs<'a, P, Q> {
     /// `[B]` uniform draws for the replacement sample.
     pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
     pub greedy: Greedy<'a>,
-    pub method: Method,
+    pub method: Method<'a>,
 }
 
 /// Where `verify` writes its result.
@@ -161,7 +178,7 @@ fn check_outputs(out: &ChainOutputs<'_>, batch: usize, num_draft: usize) -> Resu
 /// What verifying one row reads, whatever the layout of the batch.
 trait Chain<P: Prob, Q: Prob>: Sync {
     fn dims(&self) -> Result<ChainDims, CoreError>;
-    fn method(&self) -> Method;
+    fn method(&self) -> Method<'_>;
     fn is_greedy(&self, b: usize) -> bool;
     /// `k_b`, checked against `[0, K]`.
     fn draft_len(&self, b: usize, dims: ChainDims) -> Result<usize, CoreError>;
@@ -181,7 +198,7 @@ impl<P: Prob, Q: Prob> Chain<P, Q> for ChainInputs<'_, P, Q> {
     fn dims(&self) -> Result<ChainDims, CoreError> {
         ChainInputs::dims(self)
     }
-    fn method(&self) -> Method {
+    fn method(&self) -> Method<'_> {
         self.method
     }
     fn is_greedy(&self, b: usize) -> bool {
@@ -315,7 +332,7 @@ impl<P: Prob, Q: Prob> Chain<P, Q> for Flat<'_, '_, P, Q> {
     fn dims(&self) -> Result<ChainDims, CoreError> {
         self.inputs.dims()
     }
-    fn method(&self) -> Method {
+    fn method(&self) -> Method<'_> {
         self.inputs.method
     }
     fn is_greedy(&self, b: usize) -> bool {
@@ -390,6 +407,7 @@ fn run<P: Prob, Q: Prob, C: Chain<P, Q>>(
     errors: RowErrors<'_>,
 ) -> Result<(), CoreError> {
     let dims = chain.dims()?;
+    chain.method().check(dims.num_draft)?;
     check_outputs(out, dims.batch, dims.num_draft)?;
     errors.check(dims.batch)?;
     // Every row reads at least one row of V (bonus or residual); a greedy row
@@ -499,57 +517,36 @@ fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
             check_uniform(u, "uniforms", &index[..len])?;
         }
         let recovery_u = check_uniform(recovery_u, "recovery_uniforms", &[b])?;
-        let decision = match chain.method() {
-            Method::Token => token_prefix(chain, b, k)?,
-            Method::Block => block_prefix(chain, b, k, scratch)?,
-        };
-        let n = decision.accepted;
-        let next = if n < k {
-            let x = chain.draft_id(b, n) as usize;
-            let residual = match chain.draft_row(b, n) {
-                Some(q) => sample_residual(
-                    chain.target_row(b, n),
-                    q,
-                    chain.pos(b, n),
-                    decision.scale,
-                    recovery_u,
-                    scratch,
-                    decision.residual_mass,
-                )?,
-                // One-hot drafts: p with the draft zeroed (any scale gives the same law).
-                None => sample_target(
-                    chain.target_row(b, n),
-                    Some(x),
-                    target_at(n),
-                    recovery_u,
-                    scratch,
-                )?,
-            };
-            match residual {
-                Some(token) => token,
-                // Only rounding or unnormalised rows get here: sample from p itself.
-                None => sample_target(
-                    chain.target_row(b, n),
-                    None,
-                    target_at(n),
-                    recovery_u,
-                    scratch,
-                )?
-                .ok_or_else(|| zero_row(target_at(n)))?,
+        match chain.method() {
+            Method::Token => {
+                let decision = token_prefix(chain, b, k)?;
+                exact_next(chain, b, k, decision, bonus, recovery_u, scratch)?
             }
-        } else if let Some(given) = bonus {
-            given
-        } else {
-            sample_target(
-                chain.target_row(b, k),
-                None,
-                target_at(k),
-                recovery_u,
-                scratch,
-            )?
-            .ok_or_else(|| zero_row(target_at(k)))?
-        };
-        (n, next)
+            Method::Block => {
+                let decision = block_prefix(chain, b, k, scratch)?;
+                exact_next(chain, b, k, decision, bonus, recovery_u, scratch)?
+            }
+            Method::Typical { epsilon, delta } => {
+                typical_row(chain, b, k, (epsilon, delta), bonus, recovery_u, scratch)?
+            }
+            Method::Synthetic(rates) => {
+                let n = (0..k)
+                    .find(|&t| chain.uniform(b, t).is_some_and(|u| u >= rates[t]))
+                    .unwrap_or(k);
+                let next = match bonus {
+                    Some(given) if n == k => given,
+                    _ => sample_target(
+                        chain.target_row(b, n),
+                        None,
+                        target_at(n),
+                        recovery_u,
+                        scratch,
+                    )?
+                    .ok_or_else(|| zero_row(target_at(n)))?,
+                };
+                (n, next)
+            }
+        }
     };
     for t in 0..n {
         out_row[t] = chain.draft_id(b, t);
@@ -559,6 +556,108 @@ fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
         out_row[t] = -1;
     }
     Ok(n)
+}
+
+/// The token after an exact rule's prefix: from the residual at `n_b < k_b`
+/// (`max(0, scale * p - q)`, or `p` with the draft zeroed for one-hot drafts),
+/// else the bonus token (given, or drawn from `p_{k_b}`).
+fn exact_next<P: Prob, Q: Prob, C: Chain<P, Q>>(
+    chain: &C,
+    b: usize,
+    k: usize,
+    decision: Decision,
+    bonus: Option<usize>,
+    recovery_u: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<(usize, usize), CoreError> {
+    let target_at = |t: usize| RowAt {
+        arg: "target_probs",
+        pos: chain.pos(b, t),
+    };
+    let n = decision.accepted;
+    let next = if n < k {
+        let x = chain.draft_id(b, n) as usize;
+        let residual = match chain.draft_row(b, n) {
+            Some(q) => sample_residual(
+                chain.target_row(b, n),
+                q,
+                chain.pos(b, n),
+                decision.scale,
+                recovery_u,
+                scratch,
+                decision.residual_mass,
+            )?,
+            // One-hot drafts: p with the draft zeroed (any scale gives the same law).
+            None => sample_target(
+                chain.target_row(b, n),
+                Some(x),
+                target_at(n),
+                recovery_u,
+                scratch,
+            )?,
+        };
+        match residual {
+            Some(token) => token,
+            // Only rounding or unnormalised rows get here: sample from p itself.
+            None => sample_target(
+                chain.target_row(b, n),
+                None,
+                target_at(n),
+                recovery_u,
+                scratch,
+            )?
+            .ok_or_else(|| zero_row(target_at(n)))?,
+        }
+    } else if let Some(given) = bonus {
+        given
+    } else {
+        sample_target(
+            chain.target_row(b, k),
+            None,
+            target_at(k),
+            recovery_u,
+            scratch,
+        )?
+        .ok_or_else(|| zero_row(target_at(k)))?
+    };
+    Ok((n, next))
+}
+
+/// Typical acceptance (docs/spec.md section 2.7; lossy): each position against
+/// its row's threshold until the first failure, then a draw from the row at
+/// `n_b` restricted to its typical entries (a given bonus token at `k_b`).
+fn typical_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
+    chain: &C,
+    b: usize,
+    k: usize,
+    (epsilon, delta): (f64, f64),
+    bonus: Option<usize>,
+    recovery_u: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<(usize, usize), CoreError> {
+    let target_at = |t: usize| RowAt {
+        arg: "target_probs",
+        pos: chain.pos(b, t),
+    };
+    let mut terms = Vec::new();
+    for t in 0..=k {
+        if t == k {
+            if let Some(given) = bonus {
+                return Ok((k, given));
+            }
+        }
+        let row = chain.target_row(b, t);
+        let typical = TypicalRow::of(row, target_at(t), epsilon, delta, scratch, &mut terms)?;
+        if t < k {
+            let (p, _) = gathered(chain, b, t)?;
+            if typical.accepts(p) {
+                continue;
+            }
+        }
+        let next = typical.sample(row, target_at(t), recovery_u, scratch, &mut terms)?;
+        return Ok((t, next));
+    }
+    unreachable!("the loop returns at t = k")
 }
 
 /// What a sampled row's rule decided: `n_b`, and the residual to sample at

@@ -13,6 +13,8 @@
 //!   `specaccept.reference` mirrors to the bit; [`simd`] holds its block sums
 //!   (portable, and AVX2 chosen at run time: the same bits).
 //! - [`rate`]: the analytic acceptance rate `sum(min(p, q))` per row.
+//! - [`lossy`]: the lossy methods of the laboratory (typical and synthetic
+//!   acceptance), compared with the exact rules, never a default.
 //! - [`philox`]: counter-based uniforms (Philox4x32-10) from per-request
 //!   seeds and offsets.
 //! - [`tree`]: tree verification (many candidates per position).
@@ -32,6 +34,7 @@ pub mod chain;
 pub mod checks;
 pub mod error;
 pub mod logits;
+pub mod lossy;
 pub mod memory;
 pub mod philox;
 pub mod rate;

@@ -479,15 +479,57 @@ fn outputs<'py>(
     Ok((ids, accepted, emitted))
 }
 
-/// `method=`: `"token"` or `"block"` (see `chain::Method`).
-fn method_arg(method: &str) -> PyResult<Method> {
-    match method {
-        "token" => Ok(Method::Token),
-        "block" => Ok(Method::Block),
-        other => Err(input_error(
-            "method",
-            format!("method must be \"token\" or \"block\", got {other:?}"),
-        )),
+/// `method=` as the Python layer passes it (see `chain::Method`): `"token"`,
+/// `"block"`, `("typical", epsilon, delta)` or `("synthetic", rates)` with
+/// `rates` a float64 array `[K]` (kept borrowed while the call runs).
+enum MethodArg<'py> {
+    Plain(Method<'static>),
+    Synthetic(Input<'py, f64, Ix1>),
+}
+
+impl<'py> MethodArg<'py> {
+    fn extract(method: Option<&Bound<'py, PyAny>>) -> PyResult<Self> {
+        let Some(method) = method else {
+            return Ok(MethodArg::Plain(Method::Token));
+        };
+        if let Ok(name) = method.extract::<String>() {
+            return match name.as_str() {
+                "token" => Ok(MethodArg::Plain(Method::Token)),
+                "block" => Ok(MethodArg::Plain(Method::Block)),
+                other => Err(input_error(
+                    "method",
+                    format!("method must be \"token\" or \"block\", got {other:?}"),
+                )),
+            };
+        }
+        if let Ok((name, epsilon, delta)) = method.extract::<(String, f64, f64)>() {
+            if name == "typical" {
+                return Ok(MethodArg::Plain(Method::Typical { epsilon, delta }));
+            }
+        }
+        if let Ok((name, rates)) = method.extract::<(String, Bound<'py, PyAny>)>() {
+            if name == "synthetic" {
+                let arr = ndarray_arg::<Ix1>(&rates, "acceptance_rate")?;
+                if !is::<f64>(arr) {
+                    return Err(PyTypeError::new_err("acceptance_rate must be float64"));
+                }
+                return Ok(MethodArg::Synthetic(borrow(arr, "acceptance_rate")?));
+            }
+        }
+        Err(PyTypeError::new_err(
+            "method must be \"token\", \"block\", (\"typical\", epsilon, delta) or \
+             (\"synthetic\", rates)",
+        ))
+    }
+
+    fn method(&self) -> PyResult<Method<'_>> {
+        match self {
+            MethodArg::Plain(m) => Ok(*m),
+            MethodArg::Synthetic(rates) => rates
+                .as_slice()
+                .map(Method::Synthetic)
+                .ok_or_else(|| PyTypeError::new_err("acceptance_rate must be contiguous")),
+        }
     }
 }
 
@@ -612,7 +654,7 @@ fn run_chain<'py, 'a, P: Prob, Q: Prob>(
     uniforms: Option<FloatView<'a, Ix2>>,
     recovery_uniforms: Option<FloatView<'a, Ix1>>,
     greedy: Greedy<'a>,
-    method: Method,
+    method: Method<'a>,
     plan: &OutPlan<'_, 'py>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let inputs = ChainInputs {
@@ -639,7 +681,7 @@ fn run_chain<'py, 'a, P: Prob, Q: Prob>(
 /// `(output_token_ids, num_accepted, num_emitted)`, and with `isolate` a fourth
 /// item: the bad rows as a list of `(row, InputError)`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_probs, draft_probs, num_draft_tokens, uniforms, recovery_uniforms, greedy, out=None, draws=None, isolate=false, method="token"))]
+#[pyo3(signature = (draft_token_ids, target_probs, draft_probs, num_draft_tokens, uniforms, recovery_uniforms, greedy, out=None, draws=None, isolate=false, method=None))]
 #[allow(clippy::too_many_arguments)]
 fn verify<'py>(
     py: Python<'py>,
@@ -653,9 +695,10 @@ fn verify<'py>(
     out: Option<&Bound<'py, PyAny>>,
     draws: Option<&Bound<'py, PyAny>>,
     isolate: bool,
-    method: &str,
+    method: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let method = method_arg(method)?;
+    let method_arg = MethodArg::extract(method)?;
+    let method = method_arg.method()?;
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let target = FloatArg::<Ix3>::extract(target_probs, "target_probs")?;
     let draft = optional(draft_probs, |o| FloatArg::<Ix3>::extract(o, "draft_probs"))?;
@@ -763,7 +806,7 @@ impl<'py> GreedyArg<'py> {
 /// `draft_probs [T, V]` or None, `bonus_token_ids [B]`, `uniforms [T]`,
 /// `recovery_uniforms [B]`. Output rows have `max(num_draft_tokens) + 1` entries.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, num_draft_tokens, target_probs, draft_probs, bonus_token_ids, uniforms, recovery_uniforms, greedy, out=None, isolate=false, method="token"))]
+#[pyo3(signature = (draft_token_ids, num_draft_tokens, target_probs, draft_probs, bonus_token_ids, uniforms, recovery_uniforms, greedy, out=None, isolate=false, method=None))]
 #[allow(clippy::too_many_arguments)]
 fn verify_flat<'py>(
     py: Python<'py>,
@@ -777,9 +820,10 @@ fn verify_flat<'py>(
     greedy: &Bound<'py, PyAny>,
     out: Option<&Bound<'py, PyAny>>,
     isolate: bool,
-    method: &str,
+    method: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let method = method_arg(method)?;
+    let method_arg = MethodArg::extract(method)?;
+    let method = method_arg.method()?;
     let ids = IntArg::<Ix1>::extract(draft_token_ids, "draft_token_ids")?;
     let counts = IntArg::<Ix1>::extract(num_draft_tokens, "num_draft_tokens")?;
     let target = FloatArg::<Ix2>::extract(target_probs, "target_probs")?;
@@ -832,7 +876,7 @@ fn verify_flat<'py>(
 /// Verification from logits (see `specaccept.verify_logits`); `temperature`,
 /// `top_k`, `top_p` already broadcast to `[B]`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms, isolate=false, method="token"))]
+#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms, isolate=false, method=None))]
 #[allow(clippy::too_many_arguments)]
 fn verify_logits<'py>(
     py: Python<'py>,
@@ -846,9 +890,10 @@ fn verify_logits<'py>(
     uniforms: Option<&Bound<'py, PyAny>>,
     recovery_uniforms: Option<&Bound<'py, PyAny>>,
     isolate: bool,
-    method: &str,
+    method: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let method = method_arg(method)?;
+    let method_arg = MethodArg::extract(method)?;
+    let method = method_arg.method()?;
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let target = FloatArg::<Ix3>::extract(target_logits, "target_logits")?;
     let draft = optional(draft_logits, |o| {

@@ -158,6 +158,9 @@ ARGUMENT_NAMES = (
     "seeds",
     "offsets",
     "num_positions",
+    "epsilon",
+    "delta",
+    "acceptance_rate",
 )
 _NAMED = re.compile(r"\b(" + "|".join(ARGUMENT_NAMES) + r")\b")
 
@@ -2148,6 +2151,79 @@ CASES.update(
 
 CASES.update(
     {
+        # --- the lossy methods (docs/spec.md sections 2.7, 2.8) ------------------------
+        "verify: typical": (
+            "ok_ver(sa.verify(w(IDS()), w(P()), w(Q()), method='typical', rng=0))",
+            "ok",
+        ),
+        "verify: typical, float16 strided": (
+            "ok_ver(sa.verify(w(IDS()), w(P().astype(np.float16)[:, :, ::-1]), method='typical',"
+            " epsilon=0.5, delta=2.0, rng=0))",
+            "ok",
+        ),
+        "verify: typical, a zero row": (
+            "sa.verify(IDS(), np.zeros((2, 4, 5)), method='typical', rng=0)",
+            "ValueError",
+        ),
+        "verify: typical, NaN row": (
+            "p = P(); p[0, 0, 4] = np.nan\nsa.verify(IDS(), p, method='typical', rng=0)",
+            "ValueError",
+        ),
+        "verify: typical, epsilon inf": (
+            "sa.verify(IDS(), P(), method='typical', epsilon=np.inf, rng=0)",
+            "ValueError",
+        ),
+        "verify: typical, delta list": (
+            "sa.verify(IDS(), P(), method='typical', delta=[0.3], rng=0)",
+            "TypeError",
+        ),
+        "verify: typical, broadcast 2**40 rows": (
+            "sa.verify(huge_ids(2**40, 1), np.broadcast_to(P(1, 1)[0], (2**40, 2, 5)),"
+            " method='typical', rng=0)",
+            "MemoryError",
+        ),
+        "verify: typical isolates a bad row": (
+            "p = P(); p[1, 0, :] = -1\n"
+            "r = sa.verify(w(IDS()), w(p), method='typical', rng=0, errors='isolate')\n"
+            "assert list(r.errors) == [1]",
+            "ok",
+        ),
+        "verify: synthetic": (
+            "ok_ver(sa.verify(w(IDS()), w(P()), method='synthetic', acceptance_rate=w(np.array("
+            "[0.5, 0.2, 0.9])), seeds=[1, 2], offsets=0))",
+            "ok",
+        ),
+        "verify: synthetic without a rate": (
+            "sa.verify(IDS(), P(), method='synthetic', rng=0)",
+            "ValueError",
+        ),
+        "verify: synthetic rate NaN": (
+            "sa.verify(IDS(), P(), method='synthetic', acceptance_rate=np.nan, rng=0)",
+            "ValueError",
+        ),
+        "verify: synthetic rates 2-D": (
+            "sa.verify(IDS(), P(), method='synthetic', acceptance_rate=np.ones((3, 1)), rng=0)",
+            "ValueError",
+        ),
+        "verify: synthetic rates of objects": (
+            "sa.verify(IDS(), P(), method='synthetic', acceptance_rate=[None, 1, 2], rng=0)",
+            "TypeError",
+        ),
+        "verify: synthetic huge rate array": (
+            "sa.verify(IDS(), P(), method='synthetic',"
+            " acceptance_rate=np.broadcast_to(0.5, (2**40,)), rng=0)",
+            "ValueError|MemoryError",
+        ),
+        "vllm.verify: synthetic with rates": (
+            "r = vllm.verify(w(np.array([1, 2, 3])), [2, 1], w(probs(3, 5)), None,"
+            " w(np.array([4, 4])), rejection_sample_method='synthetic', acceptance_rate=0.5,"
+            " rng=0)\nassert r.output_token_ids.shape == (2, 3)",
+            "ok",
+        ),
+        "reference.verify: typical": (
+            "ok_ver(reference.verify(w(IDS()), w(P()), w(Q()), method='typical', rng=0))",
+            "ok",
+        ),
         # --- the reference's helpers and the n-gram module ---------------------------------
         "reference.acceptance_rate: valid": (
             "assert reference.acceptance_rate(w(Q()), w(Q())).shape == (2, 3)",

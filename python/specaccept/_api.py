@@ -14,7 +14,7 @@ import numpy.typing as npt
 from . import _native
 from ._arrays import bool_array, float_array, int_array, like_converter
 from ._errors import InputError
-from ._options import as_greedy, as_method, isolating, out_buffers
+from ._options import as_greedy, chain_rule, isolating, out_buffers
 from ._result import Verification, finish
 from ._uniforms import CounterLike, RngLike, draw_missing, draw_uniforms
 
@@ -44,7 +44,10 @@ def verify(
     out: Verification | tuple[npt.NDArray[np.int64], ...] | None = None,
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
-    method: Literal["token", "block"] = "token",
+    method: Literal["token", "block", "typical", "synthetic"] = "token",
+    epsilon: float | None = None,
+    delta: float | None = None,
+    acceptance_rate: float | npt.ArrayLike | None = None,
 ) -> Verification:
     """Verify drafted tokens against the target model (speculative sampling).
 
@@ -127,6 +130,20 @@ def verify(
         it gives the same accepted-length law as ``"token"``. Greedy rows are
         verified by argmax either way. See docs/spec.md section 2.6.
 
+        Two **lossy** methods, for comparison and load tests only (their output
+        does not follow the target; docs/methods.md): ``"typical"``, Medusa's
+        typical acceptance (Cai et al., 2024): ``x_t`` is accepted iff
+        ``p_t(x_t) / S > min(epsilon, delta * exp(-H))`` with ``S`` the row's
+        sum and ``H`` the entropy of ``p_t / S``, and the next token is drawn
+        from the row at the stop restricted to the entries at or above that
+        threshold (docs/spec.md section 2.7). ``"synthetic"``: position ``t`` is
+        accepted iff ``u_t < acceptance_rate[t]``, whatever the probabilities,
+        and the next token is drawn from the target row at the stop (section 2.8).
+    epsilon, delta : float, optional
+        Typical acceptance's parameters (defaults ``0.09`` and ``0.3``, Medusa's).
+    acceptance_rate : float or array ``[K]``, optional
+        Synthetic acceptance's rate per position (a scalar for every position).
+
     Returns
     -------
     Verification
@@ -160,7 +177,10 @@ def verify(
     """
     convert = like_converter(like)
     isolate = isolating(errors)
-    rule = method if method == "token" else as_method(method)
+    if method == "token" and epsilon is None and delta is None and acceptance_rate is None:
+        rule: Any = None  # the serving loop's case: nothing to normalise
+    else:
+        rule = chain_rule(method, epsilon, delta, acceptance_rate, _num_draft(draft_token_ids))
     greedy_rows = as_greedy(greedy)
     buffers = out_buffers(out)
     ids, u, ru, draws = draft_token_ids, uniforms, recovery_uniforms, None
@@ -200,6 +220,13 @@ def verify(
             ids, target, draft, counts, u, ru, greedy_rows, buffers, draws, isolate, rule
         )
     return finish(result, convert)
+
+
+def _num_draft(draft_token_ids: Any) -> int:
+    """``K`` of ``draft_token_ids [B, K]`` (0 when it is not 2-D: the native
+    layer then names the shape)."""
+    ids = int_array(draft_token_ids, "draft_token_ids")
+    return int(ids.shape[1]) if ids.ndim == 2 else 0
 
 
 def _converted(

@@ -45,6 +45,9 @@ class NotInPlace(TypeError):
 # are read in place; anything else raises NotInPlace before any work, and the
 # Python layer converts it (specaccept._arrays) and calls again.
 _In = Any
+# `method=` as the Python layer passes it: "token", "block", ("typical", epsilon,
+# delta) or ("synthetic", acceptance rates [K] float64); None is "token".
+_Method = str | tuple[str, float, float] | tuple[str, npt.NDArray[np.float64]] | None
 
 _Chain = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]
 # With isolate=True: the bad rows as (row, InputError), after the three arrays.
@@ -68,7 +71,7 @@ def verify(
     out: _Out | None = None,
     draws: npt.NDArray[np.float64] | None = None,
     isolate: bool = False,
-    method: str = "token",
+    method: _Method = None,
 ) -> _Chain | _Isolated: ...
 def verify_flat(
     draft_token_ids: _In,
@@ -81,7 +84,7 @@ def verify_flat(
     greedy: bool | npt.NDArray[np.bool_],
     out: _Out | None = None,
     isolate: bool = False,
-    method: str = "token",
+    method: _Method = None,
 ) -> _Chain | _Isolated: ...
 def verify_greedy(
     draft_token_ids: _In,
@@ -134,5 +137,5 @@ def verify_logits(
     uniforms: _In | None,
     recovery_uniforms: _In | None,
     isolate: bool = False,
-    method: str = "token",
+    method: _Method = None,
 ) -> _Chain | _Isolated: ...

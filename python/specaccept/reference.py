@@ -23,6 +23,7 @@ import numpy as np
 
 from ._arrays import as_numpy, is_bfloat16, like_converter
 from ._errors import InputError
+from ._options import chain_rule
 from ._result import TreeVerification, Verification, _verification
 from ._uniforms import counter_given, counter_keys
 
@@ -630,6 +631,9 @@ def verify(
     like=None,
     errors="raise",
     method="token",
+    epsilon=None,
+    delta=None,
+    acceptance_rate=None,
 ) -> Verification:
     """Reference of :func:`specaccept.verify`: the same arguments, the same result.
 
@@ -638,9 +642,11 @@ def verify(
     aside each row with a bad value (its error in ``result.errors``)."""
     like_converter(like)  # an unusable like= fails before any work
     isolate = _isolating(errors)
-    block = _block_method(method)
     # Types of every argument first, then shapes, then values row by row.
     ids = _ints(draft_token_ids, "draft_token_ids")
+    rule = chain_rule(
+        method, epsilon, delta, acceptance_rate, ids.shape[1] if ids.ndim == 2 else 0
+    )
     p = _floats(target_probs, "target_probs")
     q = None if draft_probs is None else _floats(draft_probs, "draft_probs")
     counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
@@ -677,6 +683,14 @@ def verify(
     vocab = _chain_shapes(p, "target_probs", q, "draft_probs", counts, u, ru, batch, num_draft)
     greedy_rows = _greedy_rows(greedy, batch)
     _out_shapes(buffers, batch, num_draft)
+    if isinstance(rule, tuple) and rule[0] == "synthetic":
+        for t, rate in enumerate(rule[1].tolist()):
+            if not 0.0 <= rate <= 1.0:
+                raise _bad(
+                    f"acceptance_rate[{t}] = {rate!r}: an acceptance rate must lie in [0, 1]",
+                    "acceptance_rate",
+                    (t,),
+                )
 
     source = "draft_token_ids [B, K]"
     output_token_ids = _full((batch, num_draft + 1), -1, np.int64, "output_token_ids", source)
@@ -688,8 +702,12 @@ def verify(
         drafts = _row_drafts(ids, counts, b, num_draft, vocab)
         if greedy_rows[b]:
             n, next_token = _verify_row_greedy(p, b, drafts)
-        elif block:
+        elif rule == "block":
             n, next_token = _verify_row_block(p, q, u, ru, b, drafts)
+        elif rule[0] == "typical":
+            n, next_token = _verify_row_typical(p, q, u, ru, b, drafts, rule[1], rule[2])
+        elif rule[0] == "synthetic":
+            n, next_token = _verify_row_synthetic(p, u, ru, b, drafts, rule[1])
         else:
             n, next_token = _verify_row_sampled(p, q, u, ru, b, drafts)
         output_token_ids[b, :n] = drafts[:n]
@@ -732,6 +750,68 @@ def _verify_row_sampled(p, q, u, ru, b: int, drafts: list[int]) -> tuple[int, in
             return t, token
     # Every draft accepted: the bonus token comes from the target's next row.
     return k, _sample_target(p, b, k, recovery)
+
+
+# --------------------------------------------------------------------------
+# The lossy methods (docs/spec.md sections 2.7 and 2.8): for comparison and
+# load tests; their output does not follow the target distribution.
+# --------------------------------------------------------------------------
+
+
+def _row_uniforms(u, ru, b: int, k: int) -> tuple[list[float], float]:
+    """A sampled row's uniforms, each checked (also past its first rejection)."""
+    if u is None or ru is None:
+        raise InputError(
+            "uniforms: uniforms and recovery_uniforms are required for rows verified by sampling",
+            argument="uniforms",
+        )
+    row = [_uniform(u[b, t], "uniforms", (b, t)) for t in range(k)]
+    return row, _uniform(ru[b], "recovery_uniforms", (b,))
+
+
+def _typical_row(p, b: int, t: int, epsilon: float, delta: float):
+    """Row ``t``'s values, canonical sum ``S`` and threshold ``min(epsilon, delta * exp(-H))``,
+    ``H`` the entropy of ``p / S`` (``0 log 0 = 0``)."""
+    row = _row(p[b, t], "target_probs", b, t)
+    total = _canonical_total(row)
+    if total <= 0.0:
+        raise _bad(
+            f"target_probs[{b}, {t}] sums to 0, but a token must be sampled from it",
+            "target_probs",
+            (b, t),
+        )
+    ratios = [v / total for v in row]
+    entropy = _canonical_total([-(r * math.log(r)) if 0.0 < r < 1.0 else 0.0 for r in ratios])
+    return row, total, min(epsilon, delta * math.exp(-entropy))
+
+
+def _verify_row_typical(p, q, u, ru, b: int, drafts: list[int], epsilon: float, delta: float):
+    """Typical acceptance (Medusa): accept while ``p(x_t) / S`` is above the row's
+    threshold; then draw from the row at the stop, its entries below the
+    threshold removed (all of it if none remains)."""
+    k = len(drafts)
+    _, recovery = _row_uniforms(u, ru, b, k)
+    for t in range(k + 1):
+        row, total, threshold = _typical_row(p, b, t, epsilon, delta)
+        if t < k:
+            x = drafts[t]
+            p_x = _gathered(p[b, t, x], "target_probs", (b, t, x))
+            if q is not None:
+                _gathered(q[b, t, x], "draft_probs", (b, t, x))
+            if p_x / total > threshold:
+                continue
+        token = sample_index([v if v / total >= threshold else 0.0 for v in row], recovery)
+        return t, _sample_target(p, b, t, recovery) if token is None else token
+    raise AssertionError("unreachable: the loop returns at t = k")
+
+
+def _verify_row_synthetic(p, u, ru, b: int, drafts: list[int], rates) -> tuple[int, int]:
+    """Synthetic acceptance: position ``t`` accepted iff ``u_t < rates[t]``; then a
+    draw from the target row at the stop."""
+    k = len(drafts)
+    row_uniforms, recovery = _row_uniforms(u, ru, b, k)
+    n = next((t for t in range(k) if row_uniforms[t] >= rates[t]), k)
+    return n, _sample_target(p, b, n, recovery)
 
 
 # --------------------------------------------------------------------------

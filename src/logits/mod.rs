@@ -68,7 +68,7 @@ pub struct LogitsInputs<'a, P, Q> {
     pub uniforms: Option<FloatView<'a, Ix2>>,
     pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
     /// How sampled rows decide their prefix (see [`crate::chain::Method`]).
-    pub method: Method,
+    pub method: Method<'a>,
 }
 
 #[derive(Clone, Copy)]
@@ -363,6 +363,12 @@ pub fn verify_logits<P: Prob, Q: Prob>(
     errors: RowErrors<'_>,
 ) -> Result<(), CoreError> {
     let (batch, k_max, vocab) = inputs.dims()?;
+    if !matches!(inputs.method, Method::Token | Method::Block) {
+        return Err(CoreError::shape(
+            "method",
+            "verify_logits takes \"token\" or \"block\"",
+        ));
+    }
     if out.output_token_ids.shape() != [batch, k_max + 1] {
         return Err(CoreError::shape(
             "out",

@@ -39,7 +39,7 @@ import numpy.typing as npt
 from .. import _native
 from .._arrays import as_numpy, float_array, int_array, like_converter
 from .._errors import InputError
-from .._options import as_greedy, as_method, isolating
+from .._options import CHAIN_METHODS, LOSSY_METHODS, as_greedy, as_method, chain_rule, isolating
 from .._result import Verification, finish
 from .._uniforms import CounterLike, as_generator, draw_uniforms, seeded
 
@@ -81,8 +81,11 @@ def verify(
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
-    method: Literal["token", "block"] = "token",
+    method: Literal["token", "block", "typical", "synthetic"] = "token",
     rejection_sample_method: str | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    acceptance_rate: float | npt.ArrayLike | None = None,
 ) -> Verification:
     """Verify a step in vLLM's flat layout; the full :class:`~specaccept.Verification`.
 
@@ -122,10 +125,13 @@ def verify(
         The framework of the results, as for :func:`specaccept.verify`.
     method : ``"token"`` or ``"block"``
         As for :func:`specaccept.verify`: token-by-token or block verification.
-    rejection_sample_method : ``"standard"`` or ``"block"``, optional
+    rejection_sample_method : ``"standard"``, ``"block"`` or ``"synthetic"``, optional
         vLLM's name of the same option (its ``SpeculativeConfig``):
-        ``"standard"`` is ``method="token"``. vLLM's ``"synthetic"`` (a load
-        generator, not a verifier) is refused.
+        ``"standard"`` is ``method="token"``; ``"synthetic"`` (a load generator,
+        lossy) needs ``acceptance_rate``.
+    epsilon, delta, acceptance_rate
+        The lossy methods' parameters, as for :func:`specaccept.verify`
+        (``acceptance_rate``: a scalar or one per position ``[max_k]``).
     errors : ``"raise"`` or ``"isolate"``
         As for :func:`specaccept.verify`; an isolated request's error is in
         ``result.errors[b]`` (``b`` the request; its ``index`` is into the flat
@@ -148,9 +154,10 @@ def verify(
     """
     convert = like_converter(like)
     isolate = isolating(errors)
-    rule = _method(method, rejection_sample_method)
+    named = _method(method, rejection_sample_method)
     ids = int_array(draft_token_ids, "draft_token_ids")
     counts = _counts(num_draft_tokens)
+    rule = chain_rule(named, epsilon, delta, acceptance_rate, _max_count(counts, ids))
     target = float_array(target_probs, "target_probs")
     draft = None if draft_probs is None else float_array(draft_probs, "draft_probs")
     bonus = int_array(as_numpy(bonus_token_ids, "bonus_token_ids"), "bonus_token_ids")
@@ -216,8 +223,11 @@ def rejection_sample(
     offsets: CounterLike = None,
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
-    method: Literal["token", "block"] = "token",
+    method: Literal["token", "block", "typical", "synthetic"] = "token",
     rejection_sample_method: str | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    acceptance_rate: float | npt.ArrayLike | None = None,
 ) -> Any:
     """vLLM's ``rejection_sample``: ``output_token_ids [B, max_spec_len + 1]``, int32.
 
@@ -248,6 +258,9 @@ def rejection_sample(
         greedy=greedy,
         method=method,
         rejection_sample_method=rejection_sample_method,
+        epsilon=epsilon,
+        delta=delta,
+        acceptance_rate=acceptance_rate,
     )
     ids = result.output_token_ids.astype(np.int32)
     convert = like_converter(like)
@@ -255,23 +268,22 @@ def rejection_sample(
 
 
 #: vLLM's names of the verification methods (``rejection_sample_method``).
-VLLM_METHODS = {"standard": "token", "block": "block"}
+VLLM_METHODS = {"standard": "token", "block": "block", "synthetic": "synthetic"}
 
 
 def _method(method: Any, rejection_sample_method: Any) -> str:
     """``method=`` or vLLM's ``rejection_sample_method=``, as one of ours."""
-    rule = as_method(method)
+    rule = as_method(method, CHAIN_METHODS + LOSSY_METHODS)
     if rejection_sample_method is None:
         return rule
+    names = "'standard', 'block' or 'synthetic'"
     if not isinstance(rejection_sample_method, str):
         raise TypeError(
-            "rejection_sample_method must be 'standard' or 'block', got "
-            f"{type(rejection_sample_method).__name__}"
+            f"rejection_sample_method must be {names}, got {type(rejection_sample_method).__name__}"
         )
     if rejection_sample_method not in VLLM_METHODS:
         raise InputError(
-            "rejection_sample_method must be 'standard' or 'block' (vLLM's 'synthetic' is a "
-            f"load generator, not a verifier), got {rejection_sample_method!r:.40}",
+            f"rejection_sample_method must be {names}, got {rejection_sample_method!r:.40}",
             argument="rejection_sample_method",
         )
     named = VLLM_METHODS[rejection_sample_method]
