@@ -161,6 +161,8 @@ ARGUMENT_NAMES = (
     "epsilon",
     "delta",
     "acceptance_rate",
+    "samples",
+    "methods",
 )
 _NAMED = re.compile(r"\b(" + "|".join(ARGUMENT_NAMES) + r")\b")
 
@@ -2224,6 +2226,38 @@ CASES.update(
             "ok_ver(reference.verify(w(IDS()), w(P()), w(Q()), method='typical', rng=0))",
             "ok",
         ),
+        # --- compare_methods -------------------------------------------------------------
+        "compare_methods: valid": (
+            "c = sa.compare_methods(w(IDS()), w(P()), w(Q()), samples=3)\n"
+            "assert [r.name for r in c.results] == ['token', 'block', 'typical']",
+            "ok",
+        ),
+        "compare_methods: one-hot drafts, ragged": (
+            "sa.compare_methods(w(IDS()), w(P()), None, num_draft_tokens=w(np.array([0, 3])),"
+            " samples=2, methods=['token', ('synthetic', {'acceptance_rate': 0.5})])",
+            "ok",
+        ),
+        "compare_methods: bad probabilities": (
+            "p = P(); p[0, 0, 0] = np.nan\nsa.compare_methods(IDS(), p, Q(), samples=2)",
+            "ValueError",
+        ),
+        "compare_methods: methods a dict": (
+            "sa.compare_methods(IDS(), P(), Q(), methods={'token': {}})",
+            "TypeError",
+        ),
+        "compare_methods: samples 10**12": (
+            "sa.compare_methods(IDS(), P(), Q(), samples=10**12)",
+            "ValueError|MemoryError",
+        ),
+        "compare_methods: broadcast 2**40 steps": (
+            "sa.compare_methods(huge_ids(2**40, 1), np.broadcast_to(P(1, 1)[0], (2**40, 2, 5)),"
+            " samples=2)",
+            "MemoryError",
+        ),
+        "cli: compare on an empty file": ("cli('compare', '--from', os.devnull)", "ok"),
+        "cli: compare with K 0": ("cli('compare', '--k', '0')", "ok"),
+        "cli: compare with K text": ("cli('compare', '--k', 'two')", "ok"),
+        "cli: compare with one sample": ("cli('compare', '--samples', '1')", "ok"),
         # --- the reference's helpers and the n-gram module ---------------------------------
         "reference.acceptance_rate: valid": (
             "assert reference.acceptance_rate(w(Q()), w(Q())).shape == (2, 3)",

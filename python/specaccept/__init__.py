@@ -15,6 +15,7 @@ from ._api import (
     verify,
     verify_greedy,
 )
+from ._compare import MethodComparison, MethodResult, compare_methods
 from ._errors import InputError
 from ._expectation import expected_num_accepted, expected_num_accepted_tree
 from ._generate import Drafter, Generation, LanguageModel, generate
@@ -47,6 +48,8 @@ __all__ = [
     "Generation",
     "InputError",
     "LanguageModel",
+    "MethodComparison",
+    "MethodResult",
     "RngLike",
     "TreeVerification",
     "Verification",
@@ -55,6 +58,7 @@ __all__ = [
     "acceptance_rate",
     "accepted_prefix_length",
     "best_num_draft_tokens",
+    "compare_methods",
     "counter_uniforms",
     "expected_num_accepted",
     "expected_num_accepted_tree",

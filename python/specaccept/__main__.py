@@ -2,6 +2,7 @@
 
 Subcommands: ``demo`` (generate text with the built-in models), ``check`` (show
 that speculative sampling is lossless), ``bench`` (the benchmark suite, quick),
+``compare`` (every verification method on the same drafts; ``_lab.py``),
 ``example`` (the acceptance rule on a built-in batch). ``--help`` on each.
 """
 
@@ -26,6 +27,7 @@ from . import (
     verify,
 )
 from ._generate import progress_bar
+from ._lab import add_parser as add_compare
 from ._stats import chi_square_sf
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "learning", "fast"]
@@ -389,10 +391,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     bench.set_defaults(run=_bench)
 
+    add_compare(commands, _int_in, _writable)
+
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args(["example", *(argv or [])])
-    for option in ("out", "plot"):
+    for option in ("out", "plot", "csv", "json"):
         path = getattr(args, option, None)
         problem = None if path is None else _probe_writable(path)
         if problem is not None:

@@ -60,9 +60,7 @@ def as_method(method: Any, methods: tuple[str, ...] = CHAIN_METHODS, name: str =
     return method
 
 
-def chain_rule(
-    method: Any, epsilon: Any, delta: Any, acceptance_rate: Any, num_draft: int
-) -> Any:
+def chain_rule(method: Any, epsilon: Any, delta: Any, acceptance_rate: Any, num_draft: int) -> Any:
     """``method=`` with its parameters, as the native layer takes it: ``"token"``,
     ``"block"``, ``("typical", epsilon, delta)`` or ``("synthetic", rates [K])``.
     A parameter given to a method that has none is an :class:`InputError`."""

@@ -644,9 +644,7 @@ def verify(
     isolate = _isolating(errors)
     # Types of every argument first, then shapes, then values row by row.
     ids = _ints(draft_token_ids, "draft_token_ids")
-    rule = chain_rule(
-        method, epsilon, delta, acceptance_rate, ids.shape[1] if ids.ndim == 2 else 0
-    )
+    rule = chain_rule(method, epsilon, delta, acceptance_rate, ids.shape[1] if ids.ndim == 2 else 0)
     p = _floats(target_probs, "target_probs")
     q = None if draft_probs is None else _floats(draft_probs, "draft_probs")
     counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
