@@ -321,7 +321,7 @@ def compare_methods(
                 num_draft_tokens=counts,
                 seeds=seeds,
                 offsets=offsets,
-                method=name,
+                method=name,  # type: ignore[arg-type]
                 **params,
             )
             accepted = result.num_accepted.astype(np.float64)

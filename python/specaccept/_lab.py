@@ -104,6 +104,7 @@ def _methods(args: argparse.Namespace) -> list[Any]:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        steps: dict[int | None, Any]
         if args.source is not None:
             steps = {None: load_steps(args.source)}
         else:
@@ -241,7 +242,7 @@ def load_steps(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np
     return ids, p, arrays.get("draft_probs"), arrays.get("num_draft_tokens")
 
 
-def builtin_steps(ks: list[int], steps: int, seed: int) -> dict[int, tuple[Any, Any, Any, None]]:
+def builtin_steps(ks: list[int], steps: int, seed: int) -> dict[int | None, Any]:
     """``steps`` blocks of each ``K`` drafted by the bigram model for the 4-gram
     target, after contexts of 8 tokens drawn from the novel."""
     from .ngram import builtin_models, builtin_text, drafted_block
@@ -249,7 +250,7 @@ def builtin_steps(ks: list[int], steps: int, seed: int) -> dict[int, tuple[Any, 
     target, draft, vocab = builtin_models()
     text = vocab.encode(builtin_text()[:200_000])
     rng = np.random.default_rng(seed)
-    out = {}
+    out: dict[int | None, Any] = {}
     for k in ks:
         blocks = [
             drafted_block(target, draft, text[int(s) - 8 : int(s)], k, rng)
@@ -277,10 +278,9 @@ def builtin_trees(count: int, seed: int) -> list[dict[str, Any]]:
         totals = {"token": 0.0, "traversal": 0.0}
         for s in rng.integers(8, len(text) - 8, size=count):
             ids, p, q = drafted_tree(target, draft, text[int(s) - 8 : int(s)], parents, rng)
-            for method in totals:
-                totals[method] += float(
-                    expected_num_accepted_tree(ids, np.array(parents), p, q, method=method)[0]
-                )
+            tree = (ids, np.array(parents), p, q)
+            totals["token"] += float(expected_num_accepted_tree(*tree, method="token")[0])
+            totals["traversal"] += float(expected_num_accepted_tree(*tree, method="traversal")[0])
         rows.append(
             {
                 "shape": shape,
