@@ -39,7 +39,7 @@ pub enum Method<'a> {
 
 impl Method<'_> {
     /// Checks the method's own parameters against `K`.
-    fn check(&self, num_draft: usize) -> Result<(), CoreError> {
+    pub(crate) fn check(&self, num_draft: usize) -> Result<(), CoreError> {
         match *self {
             Method::Token | Method::Block => Ok(()),
             Method::Typical { epsilon, delta } => lossy::check_typical(epsilon, delta),

@@ -262,8 +262,37 @@ def test_bad_lossy_arguments(kwargs, error, argument) -> None:
             assert caught.value.argument == argument, (verify, caught.value)
 
 
-def test_verify_logits_refuses_the_lossy_methods() -> None:
-    ids, p, _ = _problem(1, 2, 5)
-    for method in ("typical", "synthetic"):
-        with pytest.raises(ValueError, match="method"):
-            sa.verify_logits(ids, np.log(p), rng=0, method=method)
+@pytest.mark.parametrize(
+    "transform", [dict(), dict(temperature=0.6, top_k=8), dict(top_p=0.7)], ids=str
+)
+@pytest.mark.parametrize(
+    "method",
+    [
+        dict(method="typical"),
+        dict(method="typical", epsilon=0.02, delta=0.5),
+        dict(method="synthetic", acceptance_rate=[0.8, 0.5, 0.3]),
+    ],
+    ids=str,
+)
+def test_from_logits_the_rules_run_on_the_transformed_rows(transform, method) -> None:
+    ids, p, q = _problem(8, 3, 25, seed=6)
+    logits = np.log(p) * 2.0
+    draft_logits = np.log(q)
+    common = dict(seeds=np.arange(8), offsets=5, **method)
+    got = sa.verify_logits(ids, logits, draft_logits, **transform, **common)
+    want = reference.verify_logits(ids, logits, draft_logits, **transform, **common)
+    assert np.array_equal(got.output_token_ids, want.output_token_ids)
+    # The same as verify on the transformed target rows (the draft rows play no part).
+    rows = np.array(
+        [
+            [
+                reference.transform_logits(
+                    logits[b, t], **{"temperature": 1.0, "top_k": 0, "top_p": 1.0, **transform}
+                )
+                for t in range(4)
+            ]
+            for b in range(8)
+        ]
+    )
+    on_probs = sa.verify(ids, rows, None, **common)
+    assert np.array_equal(got.output_token_ids, on_probs.output_token_ids)

@@ -10,7 +10,7 @@ import numpy.typing as npt
 from . import _native
 from ._arrays import as_numpy, float_array, int_array, like_converter
 from ._errors import InputError
-from ._options import as_method, isolating
+from ._options import chain_rule, isolating
 from ._result import Verification, finish
 from ._uniforms import CounterLike, RngLike, draw_missing
 
@@ -55,7 +55,10 @@ def verify_logits(
     offsets: CounterLike = None,
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
-    method: Literal["token", "block"] = "token",
+    method: Literal["token", "block", "typical", "synthetic"] = "token",
+    epsilon: float | None = None,
+    delta: float | None = None,
+    acceptance_rate: float | npt.ArrayLike | None = None,
 ) -> Verification:
     """Verify drafted tokens from logits, with the engine's sampling transform.
 
@@ -106,7 +109,13 @@ def verify_logits(
         ``p_t(x_t)`` and ``q_t(x_t)``, so each sampled row runs the float64
         transform on all its rows (the screen and the top-k candidate path,
         which prove token decisions, are not used), and, going down from the
-        last position, transforms one more pair of rows per step.
+        last position, transforms one more pair of rows per step. The **lossy**
+        ``"typical"`` and ``"synthetic"`` (with ``epsilon``/``delta`` and
+        ``acceptance_rate``) apply :func:`verify`'s rules to the transformed
+        target rows; typical reads every target row up to the stop, and neither
+        reads the draft logits.
+    epsilon, delta, acceptance_rate
+        As for :func:`verify`.
 
     Returns
     -------
@@ -122,8 +131,8 @@ def verify_logits(
     """
     convert = like_converter(like)
     isolate = isolating(errors)
-    rule = as_method(method)
     ids = int_array(draft_token_ids, "draft_token_ids")
+    rule = chain_rule(method, epsilon, delta, acceptance_rate, ids.shape[1] if ids.ndim == 2 else 0)
     target = float_array(target_logits, "target_logits")
     draft = None if draft_logits is None else float_array(draft_logits, "draft_logits")
     if ids.ndim != 2:

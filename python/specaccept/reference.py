@@ -767,40 +767,50 @@ def _row_uniforms(u, ru, b: int, k: int) -> tuple[list[float], float]:
     return row, _uniform(ru[b], "recovery_uniforms", (b,))
 
 
-def _typical_row(p, b: int, t: int, epsilon: float, delta: float):
-    """Row ``t``'s values, canonical sum ``S`` and threshold ``min(epsilon, delta * exp(-H))``,
-    ``H`` the entropy of ``p / S`` (``0 log 0 = 0``)."""
-    row = _row(p[b, t], "target_probs", b, t)
-    total = _canonical_total(row)
-    if total <= 0.0:
-        raise _bad(
-            f"target_probs[{b}, {t}] sums to 0, but a token must be sampled from it",
-            "target_probs",
-            (b, t),
-        )
-    ratios = [v / total for v in row]
-    entropy = _canonical_total([-(r * math.log(r)) if 0.0 < r < 1.0 else 0.0 for r in ratios])
-    return row, total, min(epsilon, delta * math.exp(-entropy))
+def _typical_stop(row_at, drafts: list[int], recovery: float, epsilon, delta, drafted=None):
+    """Typical acceptance over the rows ``row_at(t)`` (lists of probabilities, none
+    summing to 0): the accepted prefix and the next token. ``drafted(t, x)`` reads
+    and checks ``p_t(x)`` (default: the row's entry)."""
+    k = len(drafts)
+    for t in range(k + 1):
+        row = row_at(t)
+        total = _canonical_total(row)
+        ratios = [v / total for v in row]
+        entropy = _canonical_total([-(r * math.log(r)) if 0.0 < r < 1.0 else 0.0 for r in ratios])
+        threshold = min(epsilon, delta * math.exp(-entropy))
+        if t < k:
+            x = drafts[t]
+            p_x = row[x] if drafted is None else drafted(t, x)
+            if p_x / total > threshold:
+                continue
+        token = sample_index([v if v / total >= threshold else 0.0 for v in row], recovery)
+        return t, (sample_index(row, recovery) if token is None else token)
+    raise AssertionError("unreachable: the loop returns at t = k")
 
 
 def _verify_row_typical(p, q, u, ru, b: int, drafts: list[int], epsilon: float, delta: float):
     """Typical acceptance (Medusa): accept while ``p(x_t) / S`` is above the row's
     threshold; then draw from the row at the stop, its entries below the
     threshold removed (all of it if none remains)."""
-    k = len(drafts)
-    _, recovery = _row_uniforms(u, ru, b, k)
-    for t in range(k + 1):
-        row, total, threshold = _typical_row(p, b, t, epsilon, delta)
-        if t < k:
-            x = drafts[t]
-            p_x = _gathered(p[b, t, x], "target_probs", (b, t, x))
-            if q is not None:
-                _gathered(q[b, t, x], "draft_probs", (b, t, x))
-            if p_x / total > threshold:
-                continue
-        token = sample_index([v if v / total >= threshold else 0.0 for v in row], recovery)
-        return t, _sample_target(p, b, t, recovery) if token is None else token
-    raise AssertionError("unreachable: the loop returns at t = k")
+    _, recovery = _row_uniforms(u, ru, b, len(drafts))
+
+    def drafted(t: int, x: int) -> float:
+        p_x = _gathered(p[b, t, x], "target_probs", (b, t, x))
+        if q is not None:
+            _gathered(q[b, t, x], "draft_probs", (b, t, x))
+        return p_x
+
+    def row_at(t: int) -> list[float]:
+        row = _row(p[b, t], "target_probs", b, t)
+        if _canonical_total(row) <= 0.0:
+            raise _bad(
+                f"target_probs[{b}, {t}] sums to 0, but a token must be sampled from it",
+                "target_probs",
+                (b, t),
+            )
+        return row
+
+    return _typical_stop(row_at, drafts, recovery, epsilon, delta, drafted)
 
 
 def _verify_row_synthetic(p, u, ru, b: int, drafts: list[int], rates) -> tuple[int, int]:
@@ -1322,13 +1332,17 @@ def verify_logits(
     like=None,
     errors="raise",
     method="token",
+    epsilon=None,
+    delta=None,
+    acceptance_rate=None,
 ) -> Verification:
     """Reference of :func:`specaccept.verify_logits`: the transform, row by row, then
     the chain rule, the residual and the bonus exactly as :func:`verify`."""
     like_converter(like)
     isolate = _isolating(errors)
-    block = _block_method(method)
     ids = _ints(draft_token_ids, "draft_token_ids")
+    rule = chain_rule(method, epsilon, delta, acceptance_rate, ids.shape[1] if ids.ndim == 2 else 0)
+    block = rule == "block"
     logits = _floats(target_logits, "target_logits")
     draft = None if draft_logits is None else _floats(draft_logits, "draft_logits")
     _ndim(ids, "draft_token_ids", 2)
@@ -1405,6 +1419,13 @@ def verify_logits(
                     drafts, target, draft_row, draft is not None, row_u, recovery
                 )
                 drafts_to_check: list[int] = []
+            elif isinstance(rule, tuple) and rule[0] == "typical":
+                n, next_token = _typical_stop(target, drafts, recovery, rule[1], rule[2])
+                drafts_to_check = []
+            elif isinstance(rule, tuple) and rule[0] == "synthetic":
+                n = next((t for t in range(k) if row_u[t] >= rule[1][t]), k)
+                next_token = sample_index(target(n), recovery)
+                drafts_to_check = []
             else:
                 drafts_to_check = drafts
             for t, x in enumerate(drafts_to_check):

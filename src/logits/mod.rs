@@ -44,6 +44,7 @@ use crate::chain::{ChainOutputs, Method};
 use crate::checks::{check_token, check_uniform, draft_len, expect_shape, Pos, RowAt};
 use crate::error::{show, CoreError, RowErrors};
 use crate::memory;
+use crate::lossy::TypicalRow;
 use crate::rule::is_accepted;
 use crate::sample::{self, BufferWeights, SUM_BLOCK};
 use crate::simd::{PairOp, Residual, ScaledResidual};
@@ -363,12 +364,7 @@ pub fn verify_logits<P: Prob, Q: Prob>(
     errors: RowErrors<'_>,
 ) -> Result<(), CoreError> {
     let (batch, k_max, vocab) = inputs.dims()?;
-    if !matches!(inputs.method, Method::Token | Method::Block) {
-        return Err(CoreError::shape(
-            "method",
-            "verify_logits takes \"token\" or \"block\"",
-        ));
-    }
+    inputs.method.check(k_max)?;
     if out.output_token_ids.shape() != [batch, k_max + 1] {
         return Err(CoreError::shape(
             "out",
@@ -475,9 +471,30 @@ fn verify_row<P: Prob, Q: Prob>(
             check_uniform(uniforms.get(b, t), "uniforms", &[b, t])?;
         }
         let recovery_u = check_uniform(recovery.get(b), "recovery_uniforms", &[b])?;
-        if inputs.method == Method::Block {
-            let (n, next) = block_row(inputs, b, &ids, params, recovery_u, buffers)?;
-            return Ok((ids, n, next));
+        match inputs.method {
+            Method::Block => {
+                let (n, next) = block_row(inputs, b, &ids, params, recovery_u, buffers)?;
+                return Ok((ids, n, next));
+            }
+            Method::Typical { epsilon, delta } => {
+                let (n, next) =
+                    typical_row(inputs, b, &ids, params, (epsilon, delta), recovery_u, buffers)?;
+                return Ok((ids, n, next));
+            }
+            Method::Synthetic(rates) => {
+                let n = (0..k).find(|&t| uniforms.get(b, t) >= rates[t]).unwrap_or(k);
+                let row = LogitsRow {
+                    logits: target_row(n),
+                    arg: "target_logits",
+                    b,
+                    t: n,
+                    max: None,
+                };
+                let Buffers { wp, scratch, .. } = buffers;
+                transform(row, params, wp, scratch)?;
+                return Ok((ids, n, sample_weights(wp, recovery_u, scratch, b, n)?));
+            }
+            Method::Token => {}
         }
         let Buffers {
             wp,
@@ -604,6 +621,53 @@ fn verify_row<P: Prob, Q: Prob>(
 /// not the values the path weights need), then `tau` from the top down, each
 /// step transforming one more pair of rows for its residual mass. Returns
 /// `(n_b, next token)`.
+/// Typical acceptance from logits (docs/spec.md section 2.7, lossy): the rule on
+/// the transformed rows `p_t = wp / total_p` (section 8.2), position by position.
+fn typical_row<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    b: usize,
+    ids: &[usize],
+    params: Params,
+    (epsilon, delta): (f64, f64),
+    recovery_u: f64,
+    buffers: &mut Buffers,
+) -> Result<(usize, usize), CoreError> {
+    let Buffers {
+        wp,
+        wq,
+        residual,
+        scratch,
+        ..
+    } = buffers;
+    let k = ids.len();
+    for t in 0..=k {
+        let row = LogitsRow {
+            logits: inputs.target_logits.slice(s![b, t, ..]),
+            arg: "target_logits",
+            b,
+            t,
+            max: None,
+        };
+        let total = transform(row, params, wp, scratch)?;
+        // The probabilities themselves, as the reference's transform returns them.
+        residual.clear();
+        memory::reserve(residual, wp.len(), "target_logits")?;
+        residual.extend(wp.iter().map(|&w| w / total));
+        let p = ArrayView1::from(&residual[..]);
+        let at = RowAt {
+            arg: "target_logits",
+            pos: Pos::Padded { b, t },
+        };
+        let typical = TypicalRow::of(p, at, epsilon, delta, &mut scratch.block_sums, wq)?;
+        if t < k && typical.accepts(residual[ids[t]]) {
+            continue;
+        }
+        let next = typical.sample(p, at, recovery_u, &mut scratch.block_sums, wq)?;
+        return Ok((t, next));
+    }
+    unreachable!("the loop returns at t = k")
+}
+
 fn block_row<P: Prob, Q: Prob>(
     inputs: &LogitsInputs<'_, P, Q>,
     b: usize,
