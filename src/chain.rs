@@ -535,14 +535,7 @@ fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
                     .unwrap_or(k);
                 let next = match bonus {
                     Some(given) if n == k => given,
-                    _ => sample_target(
-                        chain.target_row(b, n),
-                        None,
-                        target_at(n),
-                        recovery_u,
-                        scratch,
-                    )?
-                    .ok_or_else(|| zero_row(target_at(n)))?,
+                    _ => draw_from_target(chain, b, n, recovery_u, scratch)?,
                 };
                 (n, next)
             }
@@ -599,28 +592,30 @@ fn exact_next<P: Prob, Q: Prob, C: Chain<P, Q>>(
         match residual {
             Some(token) => token,
             // Only rounding or unnormalised rows get here: sample from p itself.
-            None => sample_target(
-                chain.target_row(b, n),
-                None,
-                target_at(n),
-                recovery_u,
-                scratch,
-            )?
-            .ok_or_else(|| zero_row(target_at(n)))?,
+            None => draw_from_target(chain, b, n, recovery_u, scratch)?,
         }
     } else if let Some(given) = bonus {
         given
     } else {
-        sample_target(
-            chain.target_row(b, k),
-            None,
-            target_at(k),
-            recovery_u,
-            scratch,
-        )?
-        .ok_or_else(|| zero_row(target_at(k)))?
+        draw_from_target(chain, b, k, recovery_u, scratch)?
     };
     Ok((n, next))
+}
+
+/// A draw from the target row `p_t` itself: the bonus token, and the fallbacks;
+/// a row summing to 0 is an error.
+fn draw_from_target<P: Prob, Q: Prob, C: Chain<P, Q>>(
+    chain: &C,
+    b: usize,
+    t: usize,
+    u: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<usize, CoreError> {
+    let at = RowAt {
+        arg: "target_probs",
+        pos: chain.pos(b, t),
+    };
+    sample_target(chain.target_row(b, t), None, at, u, scratch)?.ok_or_else(|| zero_row(at))
 }
 
 /// Typical acceptance (docs/spec.md section 2.7; lossy): each position against

@@ -236,3 +236,17 @@ def test_the_command_refuses_a_file_that_is_not_npz(tmp_path) -> None:
     assert out.returncode == 2 and "Traceback" not in out.stderr
     missing = _cli("--from", str(tmp_path / "missing.npz"))
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_the_plot_option(tmp_path) -> None:
+    # With matplotlib the two plots are written; without it the command says so
+    # and still prints its tables (exit status 0 either way).
+    target = tmp_path / "compare.png"
+    out = _cli("--steps", "6", "--samples", "2", "--k", "2", "--plot", str(target))
+    assert out.returncode == 0, out.stderr
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in out.stderr and not target.exists()
+    else:
+        assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

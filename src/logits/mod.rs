@@ -43,8 +43,8 @@ use crate::block;
 use crate::chain::{ChainOutputs, Method};
 use crate::checks::{check_token, check_uniform, draft_len, expect_shape, Pos, RowAt};
 use crate::error::{show, CoreError, RowErrors};
-use crate::memory;
 use crate::lossy::TypicalRow;
+use crate::memory;
 use crate::rule::is_accepted;
 use crate::sample::{self, BufferWeights, SUM_BLOCK};
 use crate::simd::{PairOp, Residual, ScaledResidual};
@@ -477,21 +477,23 @@ fn verify_row<P: Prob, Q: Prob>(
                 return Ok((ids, n, next));
             }
             Method::Typical { epsilon, delta } => {
-                let (n, next) =
-                    typical_row(inputs, b, &ids, params, (epsilon, delta), recovery_u, buffers)?;
+                let (n, next) = typical_row(
+                    inputs,
+                    b,
+                    &ids,
+                    params,
+                    (epsilon, delta),
+                    recovery_u,
+                    buffers,
+                )?;
                 return Ok((ids, n, next));
             }
             Method::Synthetic(rates) => {
-                let n = (0..k).find(|&t| uniforms.get(b, t) >= rates[t]).unwrap_or(k);
-                let row = LogitsRow {
-                    logits: target_row(n),
-                    arg: "target_logits",
-                    b,
-                    t: n,
-                    max: None,
-                };
+                let n = (0..k)
+                    .find(|&t| uniforms.get(b, t) >= rates[t])
+                    .unwrap_or(k);
                 let Buffers { wp, scratch, .. } = buffers;
-                transform(row, params, wp, scratch)?;
+                transform(target_logits_row(inputs, b, n), params, wp, scratch)?;
                 return Ok((ids, n, sample_weights(wp, recovery_u, scratch, b, n)?));
             }
             Method::Token => {}
@@ -621,6 +623,21 @@ fn verify_row<P: Prob, Q: Prob>(
 /// not the values the path weights need), then `tau` from the top down, each
 /// step transforming one more pair of rows for its residual mass. Returns
 /// `(n_b, next token)`.
+/// Row `t` of request `b`'s target logits, to be transformed.
+fn target_logits_row<'i, P: Prob, Q: Prob>(
+    inputs: &'i LogitsInputs<'_, P, Q>,
+    b: usize,
+    t: usize,
+) -> LogitsRow<'i, P> {
+    LogitsRow {
+        logits: inputs.target_logits.slice(s![b, t, ..]),
+        arg: "target_logits",
+        b,
+        t,
+        max: None,
+    }
+}
+
 /// Typical acceptance from logits (docs/spec.md section 2.7, lossy): the rule on
 /// the transformed rows `p_t = wp / total_p` (section 8.2), position by position.
 fn typical_row<P: Prob, Q: Prob>(
@@ -641,14 +658,7 @@ fn typical_row<P: Prob, Q: Prob>(
     } = buffers;
     let k = ids.len();
     for t in 0..=k {
-        let row = LogitsRow {
-            logits: inputs.target_logits.slice(s![b, t, ..]),
-            arg: "target_logits",
-            b,
-            t,
-            max: None,
-        };
-        let total = transform(row, params, wp, scratch)?;
+        let total = transform(target_logits_row(inputs, b, t), params, wp, scratch)?;
         // The probabilities themselves, as the reference's transform returns them.
         residual.clear();
         memory::reserve(residual, wp.len(), "target_logits")?;
@@ -684,13 +694,7 @@ fn block_row<P: Prob, Q: Prob>(
         ..
     } = buffers;
     let k = ids.len();
-    let target = |t: usize| LogitsRow {
-        logits: inputs.target_logits.slice(s![b, t, ..]),
-        arg: "target_logits",
-        b,
-        t,
-        max: None,
-    };
+    let target = |t: usize| target_logits_row(inputs, b, t);
     let draft = |t: usize| {
         inputs.draft_logits.as_ref().map(|d| LogitsRow {
             logits: d.slice(s![b, t, ..]),
