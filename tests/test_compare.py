@@ -10,9 +10,8 @@ import sys
 
 import numpy as np
 import pytest
-from scipy import stats
-
 import specaccept as sa
+from scipy import stats
 from specaccept import reference
 
 # Intervals checked at this level so that a correct implementation fails one
