@@ -15,12 +15,23 @@ in one run. ``verify_logits`` runs on one thread (``1t``, against NumPy's one) a
 all (``Nt``, its default; PyTorch uses all cores too). The last column is its ``exp``
 throughput on one thread (values exponentiated per second, counting every element of
 every transformed row).
+
+First, at ``B = 1`` (one request: a single-user or CPU deployment), ``verify_logits``
+against Hugging Face transformers' path (its logits warpers position by position,
+then ``_speculative_sampling``, the code of ``generate(assistant_model=...)``), both
+on one thread, ``K = 5``, ``V`` = 32000, 128256 and 151936, in three regimes that
+hold for any uniform (``reject`` at position 0, ``accept`` every draft, ``mixed``:
+rejected at position 2), with and without top-k/top-p. ``1t q``: one thread with the
+drafter's own ``q_t(x_t)`` given (``draft_token_probs``), so accepted positions read no
+draft row. Only with PyTorch and transformers importable (CI's second environment);
+``--hf-only`` runs it alone.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import specaccept
@@ -124,9 +135,123 @@ def measure(case: tuple, top_k: int, top_p: float, torch, repeats: int) -> tuple
     return ours[0], ours[1], numpy, with_torch
 
 
+HF_VOCABS = (32000, 128256, 151936)
+HF_K = 5
+
+
+def hf_inputs(vocab: int, regime: str):
+    """B = 1 logits where the regime holds for any uniform: ``reject`` (``q(x_0) ~ 1``,
+    ``p(x_0) ~ 0``), ``accept`` (``q(x_t) ~ 0 < p(x_t)`` everywhere) or ``mixed``
+    (accepted at positions 0 and 1, rejected at 2)."""
+    rng = np.random.default_rng(1)
+    target = (rng.standard_normal((1, HF_K + 1, vocab), dtype=np.float32) * 3).astype(np.float32)
+    draft = target[:, :HF_K] + rng.standard_normal((1, HF_K, vocab), dtype=np.float32)
+    best, worst = np.argmax(target[:, :HF_K], axis=-1), np.argmin(target[:, :HF_K], axis=-1)
+    stop = {"reject": 0, "accept": HF_K, "mixed": 2}[regime]
+    ids = np.where(np.arange(HF_K) < stop, best, worst)
+    for t in range(HF_K):
+        draft[0, t, ids[0, t]] += 50.0 if t >= stop else -50.0
+    u = np.where(np.arange(HF_K) < stop, 0.0, np.nextafter(1.0, 0.0))[None, :]
+    return ids, target, draft, u, np.array([0.5]), stop
+
+
+def draft_probabilities(ids, draft, filters) -> np.ndarray:
+    """``q_t(x_t)`` of the transformed draft rows, as a drafter that sampled ``x_t``
+    from them holds it (NumPy, float64)."""
+    probs = numpy_transform(
+        draft.astype(np.float64) * (TEMPERATURE / filters["temperature"]),
+        filters["top_k"],
+        filters["top_p"],
+    )
+    return np.take_along_axis(probs, ids[..., None], axis=-1)[..., 0]
+
+
+def hf_path(torch, hf_sampling, warpers, ids, target, draft):
+    """What ``generate(assistant_model=...)`` does with the logits of one step: the
+    logits processors position by position, then ``_speculative_sampling``."""
+    candidate_ids = torch.from_numpy(ids)
+    new_logits = torch.from_numpy(target).clone()
+    candidate_logits = torch.from_numpy(draft).clone()
+    for warp in warpers:
+        for t in range(new_logits.shape[1]):
+            new_logits[:, t] = warp(candidate_ids, new_logits[:, t])
+        for t in range(candidate_logits.shape[1]):
+            candidate_logits[:, t] = warp(candidate_ids, candidate_logits[:, t])
+    return hf_sampling(candidate_ids, candidate_logits, HF_K, new_logits)
+
+
+def hf_table(torch, repeats: int, vocabs=HF_VOCABS) -> None:
+    """B = 1 against Hugging Face transformers on one thread each (issue 19)."""
+    try:
+        from transformers.generation.logits_process import (
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+        from transformers.generation.utils import _speculative_sampling
+    except ImportError:
+        print("transformers not importable: the B = 1 comparison is skipped")
+        return
+    threads = specaccept.get_num_threads()
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    print(
+        f"\nB = 1, K = {HF_K}, float32 logits, temperature {TEMPERATURE}: Hugging Face "
+        "transformers' warpers + _speculative_sampling (PyTorch, 1 thread) against "
+        "verify_logits (1 thread, and all)"
+    )
+    print(
+        f"{'V':>7} {'filters':<20} {'regime':<7} {'HF us':>8} {'1t us':>8} "
+        f"{f'{threads}t us':>8} {'1t q us':>8} {'HF/1t':>6} {f'HF/{threads}t':>6} {'HF/1t q':>7}"
+    )
+    for vocab in vocabs:
+        for regime in ("reject", "accept", "mixed"):
+            ids, target, draft, u, ru, stop = hf_inputs(vocab, regime)
+            for top_k, top_p in ((0, 1.0), (50, 0.9)):
+                warpers = [TemperatureLogitsWarper(TEMPERATURE)]
+                if top_k:
+                    warpers += [TopKLogitsWarper(top_k), TopPLogitsWarper(top_p)]
+                filters = dict(temperature=TEMPERATURE, top_k=top_k, top_p=top_p)
+                call = partial(
+                    specaccept.verify_logits,
+                    ids,
+                    target,
+                    draft,
+                    **filters,
+                    uniforms=u,
+                    recovery_uniforms=ru,
+                )
+                assert int(call().num_accepted[0]) == stop
+                _, n_hf = hf_path(torch, _speculative_sampling, warpers, ids, target, draft)
+                assert int(n_hf) == stop, (regime, int(n_hf))
+                hf = median_ms(
+                    partial(hf_path, torch, _speculative_sampling, warpers, ids, target, draft),
+                    repeats,
+                )
+                times = []
+                for n in (1, threads):
+                    specaccept.set_num_threads(n)
+                    times.append(median_ms(call, repeats * 3))
+                # The drafter's own q(x_t) given: accepted positions read no draft row.
+                specaccept.set_num_threads(1)
+                given_q = draft_probabilities(ids, draft, filters)
+                times.append(median_ms(partial(call, draft_token_probs=given_q), repeats * 3))
+                specaccept.set_num_threads(threads)
+                label = "none" if not top_k else f"top-k {top_k}, top-p {top_p}"
+                print(
+                    f"{vocab:>7} {label:<20} {regime:<7} {hf * 1e3:>8.0f} {times[0] * 1e3:>8.0f} "
+                    f"{times[1] * 1e3:>8.0f} {times[2] * 1e3:>8.0f} {hf / times[0]:>6.1f} "
+                    f"{hf / times[1]:>6.1f} {hf / times[2]:>7.1f}"
+                )
+    torch.set_num_threads(torch_threads)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes")
+    parser.add_argument(
+        "--hf-only", action="store_true", help="only the B = 1 comparison with transformers"
+    )
     args = parser.parse_args()
     shapes, repeats = (QUICK_SHAPES, 3) if args.quick else (SHAPES, 7)
     try:
@@ -140,6 +265,10 @@ def main() -> None:
         f"{f'{n}t ms':>8} {'numpy ms':>9} {'torch ms':>9} {'np/1t':>6} {f'np/{n}t':>6} "
         f"{'exp/s 1t':>9}"
     )
+    if torch is not None:
+        hf_table(torch, repeats, (32000,) if args.quick else HF_VOCABS)
+    if args.hf_only:
+        return
     for batch, k, vocab in shapes:
         for regime in ("reject", "accept"):
             case = inputs(batch, k, vocab, regime)

@@ -524,6 +524,7 @@ fn run_logits<P: FromF64, Q: FromF64>(
             num_draft_tokens: (flags & 8 == 0).then(|| IntView::I64(counts_array.view())),
             uniforms: (flags & 16 == 0).then(|| FloatView::F64(uniforms.view())),
             recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
+            draft_token_probs: None,
             method,
         };
         let mut out = Outputs::new(batch, k);

@@ -876,7 +876,7 @@ fn verify_flat<'py>(
 /// Verification from logits (see `specaccept.verify_logits`); `temperature`,
 /// `top_k`, `top_p` already broadcast to `[B]`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms, isolate=false, method=None))]
+#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms, isolate=false, method=None, draft_token_probs=None))]
 #[allow(clippy::too_many_arguments)]
 fn verify_logits<'py>(
     py: Python<'py>,
@@ -891,11 +891,15 @@ fn verify_logits<'py>(
     recovery_uniforms: Option<&Bound<'py, PyAny>>,
     isolate: bool,
     method: Option<&Bound<'py, PyAny>>,
+    draft_token_probs: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let method_arg = MethodArg::extract(method)?;
     let method = method_arg.method()?;
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
     let target = FloatArg::<Ix3>::extract(target_logits, "target_logits")?;
+    let given_q = optional(draft_token_probs, |o| {
+        FloatArg::<Ix2>::extract(o, "draft_token_probs")
+    })?;
     let draft = optional(draft_logits, |o| {
         FloatArg::<Ix3>::extract(o, "draft_logits")
     })?;
@@ -926,6 +930,7 @@ fn verify_logits<'py>(
                 num_draft_tokens: counts.as_ref().map(IntArg::view),
                 uniforms: u.as_ref().map(FloatArg::view),
                 recovery_uniforms: ru.as_ref().map(FloatArg::view),
+                draft_token_probs: given_q.as_ref().map(FloatArg::view),
                 method,
             };
             let (batch, num_draft, _) = inputs.dims()?;

@@ -163,6 +163,7 @@ ARGUMENT_NAMES = (
     "acceptance_rate",
     "samples",
     "methods",
+    "draft_token_probs",
 )
 _NAMED = re.compile(r"\b(" + "|".join(ARGUMENT_NAMES) + r")\b")
 
@@ -2225,6 +2226,31 @@ CASES.update(
         "reference.verify: typical": (
             "ok_ver(reference.verify(w(IDS()), w(P()), w(Q()), method='typical', rng=0))",
             "ok",
+        ),
+        # --- verify_logits(draft_token_probs=) -----------------------------------------
+        "verify_logits: draft_token_probs": (
+            "ok_ver(sa.verify_logits(w(IDS()), w(np.log(P())), w(np.log(Q())),"
+            " draft_token_probs=w(np.full((2, 3), 0.2)), rng=0))",
+            "ok|ValueError",
+        ),
+        "verify_logits: draft_token_probs broadcast": (
+            "sa.verify_logits(IDS(), np.log(P()), np.log(Q()),"
+            " draft_token_probs=np.broadcast_to(0.2, (2, 3)), rng=0)",
+            "ok|ValueError",
+        ),
+        "verify_logits: draft_token_probs without draft_logits": (
+            "sa.verify_logits(IDS(), np.log(P()), draft_token_probs=np.full((2, 3), 0.2), rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: draft_token_probs of ints": (
+            "sa.verify_logits(IDS(), np.log(P()), np.log(Q()), draft_token_probs=[[1, 1, 1]] * 2,"
+            " rng=0)",
+            "TypeError",
+        ),
+        "verify_logits: draft_token_probs infinite": (
+            "sa.verify_logits(IDS(), np.log(P()), np.log(Q()),"
+            " draft_token_probs=np.full((2, 3), np.inf), rng=0)",
+            "ValueError",
         ),
         # --- compare_methods -------------------------------------------------------------
         "compare_methods: valid": (

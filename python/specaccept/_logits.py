@@ -59,6 +59,7 @@ def verify_logits(
     epsilon: float | None = None,
     delta: float | None = None,
     acceptance_rate: float | npt.ArrayLike | None = None,
+    draft_token_probs: npt.ArrayLike | None = None,
 ) -> Verification:
     """Verify drafted tokens from logits, with the engine's sampling transform.
 
@@ -116,6 +117,16 @@ def verify_logits(
         reads the draft logits.
     epsilon, delta, acceptance_rate
         As for :func:`verify`.
+    draft_token_probs : float array ``[B, K]``, optional
+        The drafter's own ``q_t(x_t)``: the probability it sampled each draft
+        with (it has it: it drew ``x_t`` from that row). The token rule then
+        uses these values, and an accepted position reads no draft row: about
+        half the work of a row whose drafts are accepted. At a rejected
+        position the draft row is read for the residual, and a value more
+        than 1% (relative) or ``1e-6`` from the row's own is an
+        :class:`InputError` (a different temperature, filter or position).
+        Needs ``draft_logits`` and ``method="token"``. See docs/spec.md
+        section 8.7.
 
     Returns
     -------
@@ -150,7 +161,10 @@ def verify_logits(
         u, ru = draw_missing(rng, ids, counts, u, ru, seeds, offsets)
     elif (u is None or ru is None) and (temperatures != 0).any():
         u, ru = draw_missing(rng, ids, counts, u, ru)
+    given_q = (
+        None if draft_token_probs is None else float_array(draft_token_probs, "draft_token_probs")
+    )
     result = _native.verify_logits(
-        ids, target, draft, temperatures, top_ks, top_ps, counts, u, ru, isolate, rule
+        ids, target, draft, temperatures, top_ks, top_ps, counts, u, ru, isolate, rule, given_q
     )
     return finish(result, convert)

@@ -138,4 +138,5 @@ def verify_logits(
     recovery_uniforms: _In | None,
     isolate: bool = False,
     method: _Method = None,
+    draft_token_probs: _In | None = None,
 ) -> _Chain | _Isolated: ...

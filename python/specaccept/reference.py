@@ -1335,6 +1335,7 @@ def verify_logits(
     epsilon=None,
     delta=None,
     acceptance_rate=None,
+    draft_token_probs=None,
 ) -> Verification:
     """Reference of :func:`specaccept.verify_logits`: the transform, row by row, then
     the chain rule, the residual and the bonus exactly as :func:`verify`."""
@@ -1344,6 +1345,7 @@ def verify_logits(
     rule = chain_rule(method, epsilon, delta, acceptance_rate, ids.shape[1] if ids.ndim == 2 else 0)
     block = rule == "block"
     logits = _floats(target_logits, "target_logits")
+    given_q = None if draft_token_probs is None else _floats(draft_token_probs, "draft_token_probs")
     draft = None if draft_logits is None else _floats(draft_logits, "draft_logits")
     _ndim(ids, "draft_token_ids", 2)
     batch, num_draft = ids.shape
@@ -1364,6 +1366,17 @@ def verify_logits(
     )
     for values, name in ((temperatures, "temperature"), (top_ks, "top_k"), (top_ps, "top_p")):
         _shape(values, name, (batch,))
+    if given_q is not None:
+        _shape(given_q, "draft_token_probs", (batch, num_draft))
+        if draft is None:
+            raise InputError(
+                "draft_token_probs: needs draft_logits (the rows the drafts were sampled from)",
+                argument="draft_token_probs",
+            )
+        if rule != "token":
+            raise InputError(
+                'draft_token_probs: applies to method="token"', argument="draft_token_probs"
+            )
     source = "draft_token_ids [B, K]"
     output_token_ids = _full((batch, num_draft + 1), -1, np.int64, "output_token_ids", source)
     num_accepted = _full((batch,), 0, np.int64, "num_accepted", source)
@@ -1430,13 +1443,20 @@ def verify_logits(
                 drafts_to_check = drafts
             for t, x in enumerate(drafts_to_check):
                 p = target(t)
+                if given_q is not None:
+                    # The drafter's q(x): the draft row is read only on a rejection.
+                    given = _gathered(given_q[b, t], "draft_token_probs", (b, t))
+                    if _is_accepted(p[x], given, row_u[t]):
+                        continue
                 q = (
                     None
                     if draft is None
                     else transform_logits(draft[b, t], t_b, k_b, p_b, f"draft_logits[{b}, {t}")
                 )
                 q_x = 1.0 if q is None else q[x]
-                if _is_accepted(p[x], q_x, row_u[t]):
+                if given_q is not None:
+                    _check_draft_prob(given, q_x, b, t)
+                elif _is_accepted(p[x], q_x, row_u[t]):
                     continue
                 if q is None:
                     residual = [0.0 if i == x else p_i for i, p_i in enumerate(p)]
@@ -1453,6 +1473,21 @@ def verify_logits(
 
     isolated = _verify_rows(batch, isolate, verify_row)
     return _result(None, output_token_ids, num_accepted, like, isolated)
+
+
+#: How far a given draft probability may lie from its row's (relative, absolute).
+DRAFT_PROB_TOLERANCE = (1e-2, 1e-6)
+
+
+def _check_draft_prob(given: float, q: float, b: int, t: int) -> None:
+    relative, absolute = DRAFT_PROB_TOLERANCE
+    if abs(given - q) > relative * max(given, q) + absolute:
+        raise _bad(
+            f"draft_token_probs[{b}, {t}] = {given!r} disagrees with the draft row, which gives "
+            f"{q!r} to the drafted token (the same temperature, filters and position?)",
+            "draft_token_probs",
+            (b, t),
+        )
 
 
 def _block_logits_row(drafts, target, draft_row, has_draft, row_u, recovery) -> tuple[int, int]:

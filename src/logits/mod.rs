@@ -36,12 +36,14 @@ pub use exact::exact_pass;
 use exact::{row_exp_sum, row_max};
 use filters::{kth_largest, kth_largest_block_max, top_p_floor, top_p_threshold};
 pub use screen::screen_pass;
-use screen::{screened_accept, Screening};
+use screen::{screened_accept, Draft, Screening};
 use sparse::{top_k_probability, SparseScratch};
 
 use crate::block;
 use crate::chain::{ChainOutputs, Method};
-use crate::checks::{check_token, check_uniform, draft_len, expect_shape, Pos, RowAt};
+use crate::checks::{
+    check_gathered, check_token, check_uniform, draft_len, expect_shape, Pos, RowAt,
+};
 use crate::error::{show, CoreError, RowErrors};
 use crate::lossy::TypicalRow;
 use crate::memory;
@@ -68,9 +70,18 @@ pub struct LogitsInputs<'a, P, Q> {
     pub num_draft_tokens: Option<IntView<'a, Ix1>>,
     pub uniforms: Option<FloatView<'a, Ix2>>,
     pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
+    /// `[B, K]` the drafter's own `q_t(x_t)`, or `None`: with them an accepted
+    /// position reads no draft row (docs/spec.md section 8.7).
+    pub draft_token_probs: Option<FloatView<'a, Ix2>>,
     /// How sampled rows decide their prefix (see [`crate::chain::Method`]).
     pub method: Method<'a>,
 }
+
+/// How far a given `q_t(x_t)` may lie from the draft row's own value at the
+/// position where the row is read (relative, and absolute for tiny values):
+/// a drafter's float32 or float16 softmax differs from the float64 transform
+/// by far less; a wrong position, temperature or filter by far more.
+pub const DRAFT_PROB_TOLERANCE: (f64, f64) = (1e-2, 1e-6);
 
 #[derive(Clone, Copy)]
 struct Params {
@@ -352,6 +363,21 @@ impl<P: Prob, Q: Prob> LogitsInputs<'_, P, Q> {
         if let Some(u) = &self.recovery_uniforms {
             expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
         }
+        if let Some(q) = &self.draft_token_probs {
+            expect_shape("draft_token_probs", q.shape(), &[batch, k_max], "[B, K]")?;
+            if self.draft_logits.is_none() {
+                return Err(CoreError::shape(
+                    "draft_token_probs",
+                    "needs draft_logits (the rows the drafts were sampled from)",
+                ));
+            }
+            if self.method != Method::Token {
+                return Err(CoreError::shape(
+                    "draft_token_probs",
+                    "applies to method=\"token\"",
+                ));
+            }
+        }
         Ok((batch, k_max, vocab))
     }
 }
@@ -510,8 +536,19 @@ fn verify_row<P: Prob, Q: Prob>(
         let inverse = 1.0 / params.temperature;
         for (t, &x) in ids.iter().enumerate() {
             let draft_row = inputs.draft_logits.as_ref().map(|d| d.slice(s![b, t, ..]));
+            // The drafter's own q_t(x_t), when given: no draft row is read
+            // unless the position is rejected.
+            let given_q = match &inputs.draft_token_probs {
+                Some(q) => Some(check_gathered(q.get(b, t), "draft_token_probs", &[b, t])?),
+                None => None,
+            };
+            let draft_side = match (given_q, draft_row) {
+                (Some(q), _) => Draft::Value(q),
+                (None, Some(row)) => Draft::Row(row),
+                (None, None) => Draft::OneHot,
+            };
             let mut screening = if screenable {
-                screened_accept(target_row(t), draft_row, x, inverse, uniforms.get(b, t))
+                screened_accept(target_row(t), draft_side, x, inverse, uniforms.get(b, t))
             } else {
                 Screening::default()
             };
@@ -528,6 +565,7 @@ fn verify_row<P: Prob, Q: Prob>(
                 let p = look.probability.filter(|&p| p > 0.0);
                 let q = match (p, draft_row) {
                     (None, _) => None,
+                    (Some(_), _) if given_q.is_some() => given_q,
                     (Some(_), Some(row)) => {
                         let look = top_k_probability(row, params, x, sparse);
                         screening.draft_max = look.max;
@@ -554,6 +592,11 @@ fn verify_row<P: Prob, Q: Prob>(
                 scratch,
             )?;
             let p = wp[x] / total_p;
+            if let Some(q) = given_q {
+                if is_accepted(p, q, uniforms.get(b, t)) {
+                    continue;
+                }
+            }
             let (q, total_q) = match draft_row {
                 Some(draft_row) => {
                     let total = transform(
@@ -572,7 +615,9 @@ fn verify_row<P: Prob, Q: Prob>(
                 }
                 None => (1.0, None),
             };
-            if is_accepted(p, q, uniforms.get(b, t)) {
+            if let Some(given) = given_q {
+                check_draft_prob(given, q, b, t)?;
+            } else if is_accepted(p, q, uniforms.get(b, t)) {
                 continue;
             }
             // The residual max(0, p - q) of the transformed rows.
@@ -623,6 +668,23 @@ fn verify_row<P: Prob, Q: Prob>(
 /// not the values the path weights need), then `tau` from the top down, each
 /// step transforming one more pair of rows for its residual mass. Returns
 /// `(n_b, next token)`.
+/// A given `q_t(x_t)` against the draft row's own value `q`, read at a
+/// rejected position (see [`DRAFT_PROB_TOLERANCE`]).
+fn check_draft_prob(given: f64, q: f64, b: usize, t: usize) -> Result<(), CoreError> {
+    let (relative, absolute) = DRAFT_PROB_TOLERANCE;
+    if (given - q).abs() <= relative * given.max(q) + absolute {
+        return Ok(());
+    }
+    Err(CoreError::value(
+        "draft_token_probs",
+        &[b, t],
+        format!(
+            "= {given:?} disagrees with the draft row, which gives {q:?} to the drafted token \
+             (the same temperature, filters and position?)"
+        ),
+    ))
+}
+
 /// Row `t` of request `b`'s target logits, to be transformed.
 fn target_logits_row<'i, P: Prob, Q: Prob>(
     inputs: &'i LogitsInputs<'_, P, Q>,

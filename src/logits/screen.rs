@@ -218,9 +218,18 @@ pub(super) struct Screening {
 /// Whether the screen proves position `t` accepted: [`crate::rule::is_accepted`] on the
 /// exact pass's `p` and `q` would return true. `accepted == false` means
 /// "run the exact pass", never "rejected".
+/// The draft side of a position: its logits row, the drafter's own `q(x)`,
+/// or a one-hot draft (`q(x) = 1`).
+#[derive(Clone, Copy)]
+pub(super) enum Draft<'a, Q> {
+    Row(ArrayView1<'a, Q>),
+    Value(f64),
+    OneHot,
+}
+
 pub(super) fn screened_accept<P: Prob, Q: Prob>(
     target: ArrayView1<'_, P>,
-    draft: Option<ArrayView1<'_, Q>>,
+    draft: Draft<'_, Q>,
     x: usize,
     inverse: f64,
     u: f64,
@@ -239,8 +248,9 @@ pub(super) fn screened_accept<P: Prob, Q: Prob>(
         return found;
     }
     let q_high = match draft {
-        None => 1.0,
-        Some(draft) => {
+        Draft::OneHot => 1.0,
+        Draft::Value(q) => q,
+        Draft::Row(draft) => {
             let Some(screened_q) = screen(draft, inverse) else {
                 return found;
             };
