@@ -219,6 +219,22 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
         check_result(&ids, &used, vocab, &block_out);
     }
 
+    // The lossy methods on the same rows, with parameters from the input (any
+    // value: out-of-domain ones must be errors): the same invariants.
+    let used: Vec<usize> = match &inputs.num_draft_tokens {
+        Some(_) => counts.iter().map(|&c| c as usize).collect(),
+        None => vec![k; batch],
+    };
+    let rates: Vec<f64> = (0..k).map(|_| input.float()).collect();
+    let (epsilon, delta) = (input.float(), input.float() * 4.0);
+    for method in [Method::Typical { epsilon, delta }, Method::Synthetic(&rates)] {
+        let lossy = ChainInputs { method, ..inputs };
+        let mut lossy_out = Outputs::new(batch, k);
+        if chain::verify(&lossy, &mut lossy_out.views(), RowErrors::Raise).is_ok() {
+            check_result(&ids, &used, vocab, &lossy_out);
+        }
+    }
+
     // Isolating: each row's outcome is that row's alone (a bad row marked,
     // a good row as verified by itself), whatever the other rows hold.
     let mut slots = vec![None; batch];
@@ -513,7 +529,8 @@ fn run_logits<P: FromF64, Q: FromF64>(
     let uniforms = Array2::from_shape_fn((batch, k), |_| input.float());
     let recovery = Array1::from_shape_fn(batch, |_| input.float());
     let counts_array = Array1::from(counts.to_vec());
-    let run = |top_k: &Array1<i64>, method: Method| {
+    let given_q = Array2::from_shape_fn((batch, k), |_| input.float());
+    let run_with = |top_k: &Array1<i64>, method: Method, given: Option<&Array2<f64>>| {
         let inputs = LogitsInputs {
             draft_token_ids: IntView::I64(ids.view()),
             target_logits: target.view(),
@@ -524,7 +541,7 @@ fn run_logits<P: FromF64, Q: FromF64>(
             num_draft_tokens: (flags & 8 == 0).then(|| IntView::I64(counts_array.view())),
             uniforms: (flags & 16 == 0).then(|| FloatView::F64(uniforms.view())),
             recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),
-            draft_token_probs: None,
+            draft_token_probs: given.map(|q| FloatView::F64(q.view())),
             method,
         };
         let mut out = Outputs::new(batch, k);
@@ -532,6 +549,7 @@ fn run_logits<P: FromF64, Q: FromF64>(
             logits::verify_logits(&inputs, &mut out.views(), RowErrors::Raise).map(|()| out);
         result.map_err(|e| e.to_string())
     };
+    let run = |top_k: &Array1<i64>, method: Method| run_with(top_k, method, None);
     let used: Vec<usize> = if flags & 8 == 0 {
         counts.iter().map(|&c| c as usize).collect()
     } else {
@@ -539,6 +557,24 @@ fn run_logits<P: FromF64, Q: FromF64>(
     };
     if let Ok(block) = run(&top_k, Method::Block) {
         check_result(ids, &used, vocab, &block);
+    }
+    // The lossy methods, and the drafter's own probabilities (any values from
+    // the input: where they are read and wrong, an error).
+    let rate = given_q.iter().next().copied().unwrap_or(0.5);
+    let rates = vec![rate; k];
+    for method in [
+        Method::Typical {
+            epsilon: 0.09,
+            delta: 0.3,
+        },
+        Method::Synthetic(&rates),
+    ] {
+        if let Ok(lossy) = run(&top_k, method) {
+            check_result(ids, &used, vocab, &lossy);
+        }
+    }
+    if let Ok(given) = run_with(&top_k, Method::Token, Some(&given_q)) {
+        check_result(ids, &used, vocab, &given);
     }
     let Ok(out) = run(&top_k, Method::Token) else {
         return;
