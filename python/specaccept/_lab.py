@@ -49,8 +49,9 @@ def add_parser(commands: Any, int_in: Any, writable: Any) -> None:
     compare = commands.add_parser(
         "compare",
         help="every verification method on the same drafts, exact and lossy",
-        description=__doc__.splitlines()[0].split(": ", 1)[1]
-        + " Arrays of a --from file: "
+        description="Every verification method on the same drafts and uniforms: accepted "
+        "drafts with intervals, exact expectations, and the next token's distance to the "
+        "target for the lossy methods (docs/methods.md). Arrays of a --from file: "
         + "; ".join(f"{k} ({v})" for k, v in NPZ_ARRAYS.items())
         + ".",
     )
