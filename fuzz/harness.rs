@@ -227,7 +227,10 @@ fn run_typed<P: FromF64, Q: FromF64>(input: &mut Bytes<'_>) -> bool {
     };
     let rates: Vec<f64> = (0..k).map(|_| input.float()).collect();
     let (epsilon, delta) = (input.float(), input.float() * 4.0);
-    for method in [Method::Typical { epsilon, delta }, Method::Synthetic(&rates)] {
+    for method in [
+        Method::Typical { epsilon, delta },
+        Method::Synthetic(&rates),
+    ] {
         let lossy = ChainInputs { method, ..inputs };
         let mut lossy_out = Outputs::new(batch, k);
         if chain::verify(&lossy, &mut lossy_out.views(), RowErrors::Raise).is_ok() {
