@@ -183,6 +183,13 @@ trait Chain<P: Prob, Q: Prob>: Sync {
     /// `k_b`, checked against `[0, K]`.
     fn draft_len(&self, b: usize, dims: ChainDims) -> Result<usize, CoreError>;
     fn pos(&self, b: usize, t: usize) -> Pos;
+    /// Where target row `t` of row `b` lives, to name a bad value in it.
+    fn target_at(&self, b: usize, t: usize) -> RowAt {
+        RowAt {
+            arg: "target_probs",
+            pos: self.pos(b, t),
+        }
+    }
     fn draft_id(&self, b: usize, t: usize) -> i64;
     /// Target row `t` of row `b`; `t = k_b` (the bonus row) only when [`Chain::bonus`] is `None`.
     fn target_row(&self, b: usize, t: usize) -> ArrayView1<'_, P>;
@@ -484,10 +491,7 @@ fn verify_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
         Some(x) => Some(check_token("bonus_token_ids", &[b], x, dims.vocab)?),
         None => None,
     };
-    let target_at = |t: usize| RowAt {
-        arg: "target_probs",
-        pos: chain.pos(b, t),
-    };
+    let target_at = |t: usize| chain.target_at(b, t);
 
     let (n, next) = if chain.is_greedy(b) {
         let mut n = k;
@@ -563,10 +567,7 @@ fn exact_next<P: Prob, Q: Prob, C: Chain<P, Q>>(
     recovery_u: f64,
     scratch: &mut Vec<f64>,
 ) -> Result<(usize, usize), CoreError> {
-    let target_at = |t: usize| RowAt {
-        arg: "target_probs",
-        pos: chain.pos(b, t),
-    };
+    let target_at = |t: usize| chain.target_at(b, t);
     let n = decision.accepted;
     let next = if n < k {
         let x = chain.draft_id(b, n) as usize;
@@ -611,10 +612,7 @@ fn draw_from_target<P: Prob, Q: Prob, C: Chain<P, Q>>(
     u: f64,
     scratch: &mut Vec<f64>,
 ) -> Result<usize, CoreError> {
-    let at = RowAt {
-        arg: "target_probs",
-        pos: chain.pos(b, t),
-    };
+    let at = chain.target_at(b, t);
     sample_target(chain.target_row(b, t), None, at, u, scratch)?.ok_or_else(|| zero_row(at))
 }
 
@@ -630,10 +628,7 @@ fn typical_row<P: Prob, Q: Prob, C: Chain<P, Q>>(
     recovery_u: f64,
     scratch: &mut Vec<f64>,
 ) -> Result<(usize, usize), CoreError> {
-    let target_at = |t: usize| RowAt {
-        arg: "target_probs",
-        pos: chain.pos(b, t),
-    };
+    let target_at = |t: usize| chain.target_at(b, t);
     let mut terms = Vec::new();
     for t in 0..=k {
         if t == k {
