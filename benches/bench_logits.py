@@ -166,6 +166,19 @@ def draft_probabilities(ids, draft, filters) -> np.ndarray:
     return np.take_along_axis(probs, ids[..., None], axis=-1)[..., 0]
 
 
+def cycling_recovery(call):
+    """``call`` with ``recovery_uniforms`` cycling through 16 values spread over
+    ``[0, 1)``, one per call, so a time is the mean over draws."""
+    values = [np.array([(i + 0.5) / 16]) for i in range(16)]
+    state = {"i": 0}
+
+    def cycled(**kwargs):
+        state["i"] = (state["i"] + 1) % len(values)
+        return call(recovery_uniforms=values[state["i"]], **kwargs)
+
+    return cycled
+
+
 def hf_path(torch, hf_sampling, warpers, ids, target, draft):
     """What ``generate(assistant_model=...)`` does with the logits of one step: the
     logits processors position by position, then ``_speculative_sampling``."""
@@ -222,6 +235,8 @@ def hf_table(torch, repeats: int, vocabs=HF_VOCABS) -> None:
                     recovery_uniforms=ru,
                 )
                 assert int(call().num_accepted[0]) == stop
+                # The draw's cost can depend on the recovery uniform: cycle through 16.
+                call = cycling_recovery(call)
                 _, n_hf = hf_path(torch, _speculative_sampling, warpers, ids, target, draft)
                 assert int(n_hf) == stop, (regime, int(n_hf))
                 hf = median_ms(

@@ -137,6 +137,14 @@ fn exp(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("screen_f32", v), |bench| {
         bench.iter(|| logits::screen_pass(&logits, 0.8).expect("an f32 row"))
     });
+    // A draw from the row: the certified pass, and the exact pass with its draw.
+    let mut u = 0.0f64;
+    group.bench_function(BenchmarkId::new("draw_certified", v), |bench| {
+        bench.iter(|| {
+            u = (u + 0.618_033_988_75) % 1.0;
+            logits::certified_draw(&logits, 0.8, u)
+        })
+    });
     group.finish();
 }
 

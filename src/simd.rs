@@ -238,12 +238,22 @@ mod x86 {
         /// # Safety
         /// `ptr` points at 8 readable elements; the CPU has AVX2 and F16C.
         unsafe fn load8(ptr: *const Self, high: &mut __m256i) -> (__m256d, __m256d);
+        /// Eight elements as `f32` (exact for f16, bf16 and f32; f64 rounds).
+        ///
+        /// # Safety
+        /// `ptr` points at 8 readable elements; the CPU has AVX2 and F16C.
+        unsafe fn load8_ps(ptr: *const Self) -> __m256;
         /// # Safety
         /// The CPU has AVX2.
         unsafe fn all_valid(high: __m256i) -> bool;
     }
 
     impl Load8 for f32 {
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn load8_ps(ptr: *const f32) -> __m256 {
+            _mm256_loadu_ps(ptr)
+        }
         #[inline]
         #[target_feature(enable = "avx2,f16c")]
         unsafe fn load8(ptr: *const f32, high: &mut __m256i) -> (__m256d, __m256d) {
@@ -264,6 +274,11 @@ mod x86 {
     }
 
     impl Load8 for half::f16 {
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn load8_ps(ptr: *const half::f16) -> __m256 {
+            _mm256_cvtph_ps(_mm_loadu_si128(ptr.cast()))
+        }
         #[inline]
         #[target_feature(enable = "avx2,f16c")]
         unsafe fn load8(ptr: *const half::f16, high: &mut __m256i) -> (__m256d, __m256d) {
@@ -289,6 +304,12 @@ mod x86 {
     impl Load8 for half::bf16 {
         #[inline]
         #[target_feature(enable = "avx2,f16c")]
+        unsafe fn load8_ps(ptr: *const half::bf16) -> __m256 {
+            let raw = _mm_loadu_si128(ptr.cast());
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(raw)))
+        }
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
         unsafe fn load8(ptr: *const half::bf16, high: &mut __m256i) -> (__m256d, __m256d) {
             let raw = _mm_loadu_si128(ptr.cast());
             let kept = _mm_max_epu16(_mm256_castsi256_si128(*high), raw);
@@ -310,6 +331,12 @@ mod x86 {
     }
 
     impl Load8 for f64 {
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn load8_ps(ptr: *const f64) -> __m256 {
+            let (lo, hi) = (_mm256_loadu_pd(ptr), _mm256_loadu_pd(ptr.add(4)));
+            _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo))
+        }
         #[inline]
         #[target_feature(enable = "avx2,f16c")]
         unsafe fn load8(ptr: *const f64, high: &mut __m256i) -> (__m256d, __m256d) {

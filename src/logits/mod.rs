@@ -23,6 +23,7 @@
 //! - here: the rule, and on a rejection the residual of the two exact rows,
 //!   sampled; when all are accepted, the bonus row, exact, sampled.
 
+mod certified;
 mod exact;
 mod filters;
 mod screen;
@@ -32,6 +33,8 @@ use std::cell::RefCell;
 
 use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, Ix1, Ix2};
 
+pub use certified::certified_draw;
+use certified::{Certified, CertifiedScratch};
 pub use exact::exact_pass;
 use exact::{row_exp_sum, row_max};
 use filters::{kth_largest, kth_largest_block_max, top_p_floor, top_p_threshold};
@@ -111,6 +114,7 @@ struct Buffers {
     residual: Vec<f64>,
     scratch: Scratch,
     sparse: SparseScratch,
+    certified: CertifiedScratch,
 }
 
 impl Buffers {
@@ -125,6 +129,7 @@ impl Buffers {
         memory::reserve(&mut self.scratch.block_sums, blocks, arg)?;
         memory::reserve(&mut self.scratch.candidates, vocab, arg)?;
         memory::reserve(&mut self.scratch.selection, vocab, arg)?;
+        self.certified.reserve(vocab)?;
         self.sparse.reserve(vocab)
     }
 }
@@ -518,9 +523,15 @@ fn verify_row<P: Prob, Q: Prob>(
                 let n = (0..k)
                     .find(|&t| uniforms.get(b, t) >= rates[t])
                     .unwrap_or(k);
-                let Buffers { wp, scratch, .. } = buffers;
-                transform(target_logits_row(inputs, b, n), params, wp, scratch)?;
-                return Ok((ids, n, sample_weights(wp, recovery_u, scratch, b, n)?));
+                let next = match certified_bonus(inputs, b, n, params, recovery_u, buffers) {
+                    Some(token) => token,
+                    None => {
+                        let Buffers { wp, scratch, .. } = buffers;
+                        transform(target_logits_row(inputs, b, n), params, wp, scratch)?;
+                        sample_weights(wp, recovery_u, scratch, b, n)?
+                    }
+                };
+                return Ok((ids, n, next));
             }
             Method::Token => {}
         }
@@ -530,6 +541,7 @@ fn verify_row<P: Prob, Q: Prob>(
             residual,
             scratch,
             sparse,
+            certified,
         } = buffers;
         let mut outcome = None;
         let screenable = params.top_k == 0 && params.top_p >= 1.0;
@@ -554,6 +566,28 @@ fn verify_row<P: Prob, Q: Prob>(
             };
             if screening.accepted {
                 continue;
+            }
+            // Not proven accepted: the certified pass decides most of the
+            // rest, and draws the residual, without the float64 rows.
+            if screenable {
+                let uniforms = (uniforms.get(b, t), recovery_u);
+                let found = certified::position(
+                    target_row(t),
+                    draft_row,
+                    given_q,
+                    x,
+                    inverse,
+                    uniforms,
+                    certified,
+                );
+                match found {
+                    Certified::Accepted => continue,
+                    Certified::Drawn(token) => {
+                        outcome = Some((t, token));
+                        break;
+                    }
+                    Certified::Undecided => {}
+                }
             }
             // Top-k on: p(x) and q(x) from a few candidates, exactly; the
             // dense path only where they reject or do not apply.
@@ -642,19 +676,18 @@ fn verify_row<P: Prob, Q: Prob>(
         }
         match outcome {
             Some(found) => found,
+            None if screenable => {
+                let row = target_row(k);
+                match certified::bonus(row, inverse, recovery_u, certified) {
+                    Some(token) => (k, token),
+                    None => {
+                        transform(target_logits_row(inputs, b, k), params, wp, scratch)?;
+                        (k, sample_weights(wp, recovery_u, scratch, b, k)?)
+                    }
+                }
+            }
             None => {
-                transform(
-                    LogitsRow {
-                        logits: target_row(k),
-                        arg: "target_logits",
-                        b,
-                        t: k,
-                        max: None,
-                    },
-                    params,
-                    wp,
-                    scratch,
-                )?;
+                transform(target_logits_row(inputs, b, k), params, wp, scratch)?;
                 (k, sample_weights(wp, recovery_u, scratch, b, k)?)
             }
         }
@@ -683,6 +716,24 @@ fn check_draft_prob(given: f64, q: f64, b: usize, t: usize) -> Result<(), CoreEr
              (the same temperature, filters and position?)"
         ),
     ))
+}
+
+/// The draw from row `t` of request `b`'s transformed target logits with
+/// uniform `u` by the certified pass (no filters), or `None` where the exact
+/// pass must run.
+fn certified_bonus<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    b: usize,
+    t: usize,
+    params: Params,
+    u: f64,
+    buffers: &mut Buffers,
+) -> Option<usize> {
+    if params.top_k != 0 || params.top_p < 1.0 {
+        return None;
+    }
+    let row = inputs.target_logits.slice(s![b, t, ..]);
+    certified::bonus(row, 1.0 / params.temperature, u, &mut buffers.certified)
 }
 
 /// Row `t` of request `b`'s target logits, to be transformed.

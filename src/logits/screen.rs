@@ -72,7 +72,7 @@ const SCREEN_CHUNK: usize = 2048;
 
 /// Validity and max of a chunk of f16/f32 logits, in `f32` (exact).
 #[inline(always)]
-fn max_chunk_f32<L: Prob>(chunk: &[L]) -> (bool, f32) {
+pub(super) fn max_chunk_f32<L: Prob>(chunk: &[L]) -> (bool, f32) {
     let mut max = [f32::NEG_INFINITY; SCREEN_LANES];
     // 0 while every value is below +inf (NaN and +inf make it 1).
     let mut bad = [0.0f32; SCREEN_LANES];
@@ -124,13 +124,42 @@ struct Screened {
     bound: f64,
 }
 
+/// When the screen of a draft row may stop early: at drafted logit `l_x`,
+/// once the rows read so far prove the position accepted against the
+/// target's `p_low` with uniform `u` (see [`screened_accept`]).
+#[derive(Clone, Copy)]
+struct Stop {
+    l_x: f64,
+    p_low: f64,
+    u: f64,
+}
+
+/// What [`screen_row`] found.
+enum Scan {
+    /// The whole row: its screened normaliser.
+    Row(Screened),
+    /// Stopped early: a part of the row already proves the position accepted.
+    Accepted,
+}
+
 /// One pass over a row of f16/f32 logits: validity, max and the screened
 /// sum, with the max found chunk by chunk and the sums rescaled when it
 /// grows (online softmax), so the row is read once. `None` for a row the
 /// exact pass must see (an invalid or all `-inf` row: it names the error).
+///
+/// With `stop` (a draft row), the pass ends after any chunk where the terms
+/// read so far prove the position accepted: `q(x) = exp((l_x - m) / T) /
+/// sum_i exp((l_i - m) / T)` for any `m`, and the sum over the chunks read is
+/// a lower bound of the whole sum, so `q(x)` is at most the ratio with the
+/// partial sum (its certified lower end).
 #[inline(always)]
-fn screen_row<L: Prob, const FMA: bool>(values: &[L], inverse: f64) -> Option<Screened> {
+fn screen_row<L: Prob, const FMA: bool>(
+    values: &[L],
+    inverse: f64,
+    stop: Option<Stop>,
+) -> Option<Scan> {
     let (mut max, mut sum) = (f64::NEG_INFINITY, 0.0f64);
+    let mut read = 0usize;
     for chunk in values.chunks(SCREEN_CHUNK) {
         let (ok, chunk_max) = max_chunk_f32(chunk);
         if !ok {
@@ -147,37 +176,58 @@ fn screen_row<L: Prob, const FMA: bool>(values: &[L], inverse: f64) -> Option<Sc
             // `max` is a logit, so an exact f32.
             sum += screen_chunk::<L, FMA>(chunk, max as f32, inverse as f32);
         }
+        read += chunk.len();
+        if let Some(stop) = stop {
+            if read < values.len() && max > f64::NEG_INFINITY && stop.l_x <= max {
+                let low_sum = sum - screen_bound(sum, read);
+                // exp in f64 and the exact pass's own error: far below 1e-8.
+                let q_high = ((stop.l_x - max) * inverse).exp() * (1.0 + 1e-8) / low_sum;
+                if low_sum > 0.0 && proves_accepted(stop.p_low, q_high, stop.u) {
+                    return Some(Scan::Accepted);
+                }
+            }
+        }
     }
     if max == f64::NEG_INFINITY {
         return None;
     }
+    let bound = screen_bound(sum, values.len());
+    Some(Scan::Row(Screened { max, sum, bound }))
+}
+
+/// The certified error of a screened sum `sum` of `len` terms.
+fn screen_bound(sum: f64, len: usize) -> f64 {
     let relative = 1.01 * (SCREEN_EXP_ERROR + SCREEN_ARG_ERROR + SCREEN_SUM_ERROR) + 1e-9;
-    let bound = relative * sum + 1e-37 * values.len() as f64;
-    Some(Screened { max, sum, bound })
+    relative * sum + 1e-37 * len as f64
+}
+
+/// [`crate::rule::is_accepted`] holds for every `p >= p_low`, `q <= q_high`.
+fn proves_accepted(p_low: f64, q_high: f64, u: f64) -> bool {
+    q_high <= p_low || u < p_low / q_high * (1.0 - 1e-15)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-fn screen_row_avx2<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
-    screen_row::<L, false>(values, inverse)
+fn screen_row_avx2<L: Prob>(values: &[L], inverse: f64, stop: Option<Stop>) -> Option<Scan> {
+    screen_row::<L, false>(values, inverse, stop)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c,fma")]
-fn screen_row_fma<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
-    screen_row::<L, true>(values, inverse)
+fn screen_row_fma<L: Prob>(values: &[L], inverse: f64, stop: Option<Stop>) -> Option<Scan> {
+    screen_row::<L, true>(values, inverse, stop)
 }
 
 /// The screen of a contiguous f16/f32 row, `None` where it does not apply.
-fn screen(row: ArrayView1<'_, impl Prob>, inverse: f64) -> Option<Screened> {
+fn screen(row: ArrayView1<'_, impl Prob>, inverse: f64, stop: Option<Stop>) -> Option<Scan> {
     // 1 / T must be a normal f32, far from overflow, for the error budget.
     if !(1e-30..=1e30).contains(&inverse) {
         return None;
     }
-    screen_values(row.as_slice()?, inverse)
+    screen_values(row.as_slice()?, inverse, stop)
 }
 
-fn screen_values<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
+fn screen_values<L: Prob>(values: &[L], inverse: f64, stop: Option<Stop>) -> Option<Scan> {
     if !L::EXACT_IN_F32 {
         return None;
     }
@@ -185,12 +235,20 @@ fn screen_values<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
     if crate::simd::has_avx2() {
         if std::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports AVX2, F16C and FMA, checked here.
-            return unsafe { screen_row_fma(values, inverse) };
+            return unsafe { screen_row_fma(values, inverse, stop) };
         }
         // SAFETY: the CPU supports AVX2 and F16C, checked just above.
-        return unsafe { screen_row_avx2(values, inverse) };
+        return unsafe { screen_row_avx2(values, inverse, stop) };
     }
-    screen_row::<L, false>(values, inverse)
+    screen_row::<L, false>(values, inverse, stop)
+}
+
+/// The screen of a whole row (no early stop).
+fn screen_whole(row: ArrayView1<'_, impl Prob>, inverse: f64) -> Option<Screened> {
+    match screen(row, inverse, None)? {
+        Scan::Row(screened) => Some(screened),
+        Scan::Accepted => None, // not without a stop
+    }
 }
 
 /// `p = w_x / sum` as the exact pass computes it lies in `(low, high)`.
@@ -235,7 +293,7 @@ pub(super) fn screened_accept<P: Prob, Q: Prob>(
     u: f64,
 ) -> Screening {
     let mut found = Screening::default();
-    let Some(screened_p) = screen(target, inverse) else {
+    let Some(screened_p) = screen_whole(target, inverse) else {
         return found;
     };
     found.target_max = Some(screened_p.max);
@@ -251,8 +309,18 @@ pub(super) fn screened_accept<P: Prob, Q: Prob>(
         Draft::OneHot => 1.0,
         Draft::Value(q) => q,
         Draft::Row(draft) => {
-            let Some(screened_q) = screen(draft, inverse) else {
-                return found;
+            let stop = Stop {
+                l_x: draft[x].to_f64(),
+                p_low,
+                u,
+            };
+            let screened_q = match screen(draft, inverse, Some(stop)) {
+                Some(Scan::Row(screened)) => screened,
+                Some(Scan::Accepted) => {
+                    found.accepted = true;
+                    return found;
+                }
+                None => return found,
             };
             found.draft_max = Some(screened_q.max);
             let w_q = exact_weight(draft[x], screened_q.max, inverse);
@@ -266,8 +334,7 @@ pub(super) fn screened_accept<P: Prob, Q: Prob>(
             }
         }
     };
-    // is_accepted: q <= p accepts; else u < p / q.
-    found.accepted = q_high <= p_low || u < p_low / q_high * (1.0 - 1e-15);
+    found.accepted = proves_accepted(p_low, q_high, u);
     found
 }
 
@@ -279,11 +346,14 @@ pub fn screen_pass<L: Prob>(values: &[L], temperature: f64) -> Option<(f64, f64)
     if !(1e-30..=1e30).contains(&inverse) {
         return None;
     }
-    screen_values(values, inverse).map(|s| (s.sum, s.bound))
+    match screen_values(values, inverse, None)? {
+        Scan::Row(s) => Some((s.sum, s.bound)),
+        Scan::Accepted => None,
+    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::logits::exact::{row_exp_sum, row_max};
     use ndarray::s;
@@ -327,7 +397,9 @@ mod tests {
     }
 
     fn check_screen<L: Prob>(values: &[L], inverse: f64) -> f64 {
-        let screened = screen_values(values, inverse).expect("a valid f16/f32 row");
+        let Some(Scan::Row(screened)) = screen_values(values, inverse, None) else {
+            panic!("a valid f16/f32 row")
+        };
         let exact = exact_sum(values, inverse);
         assert!(
             (screened.sum - exact).abs() <= screened.bound,
@@ -340,7 +412,7 @@ mod tests {
     }
 
     /// A small xorshift generator: rows without a dependency.
-    fn rows(seed: u64, len: usize, scale: f32, offset: f32) -> Vec<f32> {
+    pub(crate) fn rows(seed: u64, len: usize, scale: f32, offset: f32) -> Vec<f32> {
         let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         (0..len)
             .map(|_| {
@@ -413,15 +485,18 @@ mod tests {
 
     #[test]
     fn the_screen_declines_what_the_exact_pass_must_report() {
-        assert!(screen_values(&[1.0f32, f32::NAN], 1.0).is_none());
-        assert!(screen_values(&[1.0f32, f32::INFINITY], 1.0).is_none());
-        assert!(screen_values(&[f32::NEG_INFINITY; 3], 1.0).is_none());
-        assert!(screen_values(&[1.0f64, 2.0], 1.0).is_none(), "f64 logits");
-        let row = ArrayView1::from(&[1.0f32, 2.0][..]);
-        assert!(screen(row, 1e31).is_none(), "1 / T beyond f32");
-        assert!(screen(row, 1e-31).is_none());
+        assert!(screen_values(&[1.0f32, f32::NAN], 1.0, None).is_none());
+        assert!(screen_values(&[1.0f32, f32::INFINITY], 1.0, None).is_none());
+        assert!(screen_values(&[f32::NEG_INFINITY; 3], 1.0, None).is_none());
         assert!(
-            screen(row.slice(s![..;-1]), 1.0).is_none(),
+            screen_values(&[1.0f64, 2.0], 1.0, None).is_none(),
+            "f64 logits"
+        );
+        let row = ArrayView1::from(&[1.0f32, 2.0][..]);
+        assert!(screen_whole(row, 1e31).is_none(), "1 / T beyond f32");
+        assert!(screen_whole(row, 1e-31).is_none());
+        assert!(
+            screen_whole(row.slice(s![..;-1]), 1.0).is_none(),
             "not contiguous"
         );
     }
