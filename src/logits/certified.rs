@@ -33,7 +33,7 @@
 use ndarray::ArrayView1;
 
 use super::exact::exact_weight;
-use super::screen::max_chunk_f32;
+use super::screen::{max_chunk_f32, mul_add32};
 use crate::error::CoreError;
 use crate::memory;
 use crate::sample::SUM_BLOCK;
@@ -62,16 +62,6 @@ const INFLATE: f64 = 1.01;
 
 /// Relative slack per float64 operation on an interval end (two roundings).
 const STEP: f64 = 1.0 / 2_251_799_813_685_248.0; // 2^-51
-
-/// `a * b + c` in `f32`: fused where the caller runs with FMA (`FMA = true`).
-#[inline(always)]
-fn mul_add32<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
-    if FMA {
-        a.mul_add(b, c)
-    } else {
-        a * b + c
-    }
-}
 
 /// `exp(x)` in `f32` for `-87 <= x <= 0`, within [`EXP_ERROR`] relative.
 /// `x = n ln2 + r` with `n` the nearest integer to `x / ln2` (`-126 <= n <=

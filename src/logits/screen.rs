@@ -33,7 +33,7 @@ const SCREEN_SUM_ERROR: f64 = 1e-5;
 
 /// `a * b + c` in `f32`: fused where the caller runs with FMA (`FMA = true`).
 #[inline(always)]
-fn mul_add32<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+pub(super) fn mul_add32<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     if FMA {
         a.mul_add(b, c)
     } else {
