@@ -765,19 +765,9 @@ mod tests {
     use crate::rule::is_accepted;
     use crate::sample::{self, BufferWeights};
 
-    /// The largest relative error of `exp_certified` over f32 inputs in
-    /// `[-87, 0]`, every `stride`-th bit pattern (both variants).
     fn worst_exp_error(stride: usize) -> f64 {
-        let (low, high) = ((-0.0f32).to_bits(), (-87.0f32).to_bits());
-        let mut worst = 0.0f64;
-        for bits in (low..=high).step_by(stride).chain([high]) {
-            let x = f32::from_bits(bits);
-            let exact = f64::from(x).exp();
-            for e in [exp_certified::<false>(x), exp_certified::<true>(x)] {
-                worst = worst.max((f64::from(e) - exact).abs() / exact);
-            }
-        }
-        worst
+        let exp = |x| [exp_certified::<false>(x), exp_certified::<true>(x)];
+        crate::logits::screen::tests::worst_exp_error(exp, stride)
     }
 
     #[test]

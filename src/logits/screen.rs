@@ -358,19 +358,23 @@ pub(super) mod tests {
     use crate::logits::exact::{row_exp_sum, row_max};
     use ndarray::s;
 
-    /// The largest relative error of `exp_screen` over f32 inputs in
-    /// `[-87, 0]`, every `stride`-th bit pattern (both variants).
-    fn worst_screen_error(stride: usize) -> f64 {
+    /// The largest relative error of both variants of an f32 `exp` over
+    /// inputs in `[-87, 0]`, every `stride`-th bit pattern.
+    pub(crate) fn worst_exp_error(exp: impl Fn(f32) -> [f32; 2], stride: usize) -> f64 {
         let (low, high) = ((-0.0f32).to_bits(), (-87.0f32).to_bits());
         let mut worst = 0.0f64;
         for bits in (low..=high).step_by(stride).chain([high]) {
             let x = f32::from_bits(bits);
             let exact = f64::from(x).exp();
-            for e in [exp_screen::<false>(x), exp_screen::<true>(x)] {
+            for e in exp(x) {
                 worst = worst.max((f64::from(e) - exact).abs() / exact);
             }
         }
         worst
+    }
+
+    fn worst_screen_error(stride: usize) -> f64 {
+        worst_exp_error(|x| [exp_screen::<false>(x), exp_screen::<true>(x)], stride)
     }
 
     #[test]
