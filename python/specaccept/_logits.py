@@ -17,7 +17,19 @@ from ._uniforms import CounterLike, RngLike, draw_missing
 __all__ = ["verify_logits"]
 
 
+def _broadcast(scalar: np.ndarray, batch: int) -> np.ndarray:
+    """A 0-d array as a read-only ``[batch]`` view with stride 0 (``np.broadcast_to``
+    without its Python-level cost: this runs on every call, for three parameters)."""
+    view = np.ndarray((batch,), scalar.dtype, buffer=scalar, strides=(0,))
+    view.flags.writeable = False
+    return view
+
+
 def _per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
+    plain = type(value) is int and value.bit_length() <= 63
+    if plain or (type(value) is float and dtype is np.float64):
+        # The common case, a plain Python number: no conversion to inspect.
+        return _broadcast(np.array(value, dtype=dtype), batch)
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 63:
         # A Python int past int64: top-k that large keeps everything; a float
         # parameter that large has no float64 value.
@@ -36,7 +48,7 @@ def _per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
         array = np.minimum(array, np.iinfo(np.int64).max)
     array = array.astype(dtype, copy=False)
     # A scalar for every row: a stride-0 view, whatever B is.
-    return np.broadcast_to(array, (batch,)) if array.ndim == 0 else array
+    return _broadcast(np.ascontiguousarray(array), batch) if array.ndim == 0 else array
 
 
 def verify_logits(

@@ -23,7 +23,8 @@
 //!   sums `|x'| e` to bound these per block (no worst case over `|x'| <= 87`);
 //! - [`exp_certified`] itself: [`EXP_ERROR`] relative (analysis at the
 //!   function, measured over every float32 in `[-87, 0]` by a unit test);
-//! - the sums of `e` are float64 (their roundings are in [`EXACT_ERROR`]);
+//! - the sums of `e` are float64, after float32 pairs in the AVX2 kernel
+//!   ([`PAIR_ERROR`]; the float64 roundings are in [`EXACT_ERROR`]);
 //! - terms below `exp(-87)` are taken as `exp(-87)`: [`FLOOR`] each at most;
 //! - the exact pass's own error (float64 `exp` within an ulp, canonical sum):
 //!   [`EXACT_ERROR`] relative.
@@ -49,6 +50,11 @@ const EXP_ERROR: f64 = 3e-7;
 /// `|x' - x| <= ARG_ERROR * |x'|`: three float32 roundings (`l - m`, `1 / T`,
 /// the product), two float64 ones, and the second-order terms.
 const ARG_ERROR: f64 = 3.01 * U32;
+
+/// The sums of the terms may add them in float32 pairs first (the AVX2
+/// kernel: `(e0 + e1) + (e2 + e3)`): two roundings of each term, relative to
+/// the positive sum.
+const PAIR_ERROR: f64 = 2.0 * U32;
 
 /// The largest weight a clamped term (`x' < -87`) can have in the exact
 /// pass: `exp(-87 * (1 - ARG_ERROR))`, rounded up.
@@ -87,8 +93,10 @@ pub(super) fn exp_certified<const FMA: bool>(x: f32) -> f32 {
     let high = mul_add32::<FMA>(r, 1.0 / 120.0, 1.0 / 24.0);
     let high = mul_add32::<FMA>(r2, 1.0 / 720.0, high);
     let poly = mul_add32::<FMA>(r4, high, mul_add32::<FMA>(r2, low, r));
-    // The low bits of `shifted` hold n >= -126; (n + 127) << 23 is 2^n.
-    (1.0 + poly) * f32::from_bits(shifted.to_bits().wrapping_add(127) << 23)
+    // The low bits of `shifted` hold n >= -126; (n + 127) << 23 is 2^n, and
+    // 2^n (1 + poly) = 2^n poly + 2^n.
+    let scale = f32::from_bits(shifted.to_bits().wrapping_add(127) << 23);
+    mul_add32::<FMA>(poly, scale, scale)
 }
 
 /// A row's scaling: its max `m` (a logit, so an exact `f32`) and `1 / T` in
@@ -137,15 +145,24 @@ impl Blocks {
 }
 
 /// The weights of one row: per block, the float64 sum of `e` and the
-/// float32 sum of `|x'| e` (the bound's term, inflated for its roundings).
+/// float32 sum of `|x'| e` (the bound's term, inflated for its roundings);
+/// with `store`, every `e` too (for [`residual_stored`]).
 #[inline(always)]
-fn row_blocks<L: Prob, const FMA: bool>(values: &[L], scale: Scale, out: &mut Blocks) {
+fn row_blocks<L: Prob, const FMA: bool>(
+    values: &[L],
+    scale: Scale,
+    out: &mut Blocks,
+    mut store: Option<&mut [f32]>,
+) {
     out.sum.clear();
     out.bound.clear();
-    for block in values.chunks(SUM_BLOCK) {
+    for (j, block) in values.chunks(SUM_BLOCK).enumerate() {
         let (mut s, mut a) = (0.0f64, 0.0f32);
-        for &l in block {
+        for (i, &l) in block.iter().enumerate() {
             let (e, x) = term::<L, FMA>(l, scale);
+            if let Some(store) = store.as_deref_mut() {
+                store[j * SUM_BLOCK + i] = e;
+            }
             s += f64::from(e);
             a = mul_add32::<FMA>(x, e, a);
         }
@@ -157,9 +174,11 @@ impl Blocks {
     /// A block of a row: `s = sum e`, `a = sum |x'| e` (see the module docs).
     #[inline(always)]
     fn push_row_block(&mut self, s: f64, a: f64, len: usize) {
-        // The float64 sum's roundings are in EXACT_ERROR; those of the f32
-        // sum of `|x'| e` (a relative 2e-5 at most) in INFLATE.
-        let bound = INFLATE * ((EXP_ERROR + EXACT_ERROR) * s + ARG_ERROR * a) + FLOOR * len as f64;
+        // The float64 sum's roundings are in EXACT_ERROR, float32 pairs
+        // before it in PAIR_ERROR; those of the f32 sum of `|x'| e` (a
+        // relative 2e-5 at most) in INFLATE.
+        let relative = EXP_ERROR + PAIR_ERROR + EXACT_ERROR;
+        let bound = INFLATE * (relative * s + ARG_ERROR * a) + FLOOR * len as f64;
         self.sum.push(s);
         self.bound.push(bound);
     }
@@ -241,21 +260,24 @@ fn residual_blocks<P: Prob, Q: Prob, const FMA: bool>(
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-fn row_blocks_avx2<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks) {
-    row_blocks::<L, false>(values, scale, out);
+fn row_blocks_avx2<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, store: Store<'_>) {
+    row_blocks::<L, false>(values, scale, out, store);
 }
 
-fn row_blocks_dispatch<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks) {
+/// Where a row pass keeps its terms `e` (at least as long as the row), if anywhere.
+type Store<'a> = Option<&'a mut [f32]>;
+
+fn row_blocks_dispatch<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, store: Store<'_>) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {
         if std::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports AVX2, F16C and FMA, checked here.
-            return unsafe { x86::row_blocks(values, scale, out) };
+            return unsafe { x86::row_blocks(values, scale, out, store) };
         }
         // SAFETY: the CPU supports AVX2 and F16C, checked just above.
-        return unsafe { row_blocks_avx2(values, scale, out) };
+        return unsafe { row_blocks_avx2(values, scale, out, store) };
     }
-    row_blocks::<L, false>(values, scale, out);
+    row_blocks::<L, false>(values, scale, out, store);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -339,9 +361,10 @@ impl<'a, L: Prob> Row<'a, L> {
         exact_weight(self.values[i], f64::from(self.scale.max), self.inverse)
     }
 
-    /// `(W, E)`: the exact pass's `sum(w)` lies in `W +- E`.
-    fn total(&self, blocks: &mut Blocks) -> (f64, f64) {
-        row_blocks_dispatch(self.values, self.scale, blocks);
+    /// `(W, E)`: the exact pass's `sum(w)` lies in `W +- E`; the blocks in
+    /// `blocks`, the terms in `store` if given.
+    fn total(&self, blocks: &mut Blocks, store: Store<'_>) -> (f64, f64) {
+        row_blocks_dispatch(self.values, self.scale, blocks, store);
         blocks.total()
     }
 }
@@ -437,15 +460,33 @@ fn draw(blocks: &Blocks, len: usize, u: f64, weight: impl Fn(usize) -> Interval)
     None
 }
 
-/// Scratch space of the certified pass: per-block sums and bounds.
+/// Scratch space of the certified pass: the blocks of a target row, a draft
+/// row and a residual, and the terms of the two rows.
 #[derive(Default)]
 pub(super) struct CertifiedScratch {
-    blocks: Blocks,
+    target: Blocks,
+    draft: Blocks,
+    residual: Blocks,
+    target_terms: Vec<f32>,
+    draft_terms: Vec<f32>,
 }
 
 impl CertifiedScratch {
     pub(super) fn reserve(&mut self, vocab: usize) -> Result<(), CoreError> {
-        self.blocks.reserve(vocab)
+        self.target.reserve(vocab)?;
+        self.draft.reserve(vocab)?;
+        self.residual.reserve(vocab)?;
+        for (terms, arg) in [
+            (&mut self.target_terms, "target_logits"),
+            (&mut self.draft_terms, "draft_logits"),
+        ] {
+            // Kept at the largest length seen: written before they are read.
+            memory::reserve(terms, vocab, arg)?;
+            if terms.len() < vocab {
+                terms.resize(vocab, 0.0);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -459,8 +500,8 @@ pub(super) fn bonus<P: Prob>(
     scratch: &mut CertifiedScratch,
 ) -> Option<usize> {
     let row = Row::of(row, inverse)?;
-    row_blocks_dispatch(row.values, row.scale, &mut scratch.blocks);
-    draw(&scratch.blocks, row.values.len(), u, |i| {
+    row_blocks_dispatch(row.values, row.scale, &mut scratch.target, None);
+    draw(&scratch.target, row.values.len(), u, |i| {
         let w = row.weight(i);
         Interval(w, w)
     })
@@ -520,17 +561,26 @@ fn position_inner<P: Prob, Q: Prob>(
     (u, recovery_u): (f64, f64),
     scratch: &mut CertifiedScratch,
 ) -> Option<Certified> {
-    let blocks = &mut scratch.blocks;
+    let CertifiedScratch {
+        target: p_blocks,
+        draft: q_blocks,
+        residual,
+        target_terms,
+        draft_terms,
+    } = scratch;
     let p_row = Row::of(target, inverse)?;
-    let total_p = Interval::of_total(p_row.total(blocks))?;
+    let len = p_row.values.len();
+    // Room reserved for the row (`CertifiedScratch::reserve`).
+    let (target_terms, draft_terms) = (target_terms.get_mut(..len)?, draft_terms.get_mut(..len)?);
+    let total_p = Interval::of_total(p_row.total(p_blocks, Some(target_terms)))?;
     let p = Interval::quotient(p_row.weight(x), total_p);
     // The draft row, its total and q(x), read now unless a given q decides.
-    let read_draft = |blocks: &mut Blocks| -> Option<Option<(Row<'_, Q>, Interval, Interval)>> {
+    let mut read_draft = || -> Option<Option<(Row<'_, Q>, Interval, Interval)>> {
         let Some(row) = draft_row else {
             return Some(None);
         };
         let row = Row::of(row, inverse)?;
-        let total = Interval::of_total(row.total(blocks))?;
+        let total = Interval::of_total(row.total(q_blocks, Some(draft_terms)))?;
         let q = Interval::quotient(row.weight(x), total);
         Some(Some((row, total, q)))
     };
@@ -538,7 +588,7 @@ fn position_inner<P: Prob, Q: Prob>(
     let q = match given_q {
         Some(q) => Interval(q, q),
         None => {
-            draft = read_draft(blocks)?;
+            draft = read_draft()?;
             draft.as_ref().map_or(Interval(1.0, 1.0), |d| d.2)
         }
     };
@@ -546,7 +596,7 @@ fn position_inner<P: Prob, Q: Prob>(
         return Some(Certified::Accepted);
     }
     if let Some(given) = given_q {
-        draft = read_draft(blocks)?;
+        draft = read_draft()?;
         // Section 8.7's check on the row's own q(x): both ends pass (the
         // values that pass form an interval), else the exact pass decides.
         let Interval(low, high) = draft.as_ref()?.2;
@@ -556,13 +606,7 @@ fn position_inner<P: Prob, Q: Prob>(
             return None;
         }
     }
-    let np = normalised(p_row.scale, total_p);
-    let (q_values, nq) = match &draft {
-        Some((row, total, _)) => (Some(row.values), normalised(row.scale, *total)),
-        None => (None, normalised(p_row.scale, Interval(f64::MAX, f64::MAX))),
-    };
-    residual_blocks_dispatch(p_row.values, q_values, x, (np, nq), blocks);
-    let token = draw(blocks, p_row.values.len(), recovery_u, |i| {
+    let weight = |i: usize| {
         let p = Interval::quotient(p_row.weight(i), total_p);
         let q = match &draft {
             Some((row, total, _)) => Interval::quotient(row.weight(i), *total),
@@ -572,8 +616,132 @@ fn position_inner<P: Prob, Q: Prob>(
         // max(0, p - q) with the exact pass's rounding of the difference.
         let slack = STEP * (p.1 + q.1);
         Interval((p.0 - q.1 - slack).max(0.0), (p.1 - q.0 + slack).max(0.0))
-    })?;
+    };
+    // First from the kept terms, with bounds per block; where those leave the
+    // draw open, from the logits again, with bounds per element (tighter).
+    let p_side = Stored {
+        terms: target_terms,
+        blocks: p_blocks,
+        total: total_p,
+    };
+    let q_side = draft.as_ref().map(|(_, total, _)| Stored {
+        terms: draft_terms,
+        blocks: q_blocks,
+        total: *total,
+    });
+    residual_stored_dispatch(p_side, q_side, x, residual);
+    if let Some(token) = draw(residual, len, recovery_u, weight) {
+        return Some(Certified::Drawn(token));
+    }
+    let np = normalised(p_row.scale, total_p);
+    let (q_values, nq) = match &draft {
+        Some((row, total, _)) => (Some(row.values), normalised(row.scale, *total)),
+        None => (None, normalised(p_row.scale, Interval(f64::MAX, f64::MAX))),
+    };
+    residual_blocks_dispatch(p_row.values, q_values, x, (np, nq), residual);
+    let token = draw(residual, len, recovery_u, weight)?;
     Some(Certified::Drawn(token))
+}
+
+/// One row's side of a residual from its kept terms: the terms `e`, their
+/// blocks and the interval of the row's total.
+#[derive(Clone, Copy)]
+struct Stored<'a> {
+    terms: &'a [f32],
+    blocks: &'a Blocks,
+    total: Interval,
+}
+
+impl Stored<'_> {
+    /// `1 / W` in `f32` as the residual scales the terms by.
+    fn inv_total(&self) -> f32 {
+        (2.0 / (self.total.0 + self.total.1)) as f32
+    }
+
+    /// A bound on `sum_i |fl(e_i * inv_total) - w_i / W|` over block `j`, with
+    /// the rounding of the residual's difference: `|e_i - w_i|` sums to the
+    /// block's bound `E`; `inv_total` is within `delta = (high - low) / low`
+    /// and a rounding of `1 / W`, the product rounds once, the difference
+    /// once (relative to this side's term at most). With `S` the block's sum
+    /// of `e`: `(E + (S + E) (delta + 3u)) / low`.
+    fn block_bound(&self, j: usize) -> f64 {
+        let Interval(low, high) = self.total;
+        let (sum, bound) = (self.blocks.sum[j], self.blocks.bound[j]);
+        (bound + (sum + bound) * ((high - low) / low + 3.0 * U32)) / low
+    }
+}
+
+/// The residual `max(0, p - q)` per block from the terms the row passes kept
+/// (`q = None`: one-hot at `excluded`): no `exp` again, and bounds per block
+/// from the rows' own (see [`Stored::block_bound`]), looser than
+/// [`residual_blocks`]'s per element where `p` and `q` overlap.
+#[inline(always)]
+fn residual_stored(p: Stored<'_>, q: Option<Stored<'_>>, excluded: usize, out: &mut Blocks) {
+    out.sum.clear();
+    out.bound.clear();
+    let inv_p = p.inv_total();
+    let inv_q = q.map_or(0.0, |q| q.inv_total());
+    const LANES: usize = 8;
+    for (j, block_p) in p.terms.chunks(SUM_BLOCK).enumerate() {
+        let start = j * SUM_BLOCK;
+        let mut lanes = [0.0f64; LANES];
+        match q {
+            Some(q) => {
+                let block_q = &q.terms[start..start + block_p.len()];
+                let (groups_p, tail_p) = block_p.as_chunks::<LANES>();
+                let (groups_q, tail_q) = block_q.as_chunks::<LANES>();
+                for (a, b) in groups_p.iter().zip(groups_q) {
+                    for k in 0..LANES {
+                        let d = a[k] * inv_p - b[k] * inv_q;
+                        lanes[k] += f64::from(if d > 0.0 { d } else { 0.0 });
+                    }
+                }
+                for (k, (a, b)) in tail_p.iter().zip(tail_q).enumerate() {
+                    let d = a * inv_p - b * inv_q;
+                    lanes[k] += f64::from(if d > 0.0 { d } else { 0.0 });
+                }
+            }
+            None => {
+                let (groups, tail) = block_p.as_chunks::<LANES>();
+                for a in groups {
+                    for k in 0..LANES {
+                        lanes[k] += f64::from(a[k] * inv_p);
+                    }
+                }
+                for (k, a) in tail.iter().enumerate() {
+                    lanes[k] += f64::from(a * inv_p);
+                }
+            }
+        }
+        let mut s: f64 = lanes.iter().sum();
+        if q.is_none() && (start..start + block_p.len()).contains(&excluded) {
+            // The drafted token's entry is 0 in the one-hot residual.
+            s = (s - f64::from(p.terms[excluded] * inv_p)).max(0.0);
+        }
+        let bound = p.block_bound(j) + q.map_or(0.0, |q| q.block_bound(j));
+        out.sum.push(s);
+        out.bound.push(INFLATE * (bound + EXACT_ERROR * s));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn residual_stored_avx2(p: Stored<'_>, q: Option<Stored<'_>>, excluded: usize, out: &mut Blocks) {
+    residual_stored(p, q, excluded, out);
+}
+
+fn residual_stored_dispatch(
+    p: Stored<'_>,
+    q: Option<Stored<'_>>,
+    excluded: usize,
+    out: &mut Blocks,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        return unsafe { residual_stored_avx2(p, q, excluded, out) };
+    }
+    residual_stored(p, q, excluded, out);
 }
 
 /// The passes in AVX2 and FMA registers, eight terms at a time: the same
@@ -583,11 +751,14 @@ fn position_inner<P: Prob, Q: Prob>(
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{residual_term, side, term, Blocks, Normalised, Pair, Scale, ARG_ERROR, FLOOR};
+    use super::{
+        residual_term, side, term, Blocks, Normalised, Pair, Scale, Store, ARG_ERROR, FLOOR,
+    };
     use crate::sample::SUM_BLOCK;
     use crate::view::Prob;
 
-    /// `(e, |x'|)` of eight logits (see [`super::term`]).
+    /// `(e, x')` of eight logits (see [`super::term`]; `x' <= 0`, so `|x'|`
+    /// is `-x'`: the callers subtract its products).
     #[inline]
     #[target_feature(enable = "avx2,f16c,fma")]
     unsafe fn term8<L: Prob>(ptr: *const L, max: __m256, inverse: __m256) -> (__m256, __m256) {
@@ -611,11 +782,9 @@ mod x86 {
             _mm256_castps_si256(shifted),
             _mm256_set1_epi32(127),
         ));
-        let e = _mm256_mul_ps(
-            _mm256_add_ps(_mm256_set1_ps(1.0), poly),
-            _mm256_castsi256_ps(two_n),
-        );
-        (e, _mm256_sub_ps(_mm256_setzero_ps(), x))
+        let two_n = _mm256_castsi256_ps(two_n);
+        let e = _mm256_fmadd_ps(poly, two_n, two_n);
+        (e, x)
     }
 
     /// `acc += v` in float64, eight `f32` lanes into two `f64x4`.
@@ -647,37 +816,74 @@ mod x86 {
     /// # Safety
     /// The CPU has AVX2, F16C and FMA.
     #[target_feature(enable = "avx2,f16c,fma")]
-    pub(super) unsafe fn row_blocks<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks) {
+    pub(super) unsafe fn row_blocks<L: Prob>(
+        values: &[L],
+        scale: Scale,
+        out: &mut Blocks,
+        store: Store<'_>,
+    ) {
         out.sum.clear();
         out.bound.clear();
         let max = _mm256_set1_ps(scale.max);
         let inverse = _mm256_set1_ps(scale.inverse);
-        for block in values.chunks(SUM_BLOCK) {
-            // Two sets of accumulators: independent chains of adds.
-            let (mut sum0, mut sum1) = (
-                (_mm256_setzero_pd(), _mm256_setzero_pd()),
-                (_mm256_setzero_pd(), _mm256_setzero_pd()),
-            );
-            let (mut arg0, mut arg1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-            let (pairs, rest) = block.as_chunks::<16>();
-            for pair in pairs {
-                let (e0, x0) = term8(pair.as_ptr(), max, inverse);
-                let (e1, x1) = term8(pair.as_ptr().add(8), max, inverse);
-                add_f64(&mut sum0, e0);
-                add_f64(&mut sum1, e1);
-                arg0 = _mm256_fmadd_ps(x0, e0, arg0);
-                arg1 = _mm256_fmadd_ps(x1, e1, arg1);
+        let dst = match store {
+            Some(store) => {
+                assert!(store.len() >= values.len());
+                store.as_mut_ptr()
+            }
+            None => std::ptr::null_mut(),
+        };
+        for (j, block) in values.chunks(SUM_BLOCK).enumerate() {
+            let dst = if dst.is_null() {
+                dst
+            } else {
+                dst.add(j * SUM_BLOCK)
+            };
+            // Four vectors a step: their terms summed in float32 as two pairs
+            // (two roundings per term: PAIR_ERROR), then in float64; one
+            // accumulator each, so nothing spills to the stack.
+            let mut sum = (_mm256_setzero_pd(), _mm256_setzero_pd());
+            let mut arg = _mm256_setzero_ps();
+            let (quads, rest) = block.as_chunks::<32>();
+            for (k, quad) in quads.iter().enumerate() {
+                let p = quad.as_ptr();
+                let (e0, x0) = term8(p, max, inverse);
+                let (e1, x1) = term8(p.add(8), max, inverse);
+                let (e2, x2) = term8(p.add(16), max, inverse);
+                let (e3, x3) = term8(p.add(24), max, inverse);
+                if !dst.is_null() {
+                    let d = dst.add(32 * k);
+                    _mm256_storeu_ps(d, e0);
+                    _mm256_storeu_ps(d.add(8), e1);
+                    _mm256_storeu_ps(d.add(16), e2);
+                    _mm256_storeu_ps(d.add(24), e3);
+                }
+                let pairs = _mm256_add_ps(_mm256_add_ps(e0, e1), _mm256_add_ps(e2, e3));
+                add_f64(&mut sum, pairs);
+                // sum |x'| e = -sum x' e.
+                let a01 = _mm256_fmadd_ps(x1, e1, _mm256_mul_ps(x0, e0));
+                let a23 = _mm256_fmadd_ps(x3, e3, _mm256_mul_ps(x2, e2));
+                arg = _mm256_sub_ps(arg, _mm256_add_ps(a01, a23));
             }
             let (groups, tail) = rest.as_chunks::<8>();
+            let mut i = 32 * quads.len();
             for group in groups {
                 let (e, x) = term8(group.as_ptr(), max, inverse);
-                add_f64(&mut sum0, e);
-                arg0 = _mm256_fmadd_ps(x, e, arg0);
+                if !dst.is_null() {
+                    _mm256_storeu_ps(dst.add(i), e);
+                }
+                i += 8;
+                add_f64(&mut sum, e);
+                arg = _mm256_fnmadd_ps(x, e, arg);
             }
-            let mut s = total_f64(sum0) + total_f64(sum1);
-            let mut a = total_f32(_mm256_add_ps(arg0, arg1));
+            let mut s = total_f64(sum);
+            let mut a = total_f32(arg);
             for &l in tail {
                 let (e, x) = term::<L, true>(l, scale);
+                if !dst.is_null() {
+                    *dst.add(i) = e;
+                }
+                i += 1;
                 s += f64::from(e);
                 a += f64::from(x * e);
             }
@@ -696,7 +902,8 @@ mod x86 {
         );
         (
             _mm256_mul_ps(e, _mm256_set1_ps(n.inv_total)),
-            _mm256_fmadd_ps(
+            // relative + ARG_ERROR |x'|
+            _mm256_fnmadd_ps(
                 _mm256_set1_ps(ARG_ERROR as f32),
                 x,
                 _mm256_set1_ps(n.relative),
@@ -804,7 +1011,17 @@ mod tests {
     fn check_blocks(values: &[f32], inverse: f64) -> f64 {
         let row = Row::of(ArrayView1::from(values), inverse).expect("a valid f32 row");
         let mut blocks = Blocks::default();
-        let (total, error) = row.total(&mut blocks);
+        let mut terms = vec![f32::NAN; values.len()];
+        let (total, error) = row.total(&mut blocks, Some(&mut terms));
+        // The kept terms are the pass's own, each in its place.
+        for (i, (&l, &e)) in values.iter().zip(&terms).enumerate() {
+            let fma = term::<f32, true>(l, row.scale).0;
+            let plain = term::<f32, false>(l, row.scale).0;
+            assert!(
+                e == fma || e == plain,
+                "term {i}: {e} is neither {fma} nor {plain}"
+            );
+        }
         let (_, exact, exact_total) = exact_blocks(values, inverse);
         let mut tightest = 0.0f64;
         for (j, &s) in exact.iter().enumerate() {
@@ -860,25 +1077,32 @@ mod tests {
         // Random rows average the errors out; a row whose terms all sit at
         // the worst argument adds them up. The bound must hold there, and be
         // tight enough that a missing term of the budget would show.
-        let error = |l: f32, inverse: f64| {
+        for inverse in [1.0, 1.25, 0.7] {
+            let tightest = check_blocks(&same_sign_row(inverse), inverse);
+            assert!(tightest > 0.05, "bound 1/{} too loose", 1.0 / tightest);
+        }
+    }
+
+    /// A row of 4096 logits: one 0 (the max) and the others all at the
+    /// argument in `[-60, 0]` (coarsely searched) where the `exp` of the
+    /// certified pass errs most, so the errors of a block add up.
+    fn same_sign_row(inverse: f64) -> Vec<f32> {
+        let error = |l: f32| {
             let pair = [0.0f32, l];
             let row = Row::of(ArrayView1::from(&pair[..]), inverse).unwrap();
             let exact = row.weight(1);
             let (e, _) = term::<f32, false>(l, row.scale);
             (f64::from(e) - exact).abs() / exact
         };
-        for inverse in [1.0, 1.25, 0.7] {
-            let (low, high) = ((-0.0f32).to_bits(), (-60.0f32).to_bits());
-            let worst = (low..=high)
-                .step_by(10_007)
-                .map(f32::from_bits)
-                .max_by(|&a, &b| error(a, inverse).total_cmp(&error(b, inverse)))
-                .unwrap();
-            let mut row = vec![worst; 4096];
-            row[4095] = 0.0;
-            let tightest = check_blocks(&row, inverse);
-            assert!(tightest > 0.05, "bound 1/{} too loose", 1.0 / tightest);
-        }
+        let (low, high) = ((-0.0f32).to_bits(), (-60.0f32).to_bits());
+        let worst = (low..=high)
+            .step_by(10_007)
+            .map(f32::from_bits)
+            .max_by(|&a, &b| error(a).total_cmp(&error(b)))
+            .unwrap();
+        let mut row = vec![worst; 4096];
+        row[4095] = 0.0;
+        row
     }
 
     /// The exact pass's draw from a row's float64 weights (from `exact_blocks`).
@@ -986,6 +1210,7 @@ mod tests {
     #[test]
     fn positions_decide_and_draw_as_the_exact_pass() {
         let mut scratch = CertifiedScratch::default();
+        scratch.reserve(20_000).unwrap();
         let (mut decided, mut drawn, mut tried) = (0, 0, 0);
         for seed in 0..4u64 {
             for (len, scale) in [(9, 2.0f32), (700, 6.0), (20_000, 12.0)] {
@@ -1029,5 +1254,90 @@ mod tests {
         }
         assert!(decided > tried * 95 / 100, "{decided} of {tried}");
         assert!(drawn > tried / 4, "{drawn} draws of {tried}");
+    }
+
+    #[test]
+    fn residual_blocks_from_kept_terms_bound_the_exact_ones() {
+        let inverse = 0.8f64.recip();
+        let (mut widest, mut tightest) = (0.0f64, 0.0f64);
+        let mut cases: Vec<(Vec<f32>, f64)> = Vec::new();
+        for seed in 0..3u64 {
+            for (len, scale) in [(9, 2.0f32), (700, 6.0), (20_000, 12.0)] {
+                cases.push((rows(seed, len, scale, 0.0), inverse));
+            }
+        }
+        // Rows whose errors add up: a missing part of the bound shows there.
+        let adversarial = cases.len();
+        for inverse in [1.0, 1.25, 0.7] {
+            cases.push((same_sign_row(inverse), inverse));
+        }
+        for (case, (p, inverse)) in cases.into_iter().enumerate() {
+            {
+                let (len, seed) = (p.len(), case as u64);
+                let scale = 6.0f32;
+                let near: Vec<f32> = p
+                    .iter()
+                    .zip(rows(seed + 50, len, 1.0, 0.0))
+                    .map(|(a, b)| a + b)
+                    .collect();
+                let far = rows(seed + 99, len, scale, 0.0);
+                let (wp, _, total_p) = exact_blocks(&p, inverse);
+                let mut p_blocks = Blocks::default();
+                let mut p_terms = vec![0.0f32; len];
+                let p_row = Row::of(ArrayView1::from(&p[..]), inverse).unwrap();
+                let p_total = Interval::of_total(p_row.total(&mut p_blocks, Some(&mut p_terms)));
+                let p_side = Stored {
+                    terms: &p_terms,
+                    blocks: &p_blocks,
+                    total: p_total.unwrap(),
+                };
+                for q in [Some(&near[..]), Some(&far[..]), None] {
+                    let x = len / 3;
+                    let mut q_blocks = Blocks::default();
+                    let mut q_terms = vec![0.0f32; len];
+                    let (q_side, exact_q) = match q {
+                        Some(q) => {
+                            let row = Row::of(ArrayView1::from(q), inverse).unwrap();
+                            let total = row.total(&mut q_blocks, Some(&mut q_terms));
+                            let (wq, _, total_q) = exact_blocks(q, inverse);
+                            let side = Stored {
+                                terms: &q_terms,
+                                blocks: &q_blocks,
+                                total: Interval::of_total(total).unwrap(),
+                            };
+                            (Some(side), Some((wq, total_q)))
+                        }
+                        None => (None, None),
+                    };
+                    let mut exact = Vec::new();
+                    let pair = exact_q.as_ref().map(|(w, total)| (&w[..], *total));
+                    residual_of(&wp, total_p, pair, x, &mut exact);
+                    let mut found = Blocks::default();
+                    residual_stored_dispatch(p_side, q_side, x, &mut found);
+                    let mut portable = Blocks::default();
+                    residual_stored(p_side, q_side, x, &mut portable);
+                    assert_eq!(found.sum, portable.sum);
+                    for (j, block) in exact.chunks(SUM_BLOCK).enumerate() {
+                        let s: f64 = block.iter().sum();
+                        let miss = (s - found.sum[j]).abs();
+                        assert!(
+                            miss <= found.bound[j],
+                            "block {j}: exact {s} outside {} +- {}",
+                            found.sum[j],
+                            found.bound[j]
+                        );
+                        if case < adversarial {
+                            widest = widest.max(found.bound[j] / s.max(1e-300));
+                        } else if q.is_none() {
+                            tightest = tightest.max(miss / found.bound[j]);
+                        }
+                    }
+                }
+            }
+        }
+        // Per block, not per element, but still tight: a draw at V = 128256
+        // is decided from it most of the time.
+        assert!(widest < 1e-4, "relative bound {widest}");
+        assert!(tightest > 0.05, "bound 1/{} too loose", 1.0 / tightest);
     }
 }
