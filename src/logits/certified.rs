@@ -34,7 +34,7 @@
 use ndarray::ArrayView1;
 
 use super::exact::exact_weight;
-use super::screen::{max_chunk_f32, mul_add32};
+use super::screen::{self, max_chunk_f32, mul_add32};
 use crate::error::CoreError;
 use crate::memory;
 use crate::sample::SUM_BLOCK;
@@ -154,8 +154,6 @@ fn row_blocks<L: Prob, const FMA: bool>(
     out: &mut Blocks,
     mut store: Option<&mut [f32]>,
 ) {
-    out.sum.clear();
-    out.bound.clear();
     for (j, block) in values.chunks(SUM_BLOCK).enumerate() {
         let (mut s, mut a) = (0.0f64, 0.0f32);
         for (i, &l) in block.iter().enumerate() {
@@ -264,7 +262,7 @@ fn row_blocks_avx2<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, store:
     row_blocks::<L, false>(values, scale, out, store);
 }
 
-/// Where a row pass keeps its terms `e` (at least as long as the row), if anywhere.
+/// Where a row pass keeps its terms `e` (as long as the row), if anywhere.
 type Store<'a> = Option<&'a mut [f32]>;
 
 fn row_blocks_dispatch<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, store: Store<'_>) {
@@ -364,8 +362,72 @@ impl<'a, L: Prob> Row<'a, L> {
     /// `(W, E)`: the exact pass's `sum(w)` lies in `W +- E`; the blocks in
     /// `blocks`, the terms in `store` if given.
     fn total(&self, blocks: &mut Blocks, store: Store<'_>) -> (f64, f64) {
+        blocks.clear();
         row_blocks_dispatch(self.values, self.scale, blocks, store);
         blocks.total()
+    }
+
+    /// The pass of a draft row, [`STOP_CHUNK`] logits a step, ending after
+    /// any step where the blocks read prove the position accepted: `q(x) =
+    /// w_x / W` and `W` is at least the sum of any of its blocks, so `w_x`
+    /// over the low end of the blocks read bounds `q(x)` from above.
+    /// `None` where the bounds fail.
+    fn pass_until_accepted(
+        &self,
+        blocks: &mut Blocks,
+        store: &mut [f32],
+        stop: Stop,
+    ) -> Option<Pass> {
+        blocks.clear();
+        let len = self.values.len();
+        // The low end of the running total of the blocks read, as in
+        // `Blocks::total`.
+        let mut low = 0.0f64;
+        for (c, chunk) in self.values.chunks(STOP_CHUNK).enumerate() {
+            let start = c * STOP_CHUNK;
+            let terms = &mut store[start..start + chunk.len()];
+            let read = blocks.sum.len();
+            row_blocks_dispatch(chunk, self.scale, blocks, Some(terms));
+            for (&s, &e) in blocks.sum[read..].iter().zip(&blocks.bound[read..]) {
+                low = (low + (s - e).max(0.0)) * (1.0 - STEP);
+            }
+            // The canonical total adds the other blocks too: its roundings
+            // stay below 1e-9 of it for any row that fits in memory.
+            if start + chunk.len() < len && low > 0.0 {
+                let q = Interval(0.0, stop.w_x / (low * (1.0 - 1e-9)) * (1.0 + STEP));
+                if decide(stop.p, q, stop.u) == Some(true) {
+                    return Some(Pass::Accepted);
+                }
+            }
+        }
+        Interval::of_total(blocks.total()).map(Pass::Total)
+    }
+}
+
+/// Logits per step of [`Row::pass_until_accepted`]: eight blocks.
+const STOP_CHUNK: usize = 8 * SUM_BLOCK;
+
+/// When a draft row's pass may stop: `w_x` (the exact pass's weight of the
+/// drafted token), the target's `p(x)` and the uniform.
+#[derive(Clone, Copy)]
+struct Stop {
+    w_x: f64,
+    p: Interval,
+    u: f64,
+}
+
+/// What [`Row::pass_until_accepted`] found.
+enum Pass {
+    /// The whole row: the interval of its total.
+    Total(Interval),
+    /// Stopped: the blocks read prove the position accepted.
+    Accepted,
+}
+
+impl Blocks {
+    fn clear(&mut self) {
+        self.sum.clear();
+        self.bound.clear();
     }
 }
 
@@ -500,7 +562,7 @@ pub(super) fn bonus<P: Prob>(
     scratch: &mut CertifiedScratch,
 ) -> Option<usize> {
     let row = Row::of(row, inverse)?;
-    row_blocks_dispatch(row.values, row.scale, &mut scratch.target, None);
+    row.total(&mut scratch.target, None);
     draw(&scratch.target, row.values.len(), u, |i| {
         let w = row.weight(i);
         Interval(w, w)
@@ -568,35 +630,58 @@ fn position_inner<P: Prob, Q: Prob>(
         target_terms,
         draft_terms,
     } = scratch;
-    let p_row = Row::of(target, inverse)?;
-    let len = p_row.values.len();
-    // Room reserved for the row (`CertifiedScratch::reserve`).
+    // Room reserved for the rows (`CertifiedScratch::reserve`).
+    let len = target.len();
     let (target_terms, draft_terms) = (target_terms.get_mut(..len)?, draft_terms.get_mut(..len)?);
-    let total_p = Interval::of_total(p_row.total(p_blocks, Some(target_terms)))?;
-    let p = Interval::quotient(p_row.weight(x), total_p);
-    // The draft row, its total and q(x), read now unless a given q decides.
-    let mut read_draft = || -> Option<Option<(Row<'_, Q>, Interval, Interval)>> {
-        let Some(row) = draft_row else {
-            return Some(None);
-        };
-        let row = Row::of(row, inverse)?;
-        let total = Interval::of_total(row.total(q_blocks, Some(draft_terms)))?;
-        let q = Interval::quotient(row.weight(x), total);
-        Some(Some((row, total, q)))
-    };
+    // The screen of the target row: p(x) within about 2e-4, at about two
+    // thirds of the cost of the certified pass; most accepted positions need
+    // no more of it.
+    let (low, high) = screen::target_probability(target, x, inverse)?;
+    let screened_p = Interval(low, high);
+    let proves_accepted = |q: Interval| decide(screened_p, q, u) == Some(true);
+    // The draft row: its first chunk, then the whole row (its terms kept),
+    // stopping once the blocks read prove the position accepted.
     let mut draft = None;
-    let q = match given_q {
-        Some(q) => Interval(q, q),
-        None => {
-            draft = read_draft()?;
-            draft.as_ref().map_or(Interval(1.0, 1.0), |d| d.2)
+    let q = match (given_q, draft_row) {
+        (Some(q), _) => Interval(q, q),
+        (None, None) => Interval(1.0, 1.0), // one-hot drafts
+        (None, Some(row)) => {
+            let prefix = screen::draft_prefix_bound(row, x, inverse);
+            if prefix.is_some_and(|q_high| proves_accepted(Interval(0.0, q_high))) {
+                return Some(Certified::Accepted);
+            }
+            let row = Row::of(row, inverse)?;
+            let stop = Stop {
+                w_x: row.weight(x),
+                p: screened_p,
+                u,
+            };
+            let total = match row.pass_until_accepted(q_blocks, draft_terms, stop)? {
+                Pass::Accepted => return Some(Certified::Accepted),
+                Pass::Total(total) => total,
+            };
+            let q = Interval::quotient(row.weight(x), total);
+            draft = Some((row, total, q));
+            q
         }
     };
+    if proves_accepted(q) {
+        return Some(Certified::Accepted);
+    }
+    // The certified pass of the target row (its terms kept): p(x) within
+    // about 1e-6.
+    let p_row = Row::of(target, inverse)?;
+    let total_p = Interval::of_total(p_row.total(p_blocks, Some(target_terms)))?;
+    let p = Interval::quotient(p_row.weight(x), total_p);
     if decide(p, q, u)? {
         return Some(Certified::Accepted);
     }
     if let Some(given) = given_q {
-        draft = read_draft()?;
+        // Read only now: a rejected position needs the row for the residual.
+        let row = Row::of(draft_row?, inverse)?;
+        let total = Interval::of_total(row.total(q_blocks, Some(draft_terms)))?;
+        let q = Interval::quotient(row.weight(x), total);
+        draft = Some((row, total, q));
         // Section 8.7's check on the row's own q(x): both ends pass (the
         // values that pass form an interval), else the exact pass decides.
         let Interval(low, high) = draft.as_ref()?.2;
@@ -822,8 +907,6 @@ mod x86 {
         out: &mut Blocks,
         store: Store<'_>,
     ) {
-        out.sum.clear();
-        out.bound.clear();
         let max = _mm256_set1_ps(scale.max);
         let inverse = _mm256_set1_ps(scale.inverse);
         let dst = match store {

@@ -39,7 +39,6 @@ pub use exact::exact_pass;
 use exact::{row_exp_sum, row_max};
 use filters::{kth_largest, kth_largest_block_max, top_p_floor, top_p_threshold};
 pub use screen::screen_pass;
-use screen::{screened_accept, Draft, Screening};
 use sparse::{top_k_probability, SparseScratch};
 
 use crate::block;
@@ -554,21 +553,8 @@ fn verify_row<P: Prob, Q: Prob>(
                 Some(q) => Some(check_gathered(q.get(b, t), "draft_token_probs", &[b, t])?),
                 None => None,
             };
-            let draft_side = match (given_q, draft_row) {
-                (Some(q), _) => Draft::Value(q),
-                (None, Some(row)) => Draft::Row(row),
-                (None, None) => Draft::OneHot,
-            };
-            let mut screening = if screenable {
-                screened_accept(target_row(t), draft_side, x, inverse, uniforms.get(b, t))
-            } else {
-                Screening::default()
-            };
-            if screening.accepted {
-                continue;
-            }
-            // Not proven accepted: the certified pass decides most of the
-            // rest, and draws the residual, without the float64 rows.
+            // Without filters, the screen and the certified pass decide most
+            // positions, and draw the residual, without the float64 rows.
             if screenable {
                 let uniforms = (uniforms.get(b, t), recovery_u);
                 let found = certified::position(
@@ -589,20 +575,23 @@ fn verify_row<P: Prob, Q: Prob>(
                     Certified::Undecided => {}
                 }
             }
+            // The rows' maxima, where a look below found them, for the
+            // dense path.
+            let (mut target_max, mut draft_max) = (None, None);
             // Top-k on: p(x) and q(x) from a few candidates, exactly; the
             // dense path only where they reject or do not apply.
             if params.top_k > 0 {
                 // p = 0 rejects whatever q is: then no need to look. The
                 // rows' maxima serve the dense path if it runs.
                 let look = top_k_probability(target_row(t), params, x, sparse);
-                screening.target_max = look.max;
+                target_max = look.max;
                 let p = look.probability.filter(|&p| p > 0.0);
                 let q = match (p, draft_row) {
                     (None, _) => None,
                     (Some(_), _) if given_q.is_some() => given_q,
                     (Some(_), Some(row)) => {
                         let look = top_k_probability(row, params, x, sparse);
-                        screening.draft_max = look.max;
+                        draft_max = look.max;
                         look.probability
                     }
                     (Some(_), None) => Some(1.0),
@@ -619,7 +608,7 @@ fn verify_row<P: Prob, Q: Prob>(
                     arg: "target_logits",
                     b,
                     t,
-                    max: screening.target_max,
+                    max: target_max,
                 },
                 params,
                 wp,
@@ -639,7 +628,7 @@ fn verify_row<P: Prob, Q: Prob>(
                             arg: "draft_logits",
                             b,
                             t,
-                            max: screening.draft_max,
+                            max: draft_max,
                         },
                         params,
                         wq,

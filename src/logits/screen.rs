@@ -124,42 +124,13 @@ struct Screened {
     bound: f64,
 }
 
-/// When the screen of a draft row may stop early: at drafted logit `l_x`,
-/// once the rows read so far prove the position accepted against the
-/// target's `p_low` with uniform `u` (see [`screened_accept`]).
-#[derive(Clone, Copy)]
-struct Stop {
-    l_x: f64,
-    p_low: f64,
-    u: f64,
-}
-
-/// What [`screen_row`] found.
-enum Scan {
-    /// The whole row: its screened normaliser.
-    Row(Screened),
-    /// Stopped early: a part of the row already proves the position accepted.
-    Accepted,
-}
-
 /// One pass over a row of f16/f32 logits: validity, max and the screened
 /// sum, with the max found chunk by chunk and the sums rescaled when it
 /// grows (online softmax), so the row is read once. `None` for a row the
 /// exact pass must see (an invalid or all `-inf` row: it names the error).
-///
-/// With `stop` (a draft row), the pass ends after any chunk where the terms
-/// read so far prove the position accepted: `q(x) = exp((l_x - m) / T) /
-/// sum_i exp((l_i - m) / T)` for any `m`, and the sum over the chunks read is
-/// a lower bound of the whole sum, so `q(x)` is at most the ratio with the
-/// partial sum (its certified lower end).
 #[inline(always)]
-fn screen_row<L: Prob, const FMA: bool>(
-    values: &[L],
-    inverse: f64,
-    stop: Option<Stop>,
-) -> Option<Scan> {
+fn screen_row<L: Prob, const FMA: bool>(values: &[L], inverse: f64) -> Option<Screened> {
     let (mut max, mut sum) = (f64::NEG_INFINITY, 0.0f64);
-    let mut read = 0usize;
     for chunk in values.chunks(SCREEN_CHUNK) {
         let (ok, chunk_max) = max_chunk_f32(chunk);
         if !ok {
@@ -176,23 +147,12 @@ fn screen_row<L: Prob, const FMA: bool>(
             // `max` is a logit, so an exact f32.
             sum += screen_chunk::<L, FMA>(chunk, max as f32, inverse as f32);
         }
-        read += chunk.len();
-        if let Some(stop) = stop {
-            if read < values.len() && max > f64::NEG_INFINITY && stop.l_x <= max {
-                let low_sum = sum - screen_bound(sum, read);
-                // exp in f64 and the exact pass's own error: far below 1e-8.
-                let q_high = ((stop.l_x - max) * inverse).exp() * (1.0 + 1e-8) / low_sum;
-                if low_sum > 0.0 && proves_accepted(stop.p_low, q_high, stop.u) {
-                    return Some(Scan::Accepted);
-                }
-            }
-        }
     }
     if max == f64::NEG_INFINITY {
         return None;
     }
     let bound = screen_bound(sum, values.len());
-    Some(Scan::Row(Screened { max, sum, bound }))
+    Some(Screened { max, sum, bound })
 }
 
 /// The certified error of a screened sum `sum` of `len` terms.
@@ -201,33 +161,28 @@ fn screen_bound(sum: f64, len: usize) -> f64 {
     relative * sum + 1e-37 * len as f64
 }
 
-/// [`crate::rule::is_accepted`] holds for every `p >= p_low`, `q <= q_high`.
-fn proves_accepted(p_low: f64, q_high: f64, u: f64) -> bool {
-    q_high <= p_low || u < p_low / q_high * (1.0 - 1e-15)
-}
-
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c")]
-fn screen_row_avx2<L: Prob>(values: &[L], inverse: f64, stop: Option<Stop>) -> Option<Scan> {
-    screen_row::<L, false>(values, inverse, stop)
+fn screen_row_avx2<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
+    screen_row::<L, false>(values, inverse)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,f16c,fma")]
-fn screen_row_fma<L: Prob>(values: &[L], inverse: f64, stop: Option<Stop>) -> Option<Scan> {
-    screen_row::<L, true>(values, inverse, stop)
+fn screen_row_fma<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
+    screen_row::<L, true>(values, inverse)
 }
 
 /// The screen of a contiguous f16/f32 row, `None` where it does not apply.
-fn screen(row: ArrayView1<'_, impl Prob>, inverse: f64, stop: Option<Stop>) -> Option<Scan> {
+fn screen(values: &[impl Prob], inverse: f64) -> Option<Screened> {
     // 1 / T must be a normal f32, far from overflow, for the error budget.
     if !(1e-30..=1e30).contains(&inverse) {
         return None;
     }
-    screen_values(row.as_slice()?, inverse, stop)
+    screen_values(values, inverse)
 }
 
-fn screen_values<L: Prob>(values: &[L], inverse: f64, stop: Option<Stop>) -> Option<Scan> {
+fn screen_values<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
     if !L::EXACT_IN_F32 {
         return None;
     }
@@ -235,20 +190,12 @@ fn screen_values<L: Prob>(values: &[L], inverse: f64, stop: Option<Stop>) -> Opt
     if crate::simd::has_avx2() {
         if std::is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports AVX2, F16C and FMA, checked here.
-            return unsafe { screen_row_fma(values, inverse, stop) };
+            return unsafe { screen_row_fma(values, inverse) };
         }
         // SAFETY: the CPU supports AVX2 and F16C, checked just above.
-        return unsafe { screen_row_avx2(values, inverse, stop) };
+        return unsafe { screen_row_avx2(values, inverse) };
     }
-    screen_row::<L, false>(values, inverse, stop)
-}
-
-/// The screen of a whole row (no early stop).
-fn screen_whole(row: ArrayView1<'_, impl Prob>, inverse: f64) -> Option<Screened> {
-    match screen(row, inverse, None)? {
-        Scan::Row(screened) => Some(screened),
-        Scan::Accepted => None, // not without a stop
-    }
+    screen_row::<L, false>(values, inverse)
 }
 
 /// `p = w_x / sum` as the exact pass computes it lies in `(low, high)`.
@@ -264,78 +211,42 @@ fn probability_bounds(w_x: f64, screened: Screened) -> Option<(f64, f64)> {
     ))
 }
 
-/// What the screen found at one position: whether it proves the draft
-/// accepted, and the maxima of the rows it read (for the exact pass).
-#[derive(Default)]
-pub(super) struct Screening {
-    pub(super) accepted: bool,
-    pub(super) target_max: Option<f64>,
-    pub(super) draft_max: Option<f64>,
-}
-
-/// Whether the screen proves position `t` accepted: [`crate::rule::is_accepted`] on the
-/// exact pass's `p` and `q` would return true. `accepted == false` means
-/// "run the exact pass", never "rejected".
-/// The draft side of a position: its logits row, the drafter's own `q(x)`,
-/// or a one-hot draft (`q(x) = 1`).
-#[derive(Clone, Copy)]
-pub(super) enum Draft<'a, Q> {
-    Row(ArrayView1<'a, Q>),
-    Value(f64),
-    OneHot,
-}
-
-pub(super) fn screened_accept<P: Prob, Q: Prob>(
-    target: ArrayView1<'_, P>,
-    draft: Draft<'_, Q>,
+/// `p(x)` of a target row as the screen bounds it: the exact pass's `p(x) =
+/// w_x / sum(w)` lies in the interval, within about `2e-4` relative. `None`
+/// where the screen does not apply (see [`screen`]) or cannot bound it.
+pub(super) fn target_probability(
+    target: ArrayView1<'_, impl Prob>,
     x: usize,
     inverse: f64,
-    u: f64,
-) -> Screening {
-    let mut found = Screening::default();
-    let Some(screened_p) = screen_whole(target, inverse) else {
-        return found;
-    };
-    found.target_max = Some(screened_p.max);
-    let w_p = exact_weight(target[x], screened_p.max, inverse);
-    let Some((p_low, _)) = probability_bounds(w_p, screened_p) else {
-        return found;
-    };
-    // is_accepted rejects p == 0; a p this small may round to 0 in the exact pass.
-    if p_low <= 1e-300 {
-        return found;
+) -> Option<(f64, f64)> {
+    let screened = screen(target.as_slice()?, inverse)?;
+    probability_bounds(exact_weight(target[x], screened.max, inverse), screened)
+}
+
+/// An upper bound on `q(x)` of a draft row from its first chunk alone:
+/// `q(x) = exp((l_x - m) / T) / sum_i exp((l_i - m) / T)` for any `m`, and
+/// the chunk's sum is a lower bound of the whole row's. It proves most
+/// accepted positions whose draft the drafter found unlikely, for a
+/// sixtieth of a row at `V = 128256`. `None` for a row of one chunk (the
+/// caller reads the whole row anyway), a drafted logit above the chunk's
+/// max, or where the screen does not apply.
+pub(super) fn draft_prefix_bound(
+    draft: ArrayView1<'_, impl Prob>,
+    x: usize,
+    inverse: f64,
+) -> Option<f64> {
+    let values = draft.as_slice()?;
+    let prefix = values
+        .get(..SCREEN_CHUNK)
+        .filter(|p| p.len() < values.len())?;
+    let screened = screen(prefix, inverse)?;
+    let l_x = draft[x].to_f64();
+    let low_sum = screened.sum - screened.bound;
+    if l_x > screened.max || low_sum <= 0.0 {
+        return None;
     }
-    let q_high = match draft {
-        Draft::OneHot => 1.0,
-        Draft::Value(q) => q,
-        Draft::Row(draft) => {
-            let stop = Stop {
-                l_x: draft[x].to_f64(),
-                p_low,
-                u,
-            };
-            let screened_q = match screen(draft, inverse, Some(stop)) {
-                Some(Scan::Row(screened)) => screened,
-                Some(Scan::Accepted) => {
-                    found.accepted = true;
-                    return found;
-                }
-                None => return found,
-            };
-            found.draft_max = Some(screened_q.max);
-            let w_q = exact_weight(draft[x], screened_q.max, inverse);
-            if w_q == 0.0 {
-                0.0 // q = 0 <= p exactly
-            } else {
-                match probability_bounds(w_q, screened_q) {
-                    Some((_, q_high)) => q_high,
-                    None => return found,
-                }
-            }
-        }
-    };
-    found.accepted = proves_accepted(p_low, q_high, u);
-    found
+    // exp in f64 and the exact pass's own error: far below 1e-8.
+    Some(((l_x - screened.max) * inverse).exp() * (1.0 + 1e-8) / low_sum)
 }
 
 /// The screen alone over a row of f16/f32 logits: `(sum, bound)` with the
@@ -346,10 +257,8 @@ pub fn screen_pass<L: Prob>(values: &[L], temperature: f64) -> Option<(f64, f64)
     if !(1e-30..=1e30).contains(&inverse) {
         return None;
     }
-    match screen_values(values, inverse, None)? {
-        Scan::Row(s) => Some((s.sum, s.bound)),
-        Scan::Accepted => None,
-    }
+    let screened = screen_values(values, inverse)?;
+    Some((screened.sum, screened.bound))
 }
 
 #[cfg(test)]
@@ -401,7 +310,7 @@ pub(super) mod tests {
     }
 
     fn check_screen<L: Prob>(values: &[L], inverse: f64) -> f64 {
-        let Some(Scan::Row(screened)) = screen_values(values, inverse, None) else {
+        let Some(screened) = screen_values(values, inverse) else {
             panic!("a valid f16/f32 row")
         };
         let exact = exact_sum(values, inverse);
@@ -489,19 +398,51 @@ pub(super) mod tests {
 
     #[test]
     fn the_screen_declines_what_the_exact_pass_must_report() {
-        assert!(screen_values(&[1.0f32, f32::NAN], 1.0, None).is_none());
-        assert!(screen_values(&[1.0f32, f32::INFINITY], 1.0, None).is_none());
-        assert!(screen_values(&[f32::NEG_INFINITY; 3], 1.0, None).is_none());
-        assert!(
-            screen_values(&[1.0f64, 2.0], 1.0, None).is_none(),
-            "f64 logits"
-        );
+        assert!(screen_values(&[1.0f32, f32::NAN], 1.0).is_none());
+        assert!(screen_values(&[1.0f32, f32::INFINITY], 1.0).is_none());
+        assert!(screen_values(&[f32::NEG_INFINITY; 3], 1.0).is_none());
+        assert!(screen_values(&[1.0f64, 2.0], 1.0).is_none(), "f64 logits");
         let row = ArrayView1::from(&[1.0f32, 2.0][..]);
-        assert!(screen_whole(row, 1e31).is_none(), "1 / T beyond f32");
-        assert!(screen_whole(row, 1e-31).is_none());
         assert!(
-            screen_whole(row.slice(s![..;-1]), 1.0).is_none(),
+            target_probability(row, 0, 1e31).is_none(),
+            "1 / T beyond f32"
+        );
+        assert!(target_probability(row, 0, 1e-31).is_none());
+        assert!(target_probability(row, 0, 1.0).is_some());
+        assert!(
+            target_probability(row.slice(s![..;-1]), 0, 1.0).is_none(),
             "not contiguous"
         );
+    }
+
+    #[test]
+    fn the_prefix_bound_is_an_upper_bound_on_q() {
+        for seed in 0..4u64 {
+            for (len, scale) in [(SCREEN_CHUNK + 1, 4.0f32), (20_000, 12.0)] {
+                let mut row = rows(seed, len, scale, 0.0);
+                let x = len / 2;
+                for lift in [-50.0f32, 0.0, 3.0] {
+                    row[x] += lift;
+                    for inverse in [0.7, 1.25] {
+                        let (_, max) = row_max(&row[..]);
+                        let w = |i: usize| exact_weight(row[i], max, inverse);
+                        let q = w(x) / exact_sum(&row, inverse);
+                        // w_x over the first chunk's part of the sum.
+                        let q_prefix = w(x) / (0..SCREEN_CHUNK).map(w).sum::<f64>();
+                        let view = ArrayView1::from(&row[..]);
+                        if let Some(bound) = draft_prefix_bound(view, x, inverse) {
+                            assert!(q <= bound, "q = {q} above {bound}");
+                            assert!(
+                                bound <= q_prefix * 1.001,
+                                "{bound} loose against {q_prefix}"
+                            );
+                        }
+                    }
+                    row[x] -= lift;
+                }
+            }
+        }
+        let short = rows(1, SCREEN_CHUNK, 1.0, 0.0);
+        assert!(draft_prefix_bound(ArrayView1::from(&short[..]), 3, 1.0).is_none());
     }
 }
