@@ -34,7 +34,7 @@
 use ndarray::ArrayView1;
 
 use super::exact::exact_weight;
-use super::screen::{self, max_chunk_f32, mul_add32};
+use super::screen::{self, max_of, mul_add32};
 use crate::error::CoreError;
 use crate::memory;
 use crate::sample::SUM_BLOCK;
@@ -229,22 +229,6 @@ fn row_blocks_dispatch<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, st
     row_blocks::<L, false>(values, scale, out, store);
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
-fn max_avx2<L: Prob>(values: &[L]) -> (bool, f32) {
-    max_chunk_f32(values)
-}
-
-/// Validity and max of a row of f16/bf16/f32 logits, in `f32` (exact).
-fn max_dispatch<L: Prob>(values: &[L]) -> (bool, f32) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2() {
-        // SAFETY: the CPU supports AVX2 and F16C, checked just above.
-        return unsafe { max_avx2(values) };
-    }
-    max_chunk_f32(values)
-}
-
 /// A contiguous row of logits the certified pass applies to: float16,
 /// bfloat16 or float32, valid, with a finite max; `1 / T` a normal `f32`.
 struct Row<'a, L> {
@@ -256,14 +240,21 @@ struct Row<'a, L> {
 
 impl<'a, L: Prob> Row<'a, L> {
     fn of(row: ArrayView1<'a, L>, inverse: f64) -> Option<Self> {
+        if !L::EXACT_IN_F32 {
+            return None; // before reading the row
+        }
+        let (ok, max) = max_of(row.to_slice()?);
+        // An invalid or all -inf row: the exact pass names the error.
+        (ok && max > f32::NEG_INFINITY).then(|| Self::with_max(row, inverse, max))?
+    }
+
+    /// [`Row::of`] for a row already found valid, with its max.
+    fn with_max(row: ArrayView1<'a, L>, inverse: f64, max: f32) -> Option<Self> {
         if !L::EXACT_IN_F32 || !(1e-30..=1e30).contains(&inverse) {
             return None;
         }
-        let values = row.to_slice()?;
-        let (ok, max) = max_dispatch(values);
-        // An invalid or all -inf row: the exact pass names the error.
-        (ok && max > f32::NEG_INFINITY).then_some(Row {
-            values,
+        Some(Row {
+            values: row.to_slice()?,
             scale: Scale {
                 max,
                 inverse: inverse as f32,
@@ -545,7 +536,7 @@ fn position_inner<P: Prob, Q: Prob>(
     // The screen of the target row: p(x) within about 2e-4, at about two
     // thirds of the cost of the certified pass; most accepted positions need
     // no more of it.
-    let (low, high) = screen::target_probability(target, x, inverse)?;
+    let (low, high, target_max) = screen::target_probability(target, x, inverse)?;
     let screened_p = Interval(low, high);
     let proves_accepted = |q: Interval| decide(screened_p, q, u) == Some(true);
     // The draft row: its first chunk, then the whole row (its terms kept),
@@ -579,7 +570,8 @@ fn position_inner<P: Prob, Q: Prob>(
     }
     // The certified pass of the target row (its terms kept): p(x) within
     // about 1e-6.
-    let p_row = Row::of(target, inverse)?;
+    // The screen found the row valid, and its max.
+    let p_row = Row::with_max(target, inverse, target_max)?;
     let total_p = Interval::of_total(p_row.total(p_blocks, Some(target_terms)))?;
     let p = Interval::quotient(p_row.weight(x), total_p);
     if decide(p, q, u)? {
@@ -1200,6 +1192,18 @@ mod tests {
         )
     }
 
+    /// Draft rows for target logits `p`: one near it (`p` plus noise of
+    /// spread 1), one unrelated (spread `scale`).
+    fn drafts(p: &[f32], seed: u64, scale: f32) -> (Vec<f32>, Vec<f32>) {
+        let len = p.len();
+        let near = p
+            .iter()
+            .zip(rows(seed + 50, len, 1.0, 0.0))
+            .map(|(a, b)| a + b)
+            .collect();
+        (near, rows(seed + 99, len, scale, 0.0))
+    }
+
     #[test]
     fn positions_decide_and_draw_as_the_exact_pass() {
         let mut scratch = CertifiedScratch::default();
@@ -1208,13 +1212,7 @@ mod tests {
         for seed in 0..4u64 {
             for (len, scale) in [(9, 2.0f32), (700, 6.0), (20_000, 12.0)] {
                 let p = rows(seed, len, scale, 0.0);
-                // A draft near the target, and one far from it.
-                let near: Vec<f32> = p
-                    .iter()
-                    .zip(rows(seed + 50, len, 1.0, 0.0))
-                    .map(|(a, b)| a + b)
-                    .collect();
-                let far = rows(seed + 99, len, scale, 0.0);
+                let (near, far) = drafts(&p, seed, scale);
                 for q in [Some(&near[..]), Some(&far[..]), None] {
                     for x in [0, len / 3, len - 1] {
                         for i in 0..25 {
@@ -1265,95 +1263,87 @@ mod tests {
             cases.push((same_sign_row(inverse), inverse));
         }
         for (case, (p, inverse)) in cases.into_iter().enumerate() {
-            {
-                let (len, seed) = (p.len(), case as u64);
-                let scale = 6.0f32;
-                let near: Vec<f32> = p
-                    .iter()
-                    .zip(rows(seed + 50, len, 1.0, 0.0))
-                    .map(|(a, b)| a + b)
-                    .collect();
-                let far = rows(seed + 99, len, scale, 0.0);
-                let (wp, _, total_p) = exact_blocks(&p, inverse);
-                let mut p_blocks = Blocks::default();
-                let mut p_terms = vec![0.0f32; len];
-                let p_row = Row::of(ArrayView1::from(&p[..]), inverse).unwrap();
-                let p_total = Interval::of_total(p_row.total(&mut p_blocks, Some(&mut p_terms)));
-                let p_total = p_total.unwrap();
-                for q in [Some(&near[..]), Some(&far[..]), None] {
-                    let x = len / 3;
-                    let mut q_blocks = Blocks::default();
-                    let mut q_terms = vec![0.0f32; len];
-                    let q_row = q.map(|q| Row::of(ArrayView1::from(q), inverse).unwrap());
-                    let (mut rho, mut exact_q) = (None, None);
-                    if let (Some(q), Some(row)) = (q, &q_row) {
-                        let total = row.total(&mut q_blocks, Some(&mut q_terms));
-                        let total = Interval::of_total(total).unwrap();
-                        rho = Some(Interval(
-                            p_total.0 / total.1 * (1.0 - STEP),
-                            p_total.1 / total.0 * (1.0 + STEP),
-                        ));
-                        let (wq, _, total_q) = exact_blocks(q, inverse);
-                        exact_q = Some((wq, total_q));
+            let len = p.len();
+            let (near, far) = drafts(&p, case as u64, 6.0);
+            let (wp, _, total_p) = exact_blocks(&p, inverse);
+            let mut p_blocks = Blocks::default();
+            let mut p_terms = vec![0.0f32; len];
+            let p_row = Row::of(ArrayView1::from(&p[..]), inverse).unwrap();
+            let p_total = Interval::of_total(p_row.total(&mut p_blocks, Some(&mut p_terms)));
+            let p_total = p_total.unwrap();
+            for q in [Some(&near[..]), Some(&far[..]), None] {
+                let x = len / 3;
+                let mut q_blocks = Blocks::default();
+                let mut q_terms = vec![0.0f32; len];
+                let q_row = q.map(|q| Row::of(ArrayView1::from(q), inverse).unwrap());
+                let (mut rho, mut exact_q) = (None, None);
+                if let (Some(q), Some(row)) = (q, &q_row) {
+                    let total = row.total(&mut q_blocks, Some(&mut q_terms));
+                    let total = Interval::of_total(total).unwrap();
+                    rho = Some(Interval(
+                        p_total.0 / total.1 * (1.0 - STEP),
+                        p_total.1 / total.0 * (1.0 + STEP),
+                    ));
+                    let (wq, _, total_q) = exact_blocks(q, inverse);
+                    exact_q = Some((wq, total_q));
+                }
+                let mut exact = Vec::new();
+                let pair = exact_q.as_ref().map(|(w, total)| (&w[..], *total));
+                residual_of(&wp, total_p, pair, x, &mut exact);
+                // With x left out (always for one-hot drafts: the estimate
+                // would count it) where its exact entry is 0.
+                for leave_out in [false, true] {
+                    let valid = match q {
+                        None => leave_out,
+                        Some(_) => !leave_out || exact[x] == 0.0,
+                    };
+                    if !valid {
+                        continue;
                     }
-                    let mut exact = Vec::new();
-                    let pair = exact_q.as_ref().map(|(w, total)| (&w[..], *total));
-                    residual_of(&wp, total_p, pair, x, &mut exact);
-                    // With x left out (always for one-hot drafts: the estimate
-                    // would count it) where its exact entry is 0.
-                    for leave_out in [false, true] {
-                        let valid = match q {
-                            None => leave_out,
-                            Some(_) => !leave_out || exact[x] == 0.0,
-                        };
-                        if !valid {
-                            continue;
-                        }
-                        let (mut p_kept, mut q_kept) = (p_terms.clone(), q_terms.clone());
-                        let (mut p_out, mut q_out) = (None, None);
-                        if leave_out {
-                            let j = x / SUM_BLOCK;
-                            p_out = Some((j, block_without(&p_row, &p_terms, j, x)));
-                            q_out = q_row
-                                .as_ref()
-                                .map(|row| (j, block_without(row, &q_terms, j, x)));
-                            (p_kept[x], q_kept[x]) = (0.0, 0.0);
-                        }
-                        let residual = Residual {
-                            p: Side {
-                                terms: &p_kept,
-                                blocks: &p_blocks,
-                                excluded: p_out,
-                            },
-                            q: rho.map(|rho| {
-                                let side = Side {
-                                    terms: &q_kept,
-                                    blocks: &q_blocks,
-                                    excluded: q_out,
-                                };
-                                (side, rho)
-                            }),
-                        };
-                        let mut found = Blocks::default();
-                        residual_dispatch(residual, &mut found);
-                        let mut portable = Blocks::default();
-                        residual.blocks(&mut portable);
-                        assert_eq!(found.sum, portable.sum);
-                        for (j, block) in exact.chunks(SUM_BLOCK).enumerate() {
-                            // In units of the target's weights.
-                            let s = block.iter().sum::<f64>() * total_p;
-                            let miss = (s - found.sum[j]).abs();
-                            assert!(
-                                miss <= found.bound[j],
-                                "block {j}: exact {s} outside {} +- {}",
-                                found.sum[j],
-                                found.bound[j]
-                            );
-                            if case < adversarial {
-                                widest = widest.max(found.bound[j] / s.max(1e-300));
-                            } else if q.is_none() {
-                                tightest = tightest.max(miss / found.bound[j]);
-                            }
+                    let (mut p_kept, mut q_kept) = (p_terms.clone(), q_terms.clone());
+                    let (mut p_out, mut q_out) = (None, None);
+                    if leave_out {
+                        let j = x / SUM_BLOCK;
+                        p_out = Some((j, block_without(&p_row, &p_terms, j, x)));
+                        q_out = q_row
+                            .as_ref()
+                            .map(|row| (j, block_without(row, &q_terms, j, x)));
+                        (p_kept[x], q_kept[x]) = (0.0, 0.0);
+                    }
+                    let residual = Residual {
+                        p: Side {
+                            terms: &p_kept,
+                            blocks: &p_blocks,
+                            excluded: p_out,
+                        },
+                        q: rho.map(|rho| {
+                            let side = Side {
+                                terms: &q_kept,
+                                blocks: &q_blocks,
+                                excluded: q_out,
+                            };
+                            (side, rho)
+                        }),
+                    };
+                    let mut found = Blocks::default();
+                    residual_dispatch(residual, &mut found);
+                    let mut portable = Blocks::default();
+                    residual.blocks(&mut portable);
+                    assert_eq!(found.sum, portable.sum);
+                    for (j, block) in exact.chunks(SUM_BLOCK).enumerate() {
+                        // In units of the target's weights.
+                        let s = block.iter().sum::<f64>() * total_p;
+                        let miss = (s - found.sum[j]).abs();
+                        assert!(
+                            miss <= found.bound[j],
+                            "block {j}: exact {s} outside {} +- {}",
+                            found.sum[j],
+                            found.bound[j]
+                        );
+                        if case < adversarial {
+                            widest = widest.max(found.bound[j] / s.max(1e-300));
+                        } else if q.is_none() {
+                            tightest = tightest.max(miss / found.bound[j]);
                         }
                     }
                 }

@@ -57,9 +57,11 @@ fn exp_screen<const FMA: bool>(x: f32) -> f32 {
     let r2 = r * r;
     let low = mul_add32::<FMA>(r, 1.0 / 6.0, 0.5);
     let high = mul_add32::<FMA>(r2, 1.0 / 24.0, low);
-    let p = mul_add32::<FMA>(r2, high, 1.0 + r);
-    // The low bits of `shifted` hold n >= -126; (n + 127) << 23 is 2^n.
-    p * f32::from_bits(shifted.to_bits().wrapping_add(127) << 23)
+    let p = mul_add32::<FMA>(r2, high, r);
+    // The low bits of `shifted` hold n >= -126; (n + 127) << 23 is 2^n, and
+    // 2^n (1 + p) = 2^n p + 2^n.
+    let scale = f32::from_bits(shifted.to_bits().wrapping_add(127) << 23);
+    mul_add32::<FMA>(p, scale, scale)
 }
 
 /// Lanes of the screen's loops: two `f32x8` registers of sums (more spill
@@ -70,9 +72,20 @@ const SCREEN_LANES: usize = 16;
 /// over a chunk in L1, then its lane sums go to `f64` (128 terms per lane).
 const SCREEN_CHUNK: usize = 2048;
 
-/// Validity and max of a chunk of f16/f32 logits, in `f32` (exact).
+/// Validity (no NaN, no `+inf`) and max of f16/bf16/f32 logits, in `f32`
+/// (exact): the AVX2 kernel where the CPU has it.
+pub(super) fn max_of<L: Prob>(values: &[L]) -> (bool, f32) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2 and F16C, checked just above.
+        return unsafe { x86::max_of(values) };
+    }
+    max_chunk_f32(values)
+}
+
+/// [`max_of`], portable.
 #[inline(always)]
-pub(super) fn max_chunk_f32<L: Prob>(chunk: &[L]) -> (bool, f32) {
+fn max_chunk_f32<L: Prob>(chunk: &[L]) -> (bool, f32) {
     let mut max = [f32::NEG_INFINITY; SCREEN_LANES];
     // 0 while every value is below +inf (NaN and +inf make it 1).
     let mut bad = [0.0f32; SCREEN_LANES];
@@ -130,9 +143,22 @@ struct Screened {
 /// exact pass must see (an invalid or all `-inf` row: it names the error).
 #[inline(always)]
 fn screen_row<L: Prob, const FMA: bool>(values: &[L], inverse: f64) -> Option<Screened> {
+    #[cfg(target_arch = "x86_64")]
+    if FMA {
+        // SAFETY: FMA is on only in `screen_row_fma`, compiled for (and
+        // called on) CPUs with AVX2, F16C and FMA.
+        match unsafe { x86::screen_row(values, inverse) } {
+            x86::Fused::Row(max, sum) => {
+                let bound = screen_bound(sum, values.len());
+                return Some(Screened { max, sum, bound });
+            }
+            x86::Fused::Invalid => return None,
+            x86::Fused::MaskedStart => {} // below, chunk by chunk
+        }
+    }
     let (mut max, mut sum) = (f64::NEG_INFINITY, 0.0f64);
     for chunk in values.chunks(SCREEN_CHUNK) {
-        let (ok, chunk_max) = max_chunk_f32(chunk);
+        let (ok, chunk_max) = max_of(chunk);
         if !ok {
             return None;
         }
@@ -212,15 +238,18 @@ fn probability_bounds(w_x: f64, screened: Screened) -> Option<(f64, f64)> {
 }
 
 /// `p(x)` of a target row as the screen bounds it: the exact pass's `p(x) =
-/// w_x / sum(w)` lies in the interval, within about `2e-4` relative. `None`
-/// where the screen does not apply (see [`screen`]) or cannot bound it.
+/// w_x / sum(w)` lies in `(low, high)`, within about `2e-4` relative; and
+/// the row's max (valid rows only). `None` where the screen does not apply
+/// (see [`screen`]) or cannot bound it.
 pub(super) fn target_probability(
     target: ArrayView1<'_, impl Prob>,
     x: usize,
     inverse: f64,
-) -> Option<(f64, f64)> {
+) -> Option<(f64, f64, f32)> {
     let screened = screen(target.as_slice()?, inverse)?;
-    probability_bounds(exact_weight(target[x], screened.max, inverse), screened)
+    let (low, high) = probability_bounds(exact_weight(target[x], screened.max, inverse), screened)?;
+    // The max is a logit of a float16/bfloat16/float32 row: an exact f32.
+    Some((low, high, screened.max as f32))
 }
 
 /// An upper bound on `q(x)` of a draft row from its first chunk alone:
@@ -259,6 +288,157 @@ pub fn screen_pass<L: Prob>(values: &[L], temperature: f64) -> Option<(f64, f64)
     }
     let screened = screen_values(values, inverse)?;
     Some((screened.sum, screened.bound))
+}
+
+/// The screen's kernels in AVX2 registers: the max and validity of logits,
+/// and the screen of a row in one read (FMA), four vectors a step with the
+/// same operations as [`exp_screen`]`::<true>` per term.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::exp_screen;
+    use crate::view::Prob;
+
+    /// [`super::max_of`]: four running maxima (`max(v, m)` keeps `m` where
+    /// `v` is NaN), and a flag of the lanes that met NaN or `+inf` (not less
+    /// than `+inf`, unordered).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn max_of<L: Prob>(values: &[L]) -> (bool, f32) {
+        let low = _mm256_set1_ps(f32::NEG_INFINITY);
+        let inf = _mm256_set1_ps(f32::INFINITY);
+        let mut m = [low; 4];
+        let mut bad = _mm256_setzero_ps();
+        let (quads, rest) = values.as_chunks::<32>();
+        for quad in quads {
+            for (k, m) in m.iter_mut().enumerate() {
+                let v = L::load8_ps(quad.as_ptr().add(8 * k));
+                *m = _mm256_max_ps(v, *m);
+                bad = _mm256_or_ps(bad, _mm256_cmp_ps::<_CMP_NLT_UQ>(v, inf));
+            }
+        }
+        let m = _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3]));
+        let mut lanes = [0.0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+        let (ok, tail) = super::max_chunk_f32(rest);
+        let max = lanes.iter().fold(tail, |a, &b| a.max(b));
+        (ok && _mm256_movemask_ps(bad) == 0, max)
+    }
+
+    /// `exp_screen::<true>` of eight logits `l` (see [`super::screen_chunk`]);
+    /// NaN stays NaN (the clamp returns its second operand then).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c,fma")]
+    unsafe fn term8(l: __m256, max: __m256, inverse: __m256) -> __m256 {
+        let x = _mm256_max_ps(
+            _mm256_set1_ps(-87.0),
+            _mm256_mul_ps(_mm256_sub_ps(l, max), inverse),
+        );
+        let round = _mm256_set1_ps(12_582_912.0);
+        let shifted = _mm256_fmadd_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E), round);
+        let n = _mm256_sub_ps(shifted, round);
+        let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(std::f32::consts::LN_2), x);
+        let r2 = _mm256_mul_ps(r, r);
+        let low = _mm256_fmadd_ps(r, _mm256_set1_ps(1.0 / 6.0), _mm256_set1_ps(0.5));
+        let high = _mm256_fmadd_ps(r2, _mm256_set1_ps(1.0 / 24.0), low);
+        let p = _mm256_fmadd_ps(r2, high, r);
+        let two_n = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_castps_si256(shifted),
+            _mm256_set1_epi32(127),
+        )));
+        _mm256_fmadd_ps(p, two_n, two_n)
+    }
+
+    /// What [`screen_row`] found.
+    pub(super) enum Fused {
+        /// A valid row: its max and screened sum.
+        Row(f64, f64),
+        /// NaN, `+inf`, or no finite logit: the exact pass names it.
+        Invalid,
+        /// The first chunk is all `-inf`: left to the chunked screen.
+        MaskedStart,
+    }
+
+    /// [`super::screen_row`] in one read of the row: the max of the first
+    /// chunk starts a running max, each step of 32 logits checks its own max
+    /// against it (rarely larger: then the sum so far is rescaled, as the
+    /// chunked screen does), and adds its terms; the float32 sums go to
+    /// float64 every [`super::SCREEN_CHUNK`] logits (each term rounded at most
+    /// 66 times in float32, within the 128 of [`super::SCREEN_SUM_ERROR`]).
+    /// NaN reaches the sum; `+inf` raises the max.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, F16C and FMA.
+    #[target_feature(enable = "avx2,f16c,fma")]
+    pub(super) unsafe fn screen_row<L: Prob>(values: &[L], inverse: f64) -> Fused {
+        let first = &values[..values.len().min(super::SCREEN_CHUNK)];
+        let (ok, first_max) = max_of(first);
+        if !ok {
+            return Fused::Invalid;
+        }
+        if first_max == f32::NEG_INFINITY {
+            return Fused::MaskedStart;
+        }
+        let (mut max, mut sum) = (first_max, 0.0f64);
+        let vinv = _mm256_set1_ps(inverse as f32);
+        let mut vmax = _mm256_set1_ps(max);
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let flush = |acc0: &mut __m256, acc1: &mut __m256, sum: &mut f64| {
+            let mut lanes = [0.0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_add_ps(*acc0, *acc1));
+            *sum += lanes.iter().map(|&v| f64::from(v)).sum::<f64>();
+            (*acc0, *acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        };
+        for chunk in values.chunks(super::SCREEN_CHUNK) {
+            let (quads, rest) = chunk.as_chunks::<32>();
+            for quad in quads {
+                let p = quad.as_ptr();
+                let (v0, v1) = (L::load8_ps(p), L::load8_ps(p.add(8)));
+                let (v2, v3) = (L::load8_ps(p.add(16)), L::load8_ps(p.add(24)));
+                let top = _mm256_max_ps(_mm256_max_ps(v0, v1), _mm256_max_ps(v2, v3));
+                if _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(top, vmax)) != 0 {
+                    let mut lanes = [0.0f32; 8];
+                    _mm256_storeu_ps(lanes.as_mut_ptr(), top);
+                    let new = lanes.iter().fold(max, |a, &b| a.max(b));
+                    if new == f32::INFINITY {
+                        return Fused::Invalid;
+                    }
+                    // The terms so far were relative to the old max.
+                    flush(&mut acc0, &mut acc1, &mut sum);
+                    sum *= ((f64::from(max) - f64::from(new)) * inverse).exp();
+                    max = new;
+                    vmax = _mm256_set1_ps(max);
+                }
+                let (e0, e1) = (term8(v0, vmax, vinv), term8(v1, vmax, vinv));
+                let (e2, e3) = (term8(v2, vmax, vinv), term8(v3, vmax, vinv));
+                acc0 = _mm256_add_ps(acc0, _mm256_add_ps(e0, e1));
+                acc1 = _mm256_add_ps(acc1, _mm256_add_ps(e2, e3));
+            }
+            flush(&mut acc0, &mut acc1, &mut sum);
+            for &l in rest {
+                let l = l.to_f32();
+                if l > max {
+                    if l == f32::INFINITY {
+                        return Fused::Invalid;
+                    }
+                    sum *= ((f64::from(max) - f64::from(l)) * inverse).exp();
+                    max = l;
+                    vmax = _mm256_set1_ps(max);
+                }
+                let x = (l - max) * inverse as f32;
+                // NaN stays NaN here too.
+                sum += f64::from(exp_screen::<true>(if x < -87.0 { -87.0 } else { x }));
+            }
+        }
+        if sum.is_nan() {
+            return Fused::Invalid;
+        }
+        Fused::Row(f64::from(max), sum)
+    }
 }
 
 #[cfg(test)]
@@ -356,6 +536,10 @@ pub(super) mod tests {
                 for i in (0..len).step_by(11) {
                     row[i] = f32::NEG_INFINITY;
                 }
+                if seed == 5 && len > SCREEN_CHUNK {
+                    // A first chunk all -inf (masked tokens).
+                    row[..SCREEN_CHUNK].fill(f32::NEG_INFINITY);
+                }
                 row[len - 1] = offset + scale;
                 for inverse in [1e-30, 1e-3, 0.7, 1.25, 40.0, 1e6, 1e30] {
                     let relative = check_screen(&row, inverse);
@@ -402,6 +586,13 @@ pub(super) mod tests {
         assert!(screen_values(&[1.0f32, f32::INFINITY], 1.0).is_none());
         assert!(screen_values(&[f32::NEG_INFINITY; 3], 1.0).is_none());
         assert!(screen_values(&[1.0f64, 2.0], 1.0).is_none(), "f64 logits");
+        // Past the first chunk (the one-read kernel finds them there
+        // otherwise: NaN through the sum, +inf through the max).
+        for (i, bad) in [(3000, f32::NAN), (3000, f32::INFINITY), (4999, f32::NAN)] {
+            let mut row = rows(3, 5000, 4.0, 0.0);
+            row[i] = bad;
+            assert!(screen_values(&row, 1.0).is_none(), "{bad} at {i}");
+        }
         let row = ArrayView1::from(&[1.0f32, 2.0][..]);
         assert!(
             target_probability(row, 0, 1e31).is_none(),
