@@ -163,11 +163,23 @@ impl Blocks {
         }
         (sum, (sum - low).max(high - sum))
     }
+
+    fn clear(&mut self) {
+        self.sum.clear();
+        self.bound.clear();
+    }
+
+    /// A block of a row: `s = sum e`, `a = sum |x'| e` (see the module docs).
+    #[inline(always)]
+    fn push_row_block(&mut self, s: f64, a: f64, len: usize, arg: f32) {
+        self.sum.push(s);
+        self.bound.push(row_block_bound(s, a, len, arg));
+    }
 }
 
 /// The weights of one row: per block, the float64 sum of `e` and the
 /// float32 sum of `|x'| e` (the bound's term, inflated for its roundings);
-/// with `store`, every `e` too (for [`residual_stored`]).
+/// with `store`, every `e` too (for [`Residual`]).
 #[inline(always)]
 fn row_blocks<L: Prob, const FMA: bool>(
     values: &[L],
@@ -197,15 +209,6 @@ fn row_block_bound(s: f64, a: f64, len: usize, arg: f32) -> f64 {
     // most) in INFLATE.
     let relative = EXP_ERROR + PAIR_ERROR + EXACT_ERROR;
     INFLATE * (relative * s + f64::from(arg) * a) + FLOOR * len as f64
-}
-
-impl Blocks {
-    /// A block of a row: `s = sum e`, `a = sum |x'| e` (see the module docs).
-    #[inline(always)]
-    fn push_row_block(&mut self, s: f64, a: f64, len: usize, arg: f32) {
-        self.sum.push(s);
-        self.bound.push(row_block_bound(s, a, len, arg));
-    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -334,13 +337,6 @@ enum Pass {
     Total(Interval),
     /// Stopped: the blocks read prove the position accepted.
     Accepted,
-}
-
-impl Blocks {
-    fn clear(&mut self) {
-        self.sum.clear();
-        self.bound.clear();
-    }
 }
 
 /// `[low, high]` holds a value.
@@ -507,43 +503,21 @@ pub fn certified_draw<L: Prob>(values: &[L], temperature: f64, u: f64) -> Option
     bonus(ArrayView1::from(values), 1.0 / temperature, u, &mut scratch)
 }
 
-/// What the certified pass found at a position the screen did not prove accepted.
+/// What the certified pass decided at a position.
 pub(super) enum Certified {
     Accepted,
     /// Rejected, and the residual's draw.
     Drawn(usize),
-    /// Left to the exact pass.
-    Undecided,
 }
 
 /// The token rule at position `t` (drafted `x`, uniform `u`) on the exact
 /// pass's `p` and `q`, and on a rejection the residual's draw with
-/// `recovery_u`, where the certified bounds decide them (rows without
-/// filters). `draft_row`: the draft logits (`None`: one-hot drafts);
-/// `given_q`: the drafter's own `q(x)` (docs/spec.md section 8.7), which
-/// decides the rule in place of the row's.
+/// `recovery_u`, where the screen and the certified bounds decide them (rows
+/// without filters); `None` leaves the position to the exact pass.
+/// `draft_row`: the draft logits (`None`: one-hot drafts); `given_q`: the
+/// drafter's own `q(x)` (docs/spec.md section 8.7), which decides the rule in
+/// place of the row's.
 pub(super) fn position<P: Prob, Q: Prob>(
-    target: ArrayView1<'_, P>,
-    draft_row: Option<ArrayView1<'_, Q>>,
-    given_q: Option<f64>,
-    x: usize,
-    inverse: f64,
-    (u, recovery_u): (f64, f64),
-    scratch: &mut CertifiedScratch,
-) -> Certified {
-    position_inner(
-        target,
-        draft_row,
-        given_q,
-        x,
-        inverse,
-        (u, recovery_u),
-        scratch,
-    )
-    .unwrap_or(Certified::Undecided)
-}
-
-fn position_inner<P: Prob, Q: Prob>(
     target: ArrayView1<'_, P>,
     draft_row: Option<ArrayView1<'_, Q>>,
     given_q: Option<f64>,
@@ -580,8 +554,9 @@ fn position_inner<P: Prob, Q: Prob>(
                 return Some(Certified::Accepted);
             }
             let row = Row::of(row, inverse)?;
+            let w_x = row.weight(x);
             let stop = Stop {
-                w_x: row.weight(x),
+                w_x,
                 p: screened_p,
                 u,
             };
@@ -589,7 +564,7 @@ fn position_inner<P: Prob, Q: Prob>(
                 Pass::Accepted => return Some(Certified::Accepted),
                 Pass::Total(total) => total,
             };
-            let q = Interval::quotient(row.weight(x), total);
+            let q = Interval::quotient(w_x, total);
             draft = Some((row, total, q));
             q
         }
@@ -960,7 +935,7 @@ mod tests {
     use super::*;
     use crate::logits::exact::{row_exp_sum, row_max};
     use crate::logits::residual_of;
-    use crate::logits::screen::tests::rows;
+    use crate::logits::screen::tests::{rows, shaped_rows};
     use crate::rule::is_accepted;
     use crate::sample::{self, BufferWeights};
 
@@ -1043,29 +1018,9 @@ mod tests {
         tightest
     }
 
-    /// Rows of several shapes: spreads of logits from tiny to huge, -inf
-    /// entries, the maximum late in the row.
+    /// The screen's test rows, three seeds.
     fn test_rows() -> Vec<Vec<f32>> {
-        let mut out = Vec::new();
-        for seed in 0..3u64 {
-            for (len, scale, offset) in [
-                (1, 1.0, 0.0),
-                (7, 3.0, 1.0),
-                (300, 20.0, -5.0),
-                (5000, 12.0, 100.0),
-                (40_000, 2.0, 0.0),
-                (40_000, 1e4, 3e4),
-                (3000, 1e-6, 0.5),
-            ] {
-                let mut row = rows(seed, len, scale, offset);
-                for i in (0..len).step_by(11) {
-                    row[i] = f32::NEG_INFINITY;
-                }
-                row[len - 1] = offset + scale;
-                out.push(row);
-            }
-        }
-        out
+        (0..3).flat_map(shaped_rows).map(|(row, _)| row).collect()
     }
 
     #[test]
@@ -1261,12 +1216,12 @@ mod tests {
                             );
                             tried += 1;
                             match found {
-                                Certified::Accepted => assert_eq!(exact, None),
-                                Certified::Drawn(token) => {
+                                Some(Certified::Accepted) => assert_eq!(exact, None),
+                                Some(Certified::Drawn(token)) => {
                                     assert_eq!(exact, Some(token));
                                     drawn += 1;
                                 }
-                                Certified::Undecided => continue,
+                                None => continue,
                             }
                             decided += 1;
                         }

@@ -522,14 +522,14 @@ fn verify_row<P: Prob, Q: Prob>(
                 let n = (0..k)
                     .find(|&t| uniforms.get(b, t) >= rates[t])
                     .unwrap_or(k);
-                let next = match certified_bonus(inputs, b, n, params, recovery_u, buffers) {
-                    Some(token) => token,
-                    None => {
-                        let Buffers { wp, scratch, .. } = buffers;
-                        transform(target_logits_row(inputs, b, n), params, wp, scratch)?;
-                        sample_weights(wp, recovery_u, scratch, b, n)?
-                    }
-                };
+                let Buffers {
+                    wp,
+                    scratch,
+                    certified,
+                    ..
+                } = buffers;
+                let next =
+                    draw_target_row(inputs, (b, n), params, recovery_u, certified, wp, scratch)?;
                 return Ok((ids, n, next));
             }
             Method::Token => {}
@@ -567,12 +567,12 @@ fn verify_row<P: Prob, Q: Prob>(
                     certified,
                 );
                 match found {
-                    Certified::Accepted => continue,
-                    Certified::Drawn(token) => {
+                    Some(Certified::Accepted) => continue,
+                    Some(Certified::Drawn(token)) => {
                         outcome = Some((t, token));
                         break;
                     }
-                    Certified::Undecided => {}
+                    None => {} // the exact pass below
                 }
             }
             // The rows' maxima, where a look below found them, for the
@@ -665,19 +665,10 @@ fn verify_row<P: Prob, Q: Prob>(
         }
         match outcome {
             Some(found) => found,
-            None if screenable => {
-                let row = target_row(k);
-                match certified::bonus(row, inverse, recovery_u, certified) {
-                    Some(token) => (k, token),
-                    None => {
-                        transform(target_logits_row(inputs, b, k), params, wp, scratch)?;
-                        (k, sample_weights(wp, recovery_u, scratch, b, k)?)
-                    }
-                }
-            }
             None => {
-                transform(target_logits_row(inputs, b, k), params, wp, scratch)?;
-                (k, sample_weights(wp, recovery_u, scratch, b, k)?)
+                let token =
+                    draw_target_row(inputs, (b, k), params, recovery_u, certified, wp, scratch)?;
+                (k, token)
             }
         }
     };
@@ -708,21 +699,25 @@ fn check_draft_prob(given: f64, q: f64, b: usize, t: usize) -> Result<(), CoreEr
 }
 
 /// The draw from row `t` of request `b`'s transformed target logits with
-/// uniform `u` by the certified pass (no filters), or `None` where the exact
-/// pass must run.
-fn certified_bonus<P: Prob, Q: Prob>(
+/// uniform `u`: by the certified pass where it applies (no filters) and
+/// decides, else from the float64 transform in `wp`.
+fn draw_target_row<P: Prob, Q: Prob>(
     inputs: &LogitsInputs<'_, P, Q>,
-    b: usize,
-    t: usize,
+    (b, t): (usize, usize),
     params: Params,
     u: f64,
-    buffers: &mut Buffers,
-) -> Option<usize> {
-    if params.top_k != 0 || params.top_p < 1.0 {
-        return None;
+    certified: &mut CertifiedScratch,
+    wp: &mut Vec<f64>,
+    scratch: &mut Scratch,
+) -> Result<usize, CoreError> {
+    if params.top_k == 0 && params.top_p >= 1.0 {
+        let row = inputs.target_logits.slice(s![b, t, ..]);
+        if let Some(token) = certified::bonus(row, 1.0 / params.temperature, u, certified) {
+            return Ok(token);
+        }
     }
-    let row = inputs.target_logits.slice(s![b, t, ..]);
-    certified::bonus(row, 1.0 / params.temperature, u, &mut buffers.certified)
+    transform(target_logits_row(inputs, b, t), params, wp, scratch)?;
+    sample_weights(wp, u, scratch, b, t)
 }
 
 /// Row `t` of request `b`'s target logits, to be transformed.

@@ -518,29 +518,41 @@ pub(super) mod tests {
             .collect()
     }
 
+    /// Rows of several shapes, with their spreads: spreads of logits from
+    /// tiny to huge, `-inf` entries, and the maximum last (a maximum that
+    /// grows late: the rescaling).
+    pub(crate) fn shaped_rows(seed: u64) -> Vec<(Vec<f32>, f32)> {
+        [
+            (1, 1.0, 0.0),
+            (7, 3.0, 1.0),
+            (300, 20.0, -5.0),
+            (5000, 12.0, 100.0),
+            (40_000, 2.0, 0.0),
+            (40_000, 1e4, 3e4),
+            (3000, 1e-6, 0.5),
+        ]
+        .into_iter()
+        .map(|(len, scale, offset)| {
+            let mut row = rows(seed, len, scale, offset);
+            for i in (0..len).step_by(11) {
+                row[i] = f32::NEG_INFINITY;
+            }
+            row[len - 1] = offset + scale;
+            (row, scale)
+        })
+        .collect()
+    }
+
     #[test]
     fn the_screened_sum_bounds_the_exact_sum() {
         let mut widest = 0.0f64;
         for seed in 0..6u64 {
-            for (len, scale, offset) in [
-                (1, 1.0, 0.0),
-                (7, 3.0, 1.0),
-                (300, 20.0, -5.0),
-                (5000, 12.0, 100.0),
-                (40_000, 2.0, 0.0),
-                (40_000, 1e4, 3e4),
-                (3000, 1e-6, 0.5),
-            ] {
-                let mut row = rows(seed, len, scale, offset);
-                // -inf entries, and a maximum that grows late (the rescaling).
-                for i in (0..len).step_by(11) {
-                    row[i] = f32::NEG_INFINITY;
-                }
+            for (mut row, scale) in shaped_rows(seed) {
+                let len = row.len();
                 if seed == 5 && len > SCREEN_CHUNK {
                     // A first chunk all -inf (masked tokens).
                     row[..SCREEN_CHUNK].fill(f32::NEG_INFINITY);
                 }
-                row[len - 1] = offset + scale;
                 for inverse in [1e-30, 1e-3, 0.7, 1.25, 40.0, 1e6, 1e30] {
                     let relative = check_screen(&row, inverse);
                     let halves: Vec<half::f16> =
