@@ -168,7 +168,7 @@ def draft_probabilities(ids, draft, filters) -> np.ndarray:
     return np.take_along_axis(probs, ids[..., None], axis=-1)[..., 0]
 
 
-RECOVERY_CYCLE = 16
+RECOVERY_CYCLE = 128
 
 
 def cycling_recovery(call):

@@ -332,3 +332,31 @@ def test_top_k_and_top_p_thresholds_on_a_large_vocabulary(top_k, top_p, shape):
         recovery_uniforms=rng.random(batch),
     )
     assert outcome(specaccept.verify_logits, **kwargs) == outcome(reference.verify_logits, **kwargs)
+
+
+def test_plain_number_parameters_equal_their_per_row_arrays_call_after_call():
+    """Plain-number temperature/top-k/top-p reuse cached per-row views across calls:
+    each call must still read its own values, at every batch size, and ``-0.0``
+    must not stand in for ``0.0`` (or the reverse)."""
+    for seed, temperature, top_k, top_p in [
+        (2, 0.8, 0, 1.0),
+        (3, 0.8, 0, 1.0),
+        (3, 1, 5, 1),
+        (3, 1.0, 5, 0.9),
+        (2, 0.0, 3, 0.5),
+        (2, -0.0, 3, 0.5),
+        (4, 2.0, 1, 0.5),
+        (2, 0.8, 0, 1.0),
+    ]:
+        case = logits_case(seed)
+        batch = case["draft_token_ids"].shape[0]
+        for key in ("temperature", "top_k", "top_p"):
+            case.pop(key)
+        scalars = dict(temperature=temperature, top_k=top_k, top_p=top_p)
+        arrays = {
+            key: np.full(batch, value, dtype=np.int64 if key == "top_k" else np.float64)
+            for key, value in scalars.items()
+        }
+        assert outcome(specaccept.verify_logits, **case, **scalars) == outcome(
+            specaccept.verify_logits, **case, **arrays
+        ), scalars
