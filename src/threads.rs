@@ -8,6 +8,7 @@
 //! leaked in the child, never joined).
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::LocalKey;
 
@@ -202,6 +203,71 @@ pub(crate) fn in_runs<O: Rows>(
         }
     });
     results.into_iter().collect()
+}
+
+/// The outcomes of steps `0, 1, ...` of a sequence that ends at its first
+/// step whose outcome `ends` (a rejected position, an error; the last step
+/// always does): the outcomes of steps `0..=` that one. Without `pool`, on the
+/// calling thread, one step after another. With one, the calling thread and
+/// the workers each take the next step not yet taken, and stop taking once a
+/// step before it has ended; steps past the end may run, and are dropped. Every
+/// step up to the first end runs (the steps are taken in order), so the
+/// result is the one-thread result. `step` gets the buffers of the thread
+/// that runs it: `buffers` on the calling thread, `key`'s on a worker.
+pub(crate) fn first_ending<T: Default, R: Send>(
+    pool: Option<Arc<ThreadPool>>,
+    steps: usize,
+    buffers: &mut T,
+    key: &'static LocalKey<RefCell<T>>,
+    step: impl Fn(usize, &mut T) -> R + Sync,
+    ends: impl Fn(&R) -> bool + Sync,
+) -> Vec<R> {
+    let Some(pool) = pool else {
+        let mut outcomes = Vec::with_capacity(steps);
+        for t in 0..steps {
+            let outcome = step(t, buffers);
+            let done = ends(&outcome);
+            outcomes.push(outcome);
+            if done {
+                break;
+            }
+        }
+        return outcomes;
+    };
+    let next = AtomicUsize::new(0);
+    // The first step known to end, or `usize::MAX`.
+    let end = AtomicUsize::new(usize::MAX);
+    let slots: Vec<Mutex<Option<R>>> = (0..steps).map(|_| Mutex::new(None)).collect();
+    let run = |buffers: &mut T| loop {
+        let t = next.fetch_add(1, Ordering::Relaxed);
+        if t >= steps || t > end.load(Ordering::Acquire) {
+            break;
+        }
+        let outcome = step(t, buffers);
+        if ends(&outcome) {
+            end.fetch_min(t, Ordering::AcqRel);
+        }
+        *slots[t].lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+    };
+    let helpers = pool.current_num_threads().min(steps).saturating_sub(1);
+    pool.in_place_scope(|scope| {
+        for _ in 0..helpers {
+            scope.spawn(|_| with_buffers(key, run));
+        }
+        run(buffers);
+    });
+    let mut outcomes = Vec::with_capacity(steps);
+    for slot in slots {
+        let Some(outcome) = slot.into_inner().unwrap_or_else(|p| p.into_inner()) else {
+            break; // not reached: every step up to the end ran
+        };
+        let done = ends(&outcome);
+        outcomes.push(outcome);
+        if done {
+            break;
+        }
+    }
+    outcomes
 }
 
 /// Runs `f` on this thread's buffers `T`, kept between calls (on the caller's

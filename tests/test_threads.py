@@ -233,3 +233,62 @@ def test_eight_serving_threads_for_seconds_match_the_single_threaded_results(res
     assert not any(t.is_alive() for t in threads), "a serving thread hung"
     assert failures == []
     assert min(calls) >= 3, calls
+
+
+@pytest.mark.parametrize("stop", [0, 2, 5])
+def test_one_request_on_several_threads_is_the_one_thread_result(stop, restore_threads):
+    """B = 1 with filters runs its positions on the workers (rows of 128k logits): the
+    tokens, the count and the errors are those of one thread, and a bad row past the
+    first rejection is never reported (it is not read on one thread)."""
+    rng = np.random.default_rng(stop)
+    k, vocab = 5, 131_072
+    target = (rng.standard_normal((1, k + 1, vocab)) * 3).astype(np.float32)
+    draft = (target[:, :k] + rng.standard_normal((1, k, vocab))).astype(np.float32)
+    best = np.argmax(target[:, :k], axis=-1)
+    worst = np.argmin(target[:, :k], axis=-1)
+    ids = np.where(np.arange(k) < stop, best, worst)
+    for t in range(k):
+        draft[0, t, ids[0, t]] += -50.0 if t < stop else 50.0
+    u = np.where(np.arange(k) < stop, 0.0, np.nextafter(1.0, 0.0))[None, :]
+    bad = target.copy()
+    if stop < k:
+        bad[0, stop + 1 :, 7] = np.nan  # rows past the rejection: never read
+    calls = {
+        "clean": dict(target_logits=target),
+        "bad past the stop": dict(target_logits=bad),
+    }
+    results = {}
+    for n in (1, 2, 4):
+        specaccept.set_num_threads(n)
+        for name, rows in calls.items():
+            for ru in (0.1, 0.6, 0.95):
+                r = specaccept.verify_logits(
+                    ids,
+                    draft_logits=draft,
+                    **rows,
+                    temperature=0.8,
+                    top_k=50,
+                    top_p=0.9,
+                    uniforms=u,
+                    recovery_uniforms=np.array([ru]),
+                )
+                assert int(r.num_accepted[0]) == stop
+                results.setdefault((name, ru), []).append(r.output_token_ids.tolist())
+    for key, outs in results.items():
+        assert outs[0] == outs[1] == outs[2], key
+    # A bad row before the stop is the error on every thread count.
+    early = target.copy()
+    early[0, max(stop - 1, 0), 3] = np.nan
+    for n in (1, 2, 4):
+        specaccept.set_num_threads(n)
+        with pytest.raises(ValueError, match=rf"target_logits\[0, {max(stop - 1, 0)}, 3\]"):
+            specaccept.verify_logits(
+                ids,
+                early,
+                draft,
+                temperature=0.8,
+                top_k=50,
+                top_p=0.9,
+                uniforms=u,
+                recovery_uniforms=np.array([0.5]),
+            )

@@ -534,145 +534,195 @@ fn verify_row<P: Prob, Q: Prob>(
             }
             Method::Token => {}
         }
-        let Buffers {
-            wp,
-            wq,
-            residual,
-            scratch,
-            sparse,
-            certified,
-        } = buffers;
-        let mut outcome = None;
-        let screenable = params.top_k == 0 && params.top_p >= 1.0;
-        let inverse = 1.0 / params.temperature;
-        for (t, &x) in ids.iter().enumerate() {
-            let draft_row = inputs.draft_logits.as_ref().map(|d| d.slice(s![b, t, ..]));
-            // The drafter's own q_t(x_t), when given: no draft row is read
-            // unless the position is rejected.
-            let given_q = match &inputs.draft_token_probs {
-                Some(q) => Some(check_gathered(q.get(b, t), "draft_token_probs", &[b, t])?),
-                None => None,
-            };
-            // Without filters, the screen and the certified pass decide most
-            // positions, and draw the residual, without the float64 rows.
-            if screenable {
-                let uniforms = (uniforms.get(b, t), recovery_u);
-                let found = certified::position(
-                    target_row(t),
-                    draft_row,
-                    given_q,
-                    x,
-                    inverse,
-                    uniforms,
-                    certified,
-                );
-                match found {
-                    Some(Certified::Accepted) => continue,
-                    Some(Certified::Drawn(token)) => {
-                        outcome = Some((t, token));
-                        break;
-                    }
-                    None => {} // the exact pass below
-                }
-            }
-            // The rows' maxima, where a look below found them, for the
-            // dense path.
-            let (mut target_max, mut draft_max) = (None, None);
-            // Top-k on: p(x) and q(x) from a few candidates, exactly; the
-            // dense path only where they reject or do not apply.
-            if params.top_k > 0 {
-                // p = 0 rejects whatever q is: then no need to look. The
-                // rows' maxima serve the dense path if it runs.
-                let look = top_k_probability(target_row(t), params, x, sparse);
-                target_max = look.max;
-                let p = look.probability.filter(|&p| p > 0.0);
-                let q = match (p, draft_row) {
-                    (None, _) => None,
-                    (Some(_), _) if given_q.is_some() => given_q,
-                    (Some(_), Some(row)) => {
-                        let look = top_k_probability(row, params, x, sparse);
-                        draft_max = look.max;
-                        look.probability
-                    }
-                    (Some(_), None) => Some(1.0),
-                };
-                if let (Some(p), Some(q)) = (p, q) {
-                    if is_accepted(p, q, uniforms.get(b, t)) {
-                        continue;
-                    }
-                }
-            }
-            let total_p = transform(
-                LogitsRow {
-                    logits: target_row(t),
-                    arg: "target_logits",
+        // Position t < k: `None` accepted, `Some(token)` rejected with the
+        // residual's draw; step k: the bonus draw.
+        let step = |t: usize, buffers: &mut Buffers| -> Result<Option<usize>, CoreError> {
+            buffers.reserve(vocab)?; // a worker's own, the first time
+            if t < k {
+                let at = Position {
                     b,
                     t,
-                    max: target_max,
-                },
-                params,
+                    x: ids[t],
+                    u: uniforms.get(b, t),
+                    recovery_u,
+                };
+                return token_position(inputs, at, params, buffers);
+            }
+            let Buffers {
                 wp,
                 scratch,
-            )?;
-            let p = wp[x] / total_p;
-            if let Some(q) = given_q {
-                if is_accepted(p, q, uniforms.get(b, t)) {
-                    continue;
-                }
-            }
-            let (q, total_q) = match draft_row {
-                Some(draft_row) => {
-                    let total = transform(
-                        LogitsRow {
-                            logits: draft_row,
-                            arg: "draft_logits",
-                            b,
-                            t,
-                            max: draft_max,
-                        },
-                        params,
-                        wq,
-                        scratch,
-                    )?;
-                    (wq[x] / total, Some(total))
-                }
-                None => (1.0, None),
-            };
-            if let Some(given) = given_q {
-                check_draft_prob(given, q, b, t)?;
-            } else if is_accepted(p, q, uniforms.get(b, t)) {
-                continue;
-            }
-            // The residual max(0, p - q) of the transformed rows.
-            residual_of(
-                wp,
-                total_p,
-                total_q.map(|total| (&wq[..], total)),
-                x,
-                residual,
-            );
-            let token = match sample::sample(
-                &BufferWeights { w: residual },
-                recovery_u,
-                &mut scratch.block_sums,
-            )? {
-                Some(token) => token,
-                // Only rounding gets here: sample from p itself.
-                None => sample_weights(wp, recovery_u, scratch, b, t)?,
-            };
-            outcome = Some((t, token));
-            break;
-        }
-        match outcome {
-            Some(found) => found,
-            None => {
-                let token =
-                    draw_target_row(inputs, (b, k), params, recovery_u, certified, wp, scratch)?;
-                (k, token)
-            }
+                certified,
+                ..
+            } = buffers;
+            draw_target_row(inputs, (b, k), params, recovery_u, certified, wp, scratch).map(Some)
+        };
+        let ends = |outcome: &Result<Option<usize>, CoreError>| !matches!(outcome, Ok(None));
+        // A single request's positions run on the workers (see
+        // `threads::first_ending`) where each costs far more than waking a
+        // worker: rows with filters, whose positions run the float64
+        // transform. Without filters a position is a screen of about 0.2 ns a
+        // logit, under the 60-70 us a sleeping worker takes to start on the
+        // build machine (docs/design.md), so it stays on this thread.
+        let filtered = params.top_k > 0 || params.top_p < 1.0;
+        let pool = (filtered && inputs.target_logits.shape()[0] == 1)
+            .then(|| threads::pool_for(k + 1, (k + 1).saturating_mul(2 * vocab)))
+            .flatten();
+        let outcomes = threads::first_ending(pool, k + 1, buffers, &BUFFERS, step, ends);
+        let last = outcomes.len() - 1;
+        match outcomes.into_iter().last() {
+            Some(Ok(Some(token))) => (last, token),
+            Some(Err(error)) => return Err(error),
+            _ => unreachable!("the steps end at a token or an error"),
         }
     };
     Ok((ids, n, next))
+}
+
+/// Where a position of the token rule is: row `b`, position `t`, drafted
+/// token `x`, its uniform and the row's recovery uniform.
+#[derive(Clone, Copy)]
+struct Position {
+    b: usize,
+    t: usize,
+    x: usize,
+    u: f64,
+    recovery_u: f64,
+}
+
+/// The token rule at one position of a sampled row: `None` where the draft
+/// is accepted, else the residual's draw. Without filters the screen and the
+/// certified pass decide most positions, and draw the residual, without the
+/// float64 rows; elsewhere the float64 transform (and top-k's candidates).
+fn token_position<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    Position {
+        b,
+        t,
+        x,
+        u,
+        recovery_u,
+    }: Position,
+    params: Params,
+    buffers: &mut Buffers,
+) -> Result<Option<usize>, CoreError> {
+    let Buffers {
+        wp,
+        wq,
+        residual,
+        scratch,
+        sparse,
+        certified,
+    } = buffers;
+    let target_row = inputs.target_logits.slice(s![b, t, ..]);
+    let draft_row = inputs.draft_logits.as_ref().map(|d| d.slice(s![b, t, ..]));
+    // The drafter's own q_t(x_t), when given: no draft row is read unless
+    // the position is rejected.
+    let given_q = match &inputs.draft_token_probs {
+        Some(q) => Some(check_gathered(q.get(b, t), "draft_token_probs", &[b, t])?),
+        None => None,
+    };
+    if params.top_k == 0 && params.top_p >= 1.0 {
+        let inverse = 1.0 / params.temperature;
+        let found = certified::position(
+            target_row,
+            draft_row,
+            given_q,
+            x,
+            inverse,
+            (u, recovery_u),
+            certified,
+        );
+        match found {
+            Some(Certified::Accepted) => return Ok(None),
+            Some(Certified::Drawn(token)) => return Ok(Some(token)),
+            None => {} // the exact pass below
+        }
+    }
+    // The rows' maxima, where a look below found them, for the dense path.
+    let (mut target_max, mut draft_max) = (None, None);
+    // Top-k on: p(x) and q(x) from a few candidates, exactly; the dense path
+    // only where they reject or do not apply.
+    if params.top_k > 0 {
+        // p = 0 rejects whatever q is: then no need to look. The rows'
+        // maxima serve the dense path if it runs.
+        let look = top_k_probability(target_row, params, x, sparse);
+        target_max = look.max;
+        let p = look.probability.filter(|&p| p > 0.0);
+        let q = match (p, draft_row) {
+            (None, _) => None,
+            (Some(_), _) if given_q.is_some() => given_q,
+            (Some(_), Some(row)) => {
+                let look = top_k_probability(row, params, x, sparse);
+                draft_max = look.max;
+                look.probability
+            }
+            (Some(_), None) => Some(1.0),
+        };
+        if let (Some(p), Some(q)) = (p, q) {
+            if is_accepted(p, q, u) {
+                return Ok(None);
+            }
+        }
+    }
+    let total_p = transform(
+        LogitsRow {
+            logits: target_row,
+            arg: "target_logits",
+            b,
+            t,
+            max: target_max,
+        },
+        params,
+        wp,
+        scratch,
+    )?;
+    let p = wp[x] / total_p;
+    if let Some(q) = given_q {
+        if is_accepted(p, q, u) {
+            return Ok(None);
+        }
+    }
+    let (q, total_q) = match draft_row {
+        Some(draft_row) => {
+            let total = transform(
+                LogitsRow {
+                    logits: draft_row,
+                    arg: "draft_logits",
+                    b,
+                    t,
+                    max: draft_max,
+                },
+                params,
+                wq,
+                scratch,
+            )?;
+            (wq[x] / total, Some(total))
+        }
+        None => (1.0, None),
+    };
+    if let Some(given) = given_q {
+        check_draft_prob(given, q, b, t)?;
+    } else if is_accepted(p, q, u) {
+        return Ok(None);
+    }
+    // The residual max(0, p - q) of the transformed rows.
+    residual_of(
+        wp,
+        total_p,
+        total_q.map(|total| (&wq[..], total)),
+        x,
+        residual,
+    );
+    let token = match sample::sample(
+        &BufferWeights { w: residual },
+        recovery_u,
+        &mut scratch.block_sums,
+    )? {
+        Some(token) => token,
+        // Only rounding gets here: sample from p itself.
+        None => sample_weights(wp, recovery_u, scratch, b, t)?,
+    };
+    Ok(Some(token))
 }
 
 /// Block verification of a sampled row (docs/spec.md section 2.6) on the
