@@ -212,20 +212,22 @@ pub(crate) fn in_runs<O: Rows>(
 /// the workers each take the next step not yet taken, and stop taking once a
 /// step before it has ended; steps past the end may run, and are dropped. Every
 /// step up to the first end runs (the steps are taken in order), so the
-/// result is the one-thread result. `step` gets the buffers of the thread
-/// that runs it: `buffers` on the calling thread, `key`'s on a worker.
+/// result is the one-thread result. `step(t, buffers, dropped)` gets the
+/// buffers of the thread that runs it (`buffers` on the calling thread,
+/// `key`'s on a worker) and `dropped`, true once its outcome is sure to be
+/// dropped (an earlier step ended): it may return any outcome from then on.
 pub(crate) fn first_ending<T: Default, R: Send>(
     pool: Option<Arc<ThreadPool>>,
     steps: usize,
     buffers: &mut T,
     key: &'static LocalKey<RefCell<T>>,
-    step: impl Fn(usize, &mut T) -> R + Sync,
+    step: impl Fn(usize, &mut T, &dyn Fn() -> bool) -> R + Sync,
     ends: impl Fn(&R) -> bool + Sync,
 ) -> Vec<R> {
     let Some(pool) = pool else {
         let mut outcomes = Vec::with_capacity(steps);
         for t in 0..steps {
-            let outcome = step(t, buffers);
+            let outcome = step(t, buffers, &|| false);
             let done = ends(&outcome);
             outcomes.push(outcome);
             if done {
@@ -243,18 +245,31 @@ pub(crate) fn first_ending<T: Default, R: Send>(
         if t >= steps || t > end.load(Ordering::Acquire) {
             break;
         }
-        let outcome = step(t, buffers);
+        let outcome = step(t, buffers, &|| end.load(Ordering::Acquire) < t);
         if ends(&outcome) {
             end.fetch_min(t, Ordering::AcqRel);
         }
         *slots[t].lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
     };
     let helpers = pool.current_num_threads().min(steps).saturating_sub(1);
+    // Helpers inside `run`: the calling thread spins until they are out (at
+    // most one step each, and under a few milliseconds here) before it waits
+    // on the scope, where a blocked thread takes tens of µs to wake.
+    let running = AtomicUsize::new(helpers);
     pool.in_place_scope(|scope| {
         for _ in 0..helpers {
-            scope.spawn(|_| with_buffers(key, run));
+            scope.spawn(|_| {
+                with_buffers(key, run);
+                running.fetch_sub(1, Ordering::Release);
+            });
         }
         run(buffers);
+        let start = std::time::Instant::now();
+        while running.load(Ordering::Acquire) > 0
+            && start.elapsed() < std::time::Duration::from_millis(20)
+        {
+            std::hint::spin_loop();
+        }
     });
     let mut outcomes = Vec::with_capacity(steps);
     for slot in slots {

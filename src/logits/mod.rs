@@ -536,7 +536,7 @@ fn verify_row<P: Prob, Q: Prob>(
         }
         // Position t < k: `None` accepted, `Some(token)` rejected with the
         // residual's draw; step k: the bonus draw.
-        let step = |t: usize, buffers: &mut Buffers| -> Result<Option<usize>, CoreError> {
+        let step = |t: usize, buffers: &mut Buffers, dropped: &dyn Fn() -> bool| {
             buffers.reserve(vocab)?; // a worker's own, the first time
             if t < k {
                 let at = Position {
@@ -546,7 +546,7 @@ fn verify_row<P: Prob, Q: Prob>(
                     u: uniforms.get(b, t),
                     recovery_u,
                 };
-                return token_position(inputs, at, params, buffers);
+                return token_position(inputs, at, params, buffers, dropped);
             }
             let Buffers {
                 wp,
@@ -593,6 +593,8 @@ struct Position {
 /// is accepted, else the residual's draw. Without filters the screen and the
 /// certified pass decide most positions, and draw the residual, without the
 /// float64 rows; elsewhere the float64 transform (and top-k's candidates).
+/// Once `dropped()` (see `threads::first_ending`), it stops between rows
+/// with an outcome nobody reads.
 fn token_position<P: Prob, Q: Prob>(
     inputs: &LogitsInputs<'_, P, Q>,
     Position {
@@ -604,6 +606,7 @@ fn token_position<P: Prob, Q: Prob>(
     }: Position,
     params: Params,
     buffers: &mut Buffers,
+    dropped: &dyn Fn() -> bool,
 ) -> Result<Option<usize>, CoreError> {
     let Buffers {
         wp,
@@ -646,6 +649,9 @@ fn token_position<P: Prob, Q: Prob>(
         // p = 0 rejects whatever q is: then no need to look. The rows'
         // maxima serve the dense path if it runs.
         let look = top_k_probability(target_row, params, x, sparse);
+        if dropped() {
+            return Ok(None);
+        }
         target_max = look.max;
         let p = look.probability.filter(|&p| p > 0.0);
         let q = match (p, draft_row) {
@@ -682,6 +688,9 @@ fn token_position<P: Prob, Q: Prob>(
             return Ok(None);
         }
     }
+    if dropped() {
+        return Ok(None);
+    }
     let (q, total_q) = match draft_row {
         Some(draft_row) => {
             let total = transform(
@@ -703,6 +712,9 @@ fn token_position<P: Prob, Q: Prob>(
     if let Some(given) = given_q {
         check_draft_prob(given, q, b, t)?;
     } else if is_accepted(p, q, u) {
+        return Ok(None);
+    }
+    if dropped() {
         return Ok(None);
     }
     // The residual max(0, p - q) of the transformed rows.
