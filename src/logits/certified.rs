@@ -731,44 +731,39 @@ impl Residual<'_> {
         let rho = self
             .q
             .map_or(0.0, |(_, Interval(low, high))| (0.5 * (low + high)) as f32);
-        const LANES: usize = 8;
         for (j, block_p) in self.p.terms.chunks(SUM_BLOCK).enumerate() {
             let start = j * SUM_BLOCK;
-            let mut lanes = [0.0f64; LANES];
-            match self.q {
-                Some((q, _)) => {
-                    let block_q = &q.terms[start..start + block_p.len()];
-                    let (groups_p, tail_p) = block_p.as_chunks::<LANES>();
-                    let (groups_q, tail_q) = block_q.as_chunks::<LANES>();
-                    for (a, b) in groups_p.iter().zip(groups_q) {
-                        for k in 0..LANES {
-                            let d = a[k] - b[k] * rho;
-                            lanes[k] += f64::from(if d > 0.0 { d } else { 0.0 });
-                        }
-                    }
-                    for (k, (a, b)) in tail_p.iter().zip(tail_q).enumerate() {
-                        let d = a - b * rho;
-                        lanes[k] += f64::from(if d > 0.0 { d } else { 0.0 });
-                    }
-                }
-                None => {
-                    let (groups, tail) = block_p.as_chunks::<LANES>();
-                    for a in groups {
-                        for k in 0..LANES {
-                            lanes[k] += f64::from(a[k]);
-                        }
-                    }
-                    for (k, a) in tail.iter().enumerate() {
-                        lanes[k] += f64::from(*a);
-                    }
-                }
-            }
-            let s: f64 = lanes.iter().sum();
+            let block_q = self.q.map(|(q, _)| &q.terms[start..start + block_p.len()]);
+            let s = residual_block(block_p, block_q, rho);
             out.sum.push(s);
             out.bound
                 .push(INFLATE * (self.block_bound(j) + EXACT_ERROR * s));
         }
     }
+}
+
+/// `sum max(0, fl(a_i - fl(b_i rho)))` over a block in float64 (`b = None`:
+/// `sum a_i`): the AVX2 kernel where the CPU has it (four float64
+/// accumulators; the same terms, added in another order).
+#[inline(always)]
+fn residual_block(a: &[f32], b: Option<&[f32]>, rho: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2() && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2, F16C and FMA, checked just above.
+        return unsafe { x86::residual_block(a, b, rho) };
+    }
+    let term = |i: usize| match b {
+        Some(b) => {
+            let d = a[i] - b[i] * rho;
+            if d > 0.0 {
+                d
+            } else {
+                0.0
+            }
+        }
+        None => a[i],
+    };
+    (0..a.len()).map(|i| f64::from(term(i))).sum()
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -826,6 +821,44 @@ mod x86 {
         let two_n = _mm256_slli_epi32::<23>(_mm256_cvtps_epi32(n));
         let e = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), two_n));
         (e, y)
+    }
+
+    /// [`super::residual_block`]: sixteen terms a step into four `f64x4`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, F16C and FMA.
+    #[target_feature(enable = "avx2,f16c,fma")]
+    pub(super) unsafe fn residual_block(a: &[f32], b: Option<&[f32]>, rho: f32) -> f64 {
+        let (rho8, zero) = (_mm256_set1_ps(rho), _mm256_setzero_ps());
+        let term = |i: usize| {
+            let v = _mm256_loadu_ps(a[i..i + 8].as_ptr());
+            match b {
+                // max returns its second operand, 0, where the difference is NaN.
+                Some(b) => {
+                    let q = _mm256_mul_ps(_mm256_loadu_ps(b[i..i + 8].as_ptr()), rho8);
+                    _mm256_max_ps(_mm256_sub_ps(v, q), zero)
+                }
+                None => v,
+            }
+        };
+        let (mut low, mut high) = (
+            (_mm256_setzero_pd(), _mm256_setzero_pd()),
+            (_mm256_setzero_pd(), _mm256_setzero_pd()),
+        );
+        let steps = a.len() / 16;
+        for step in 0..steps {
+            add_f64(&mut low, term(16 * step));
+            add_f64(&mut high, term(16 * step + 8));
+        }
+        let mut sum = total_f64(low) + total_f64(high);
+        for i in 16 * steps..a.len() {
+            let d = match b {
+                Some(b) => a[i] - b[i] * rho,
+                None => a[i],
+            };
+            sum += f64::from(if d > 0.0 { d } else { 0.0 });
+        }
+        sum
     }
 
     /// `acc += v` in float64, eight `f32` lanes into two `f64x4`.
