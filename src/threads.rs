@@ -240,9 +240,13 @@ pub(crate) fn first_ending<T: Default, R: Send>(
     // The first step known to end, or `usize::MAX`.
     let end = AtomicUsize::new(usize::MAX);
     let slots: Vec<Mutex<Option<R>>> = (0..steps).map(|_| Mutex::new(None)).collect();
+    // Threads inside a step (counted before they take one).
+    let busy = AtomicUsize::new(0);
     let run = |buffers: &mut T| loop {
-        let t = next.fetch_add(1, Ordering::Relaxed);
+        busy.fetch_add(1, Ordering::AcqRel);
+        let t = next.fetch_add(1, Ordering::AcqRel);
         if t >= steps || t > end.load(Ordering::Acquire) {
+            busy.fetch_sub(1, Ordering::AcqRel);
             break;
         }
         let outcome = step(t, buffers, &|| end.load(Ordering::Acquire) < t);
@@ -250,22 +254,20 @@ pub(crate) fn first_ending<T: Default, R: Send>(
             end.fetch_min(t, Ordering::AcqRel);
         }
         *slots[t].lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+        busy.fetch_sub(1, Ordering::AcqRel);
     };
     let helpers = pool.current_num_threads().min(steps).saturating_sub(1);
-    // Helpers inside `run`: the calling thread spins until they are out (at
-    // most one step each, and under a few milliseconds here) before it waits
-    // on the scope, where a blocked thread takes tens of µs to wake.
-    let running = AtomicUsize::new(helpers);
     pool.in_place_scope(|scope| {
         for _ in 0..helpers {
-            scope.spawn(|_| {
-                with_buffers(key, run);
-                running.fetch_sub(1, Ordering::Release);
-            });
+            scope.spawn(|_| with_buffers(key, run));
         }
         run(buffers);
+        // The workers in a step finish it soon (one position): spin for them
+        // rather than sleep in the scope's wait, where a thread takes tens of
+        // µs to wake. A worker that has not started yet finds no step left,
+        // and is not waited for here; 20 ms caps the spin.
         let start = std::time::Instant::now();
-        while running.load(Ordering::Acquire) > 0
+        while busy.load(Ordering::Acquire) > 0
             && start.elapsed() < std::time::Duration::from_millis(20)
         {
             std::hint::spin_loop();
