@@ -360,3 +360,9 @@ def test_plain_number_parameters_equal_their_per_row_arrays_call_after_call():
         assert outcome(specaccept.verify_logits, **case, **scalars) == outcome(
             specaccept.verify_logits, **case, **arrays
         ), scalars
+    # A zero read as float64 keeps its sign, whatever was passed before it.
+    ids = np.array([[1]])
+    logits = np.log(np.array([[[0.5, 0.3, 0.2], [0.3, 0.3, 0.4]]]))
+    for value, shown in [(0, r"0\.0"), (-0.0, r"-0\.0"), (0.0, r"0\.0")]:
+        with pytest.raises(ValueError, match=rf"top_p\[0\] = {shown}: "):
+            specaccept.verify_logits(ids, logits, top_p=value, rng=0)

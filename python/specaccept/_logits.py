@@ -27,8 +27,8 @@ def _broadcast(scalar: np.ndarray, batch: int) -> np.ndarray:
 
 # Read-only stride-0 views of plain numbers, by (value, batch, dtype): a
 # serving loop passes the same few temperatures and filters on every call. Equal
-# keys give equal arrays (1 and 1.0 are both 1.0 in float64; 0.0 and -0.0, whose bits
-# differ, and NaN, never equal to itself, are never cached); bounded, cleared when full.
+# keys give equal arrays (1 and 1.0 are both 1.0 in float64; a zero read as float64,
+# whose sign shows in messages, and NaN are never cached); bounded, cleared when full.
 _PER_ROW_CACHE: dict[tuple[Any, int, type], np.ndarray] = {}
 _PER_ROW_CACHE_SIZE = 256
 
@@ -37,14 +37,16 @@ def _per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
     plain = type(value) is int and value.bit_length() <= 63
     if plain or (type(value) is float and dtype is np.float64):
         # The common case, a plain Python number: no conversion to inspect.
+        # Not NaN, nor a zero read as float64 (-0.0 == 0 == 0.0, with one key).
+        if value != value or (not value and dtype is np.float64):
+            return _broadcast(np.array(value, dtype=dtype), batch)
         key = (value, batch, dtype)
         view = _PER_ROW_CACHE.get(key)
         if view is None:
             view = _broadcast(np.array(value, dtype=dtype), batch)
-            if value == value and (value or type(value) is int):  # not ±0.0, NaN
-                if len(_PER_ROW_CACHE) >= _PER_ROW_CACHE_SIZE:
-                    _PER_ROW_CACHE.clear()
-                _PER_ROW_CACHE[key] = view
+            if len(_PER_ROW_CACHE) >= _PER_ROW_CACHE_SIZE:
+                _PER_ROW_CACHE.clear()
+            _PER_ROW_CACHE[key] = view
         return view
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 63:
         # A Python int past int64: top-k that large keeps everything; a float

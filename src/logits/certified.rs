@@ -271,6 +271,17 @@ impl<'a, L: Prob> Row<'a, L> {
         exact_weight(self.values[i], f64::from(self.scale.max), self.inverse)
     }
 
+    /// The interval of `w_i` from the pass's kept term `terms[i]`: the
+    /// budget of [`row_block_bound`] for one term, without the pair sums.
+    fn kept_weight(&self, terms: &[f32], i: usize) -> Interval {
+        let e = f64::from(terms[i]);
+        let scale = self.scale;
+        let y = screen::exp2_arg(self.values[i].to_f32(), scale.max, scale.log2e_inverse);
+        let relative = EXP_ERROR + EXACT_ERROR + f64::from(scale.arg) * -f64::from(y);
+        let error = INFLATE * relative * e + FLOOR;
+        Interval((e - error).max(0.0), e + error)
+    }
+
     /// `(W, E)`: the exact pass's `sum(w)` lies in `W +- E`; the blocks in
     /// `blocks`, the terms in `store` if given.
     fn total(&self, blocks: &mut Blocks, store: Store<'_>) -> (f64, f64) {
@@ -628,30 +639,52 @@ pub(super) fn position<P: Prob, Q: Prob>(
         let block = excluded.and_then(|e| e.2);
         (side(draft_terms, q_blocks, block), rho)
     });
-    residual_dispatch(
-        Residual {
-            p: p_side,
-            q: q_side,
-        },
-        residual,
-    );
+    Residual {
+        p: p_side,
+        q: q_side,
+    }
+    .blocks(residual);
     // The exact pass's residual entry times W_p: `W_p fl(fl(w_i / W_p) -
     // fl(v_i / W_q))`, each quotient within a rounding of `w_i` and
-    // `v_i rho`.
-    let token = draw(residual, len, recovery_u, |i| {
-        let q = match (&draft, rho) {
-            (Some((row, _, _)), Some(Interval(low, high))) => {
-                let v = row.weight(i);
-                Interval(v * low * (1.0 - STEP), v * high * (1.0 + STEP))
+    // `v_i rho`; `w` and `v` in intervals, `None` for a token whose entry is
+    // 0 (left out, or one-hot at `x`).
+    let entry = |w: Interval, v: Option<Interval>| {
+        let q = match (v, rho) {
+            (Some(Interval(v_low, v_high)), Some(Interval(low, high))) => {
+                Interval(v_low * low * (1.0 - STEP), v_high * high * (1.0 + STEP))
             }
-            _ if i == x => return Interval(0.0, 0.0), // one-hot: 0 at x
             _ => Interval(0.0, 0.0),
         };
-        let w = p_row.weight(i);
-        let p = Interval(w * (1.0 - STEP), w * (1.0 + STEP));
+        let p = Interval(w.0 * (1.0 - STEP), w.1 * (1.0 + STEP));
         let slack = STEP * (p.1 + q.1);
         Interval((p.0 - q.1 - slack).max(0.0), (p.1 - q.0 + slack).max(0.0))
-    })?;
+    };
+    let zero_at_x = excluded.is_some(); // always so for one-hot drafts
+                                        // First from the kept terms (no `exp`), then, where those leave the
+                                        // draw open, from the exact pass's weights.
+    let (target_terms, draft_terms) = (&*target_terms, &*draft_terms);
+    let kept = |i: usize| {
+        if zero_at_x && i == x {
+            return Interval(0.0, 0.0);
+        }
+        let v = draft
+            .as_ref()
+            .map(|(row, _, _)| row.kept_weight(draft_terms, i));
+        entry(p_row.kept_weight(target_terms, i), v)
+    };
+    let exact = |i: usize| {
+        if draft.is_none() && i == x {
+            return Interval(0.0, 0.0);
+        }
+        let v = draft.as_ref().map(|(row, _, _)| {
+            let v = row.weight(i);
+            Interval(v, v)
+        });
+        let w = p_row.weight(i);
+        entry(Interval(w, w), v)
+    };
+    let token =
+        draw(residual, len, recovery_u, kept).or_else(|| draw(residual, len, recovery_u, exact))?;
     Some(Certified::Drawn(token))
 }
 
@@ -752,6 +785,12 @@ fn residual_block(a: &[f32], b: Option<&[f32]>, rho: f32) -> f64 {
         // SAFETY: the CPU supports AVX2, F16C and FMA, checked just above.
         return unsafe { x86::residual_block(a, b, rho) };
     }
+    residual_block_scalar(a, b, rho)
+}
+
+/// [`residual_block`], portable: the terms added in order.
+#[inline(always)]
+fn residual_block_scalar(a: &[f32], b: Option<&[f32]>, rho: f32) -> f64 {
     let term = |i: usize| match b {
         Some(b) => {
             let d = a[i] - b[i] * rho;
@@ -764,21 +803,6 @@ fn residual_block(a: &[f32], b: Option<&[f32]>, rho: f32) -> f64 {
         None => a[i],
     };
     (0..a.len()).map(|i| f64::from(term(i))).sum()
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn residual_avx2(residual: Residual<'_>, out: &mut Blocks) {
-    residual.blocks(out);
-}
-
-fn residual_dispatch(residual: Residual<'_>, out: &mut Blocks) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2() {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { residual_avx2(residual, out) };
-    }
-    residual.blocks(out);
 }
 
 /// The passes in AVX2 and FMA registers, eight terms at a time: the same
@@ -805,9 +829,10 @@ mod x86 {
         log2e_inverse: __m256,
     ) -> (__m256, __m256) {
         let l = L::load8_ps(ptr);
+        // As `exp2_arg`: NaN stays NaN (max returns its second operand).
         let y = _mm256_max_ps(
-            _mm256_mul_ps(_mm256_sub_ps(l, max), log2e_inverse),
             _mm256_set1_ps(EXP2_FLOOR),
+            _mm256_mul_ps(_mm256_sub_ps(l, max), log2e_inverse),
         );
         let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
         let r = _mm256_sub_ps(y, n);
@@ -1036,7 +1061,15 @@ mod tests {
                 "term {i}: {e} is neither {fma} nor {plain}"
             );
         }
-        let (_, exact, exact_total) = exact_blocks(values, inverse);
+        let (w, exact, exact_total) = exact_blocks(values, inverse);
+        // Each kept term's own interval holds the exact weight.
+        for (i, &w) in w.iter().enumerate() {
+            let Interval(low, high) = row.kept_weight(&terms, i);
+            assert!(
+                low <= w && w <= high,
+                "term {i}: {w} outside [{low}, {high}]"
+            );
+        }
         let mut tightest = 0.0f64;
         for (j, &s) in exact.iter().enumerate() {
             let miss = (s - blocks.sum[j]).abs();
@@ -1346,10 +1379,17 @@ mod tests {
                         }),
                     };
                     let mut found = Blocks::default();
-                    residual_dispatch(residual, &mut found);
-                    let mut portable = Blocks::default();
-                    residual.blocks(&mut portable);
-                    assert_eq!(found.sum, portable.sum);
+                    residual.blocks(&mut found);
+                    // The portable sums: the same terms in another order.
+                    for (j, &sum) in found.sum.iter().enumerate() {
+                        let start = j * SUM_BLOCK;
+                        let end = (start + SUM_BLOCK).min(p_kept.len());
+                        let rho32 =
+                            rho.map_or(0.0, |Interval(low, high)| (0.5 * (low + high)) as f32);
+                        let q_block = rho.map(|_| &q_kept[start..end]);
+                        let portable = residual_block_scalar(&p_kept[start..end], q_block, rho32);
+                        assert!((sum - portable).abs() <= 1e-12 * portable, "block {j}");
+                    }
                     for (j, block) in exact.chunks(SUM_BLOCK).enumerate() {
                         // In units of the target's weights.
                         let s = block.iter().sum::<f64>() * total_p;
