@@ -210,7 +210,8 @@ pub(crate) fn in_runs<O: Rows>(
 /// always does): the outcomes of steps `0..=` that one. Without `pool`, on the
 /// calling thread, one step after another. With one, the calling thread and
 /// the workers each take the next step not yet taken, and stop taking once a
-/// step before it has ended; steps past the end may run, and are dropped. Every
+/// step before it has ended; steps past the end may run, and are dropped (the
+/// first step runs on the calling thread before any worker starts). Every
 /// step up to the first end runs (the steps are taken in order), so the
 /// result is the one-thread result. `step(t, buffers, dropped)` gets the
 /// buffers of the thread that runs it (`buffers` on the calling thread,
@@ -236,10 +237,20 @@ pub(crate) fn first_ending<T: Default, R: Send>(
         }
         return outcomes;
     };
-    let next = AtomicUsize::new(0);
+    // The first step on the calling thread alone: a sequence that ends there
+    // (a rejected first draft) wakes no worker, and pays nothing for them.
+    if steps == 0 {
+        return Vec::new();
+    }
+    let first = step(0, buffers, &|| false);
+    if steps == 1 || ends(&first) {
+        return vec![first];
+    }
+    let next = AtomicUsize::new(1);
     // The first step known to end, or `usize::MAX`.
     let end = AtomicUsize::new(usize::MAX);
     let slots: Vec<Mutex<Option<R>>> = (0..steps).map(|_| Mutex::new(None)).collect();
+    *slots[0].lock().unwrap_or_else(|p| p.into_inner()) = Some(first);
     // Threads inside a step (counted before they take one).
     let busy = AtomicUsize::new(0);
     let run = |buffers: &mut T| loop {
