@@ -103,18 +103,15 @@ const EXP2_POLY: [f32; 6] = [
 /// -125`). `FMA` only removes roundings.
 #[inline(always)]
 pub(super) fn exp2_certified<const FMA: bool>(y: f32) -> f32 {
-    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
-    let shifted = y + ROUND;
-    let r = y - (shifted - ROUND);
-    let [c1, c2, c3, c4, c5, c6] = EXP2_POLY;
-    let p = mul_add32::<FMA>(c6, r, c5);
-    let p = mul_add32::<FMA>(p, r, c4);
-    let p = mul_add32::<FMA>(p, r, c3);
-    let p = mul_add32::<FMA>(p, r, c2);
-    let p = mul_add32::<FMA>(p, r, c1);
-    let p = mul_add32::<FMA>(p, r, 1.0);
-    // See [`screen::exp2_screen`]: `shifted`'s bits `<< 23` are `n << 23`.
-    f32::from_bits(p.to_bits().wrapping_add(shifted.to_bits() << 23))
+    screen::exp2_by(y, |r| {
+        let [c1, c2, c3, c4, c5, c6] = EXP2_POLY;
+        let p = mul_add32::<FMA>(c6, r, c5);
+        let p = mul_add32::<FMA>(p, r, c4);
+        let p = mul_add32::<FMA>(p, r, c3);
+        let p = mul_add32::<FMA>(p, r, c2);
+        let p = mul_add32::<FMA>(p, r, c1);
+        mul_add32::<FMA>(p, r, 1.0)
+    })
 }
 
 /// A row's scaling: its max `m` (a logit, so an exact `f32`), `log2(e) / T`
@@ -813,14 +810,13 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{term, Blocks, Scale, Store, EXP2_POLY};
-    use crate::logits::screen::EXP2_FLOOR;
+    use crate::logits::screen::x86::{exp2_arg8, exp2_by8};
     use crate::sample::SUM_BLOCK;
     use crate::view::Prob;
 
     /// `(e, y')` of eight logits (see [`super::term`]; `y' <= 0`, so `|y'|`
-    /// is `-y'`: the callers subtract its products). `vroundps` rounds as
-    /// [`super::exp2_certified`]'s `1.5 * 2^23` does, and `n` converts
-    /// exactly.
+    /// is `-y'`: the callers subtract its products), with the operations of
+    /// [`super::exp2_certified`]`::<true>`.
     #[inline]
     #[target_feature(enable = "avx2,f16c,fma")]
     unsafe fn term8<L: Prob>(
@@ -828,23 +824,16 @@ mod x86 {
         max: __m256,
         log2e_inverse: __m256,
     ) -> (__m256, __m256) {
-        let l = L::load8_ps(ptr);
-        // As `exp2_arg`: NaN stays NaN (max returns its second operand).
-        let y = _mm256_max_ps(
-            _mm256_set1_ps(EXP2_FLOOR),
-            _mm256_mul_ps(_mm256_sub_ps(l, max), log2e_inverse),
-        );
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
-        let r = _mm256_sub_ps(y, n);
+        let y = exp2_arg8(L::load8_ps(ptr), max, log2e_inverse);
         let [c1, c2, c3, c4, c5, c6] = EXP2_POLY.map(|c| _mm256_set1_ps(c));
-        let p = _mm256_fmadd_ps(c6, r, c5);
-        let p = _mm256_fmadd_ps(p, r, c4);
-        let p = _mm256_fmadd_ps(p, r, c3);
-        let p = _mm256_fmadd_ps(p, r, c2);
-        let p = _mm256_fmadd_ps(p, r, c1);
-        let p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0));
-        let two_n = _mm256_slli_epi32::<23>(_mm256_cvtps_epi32(n));
-        let e = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), two_n));
+        let e = exp2_by8(y, |r| {
+            let p = _mm256_fmadd_ps(c6, r, c5);
+            let p = _mm256_fmadd_ps(p, r, c4);
+            let p = _mm256_fmadd_ps(p, r, c3);
+            let p = _mm256_fmadd_ps(p, r, c2);
+            let p = _mm256_fmadd_ps(p, r, c1);
+            _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0))
+        });
         (e, y)
     }
 
@@ -1000,7 +989,7 @@ mod tests {
 
     fn worst_exp_error(stride: usize) -> f64 {
         let exp = |y| [exp2_certified::<false>(y), exp2_certified::<true>(y)];
-        crate::logits::screen::tests::worst_exp_error(exp, screen::EXP2_FLOOR, true, stride)
+        crate::logits::screen::tests::worst_exp2_error(exp, stride)
     }
 
     #[test]

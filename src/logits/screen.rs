@@ -64,14 +64,25 @@ pub(super) const EXP2_FLOOR: f32 = -125.0;
 /// [`SCREEN_EXP_ERROR`]'s `1e-4`.
 #[inline(always)]
 fn exp2_screen<const FMA: bool>(y: f32) -> f32 {
+    exp2_by(y, |r| {
+        let [c0, c1, c2, c3] = SCREEN_POLY;
+        mul_add32::<FMA>(mul_add32::<FMA>(mul_add32::<FMA>(c3, r, c2), r, c1), r, c0)
+    })
+}
+
+/// `2^y` for `-125 <= y <= 0` from `two_r(r)`, a value of `2^r` in
+/// `(0.7, 1.42)` for `|r| <= 1/2`: `n` the integer nearest to `y` (adding
+/// `1.5 * 2^23` rounds to it, ties to even, as `vroundps` does), `r = y - n`
+/// exact, and `2^n` added to the exponent bits of `2^r` (the result stays
+/// normal for `n >= -125`). The float32 passes' `exp`, with their polynomials.
+#[inline(always)]
+pub(super) fn exp2_by(y: f32, two_r: impl Fn(f32) -> f32) -> f32 {
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23
     let shifted = y + ROUND;
     let r = y - (shifted - ROUND);
-    let [c0, c1, c2, c3] = SCREEN_POLY;
-    let p = mul_add32::<FMA>(mul_add32::<FMA>(mul_add32::<FMA>(c3, r, c2), r, c1), r, c0);
     // The low bits of `shifted` hold n (two's complement, |n| < 2^22), and
     // the bits of 1.5 * 2^23 above them shift out: `<< 23` is `n << 23`.
-    f32::from_bits(p.to_bits().wrapping_add(shifted.to_bits() << 23))
+    f32::from_bits(two_r(r).to_bits().wrapping_add(shifted.to_bits() << 23))
 }
 
 /// `y' = fl32(fl32(l - max) * log2e_inverse)`, clamped to [`EXP2_FLOOR`]
@@ -318,7 +329,7 @@ pub fn screen_pass<L: Prob>(values: &[L], temperature: f64) -> Option<(f64, f64)
 /// and the screen of a row in one read (FMA), four vectors a step with the
 /// same operations as [`exp2_screen`]`::<true>` per term.
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(super) mod x86 {
     use std::arch::x86_64::*;
 
     use super::{exp2_arg, exp2_screen, SCREEN_POLY};
@@ -353,23 +364,44 @@ mod x86 {
         (ok && _mm256_movemask_ps(bad) == 0, max)
     }
 
-    /// `exp2_screen::<true>(exp2_arg(l))` of eight logits `l` (see
-    /// [`super::exp2_screen`]): `vroundps` rounds as its `1.5 * 2^23` does,
-    /// and `n` converts exactly. NaN stays NaN: the clamp returns its second
-    /// operand then, and `n` converts to `i32::MIN`, whose `<< 23` is 0.
+    /// [`super::exp2_arg`] of eight logits: NaN stays NaN (the clamp
+    /// returns its second operand then).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c,fma")]
+    pub(in crate::logits) unsafe fn exp2_arg8(
+        l: __m256,
+        max: __m256,
+        log2e_inverse: __m256,
+    ) -> __m256 {
+        _mm256_max_ps(
+            _mm256_set1_ps(super::EXP2_FLOOR),
+            _mm256_mul_ps(_mm256_sub_ps(l, max), log2e_inverse),
+        )
+    }
+
+    /// [`super::exp2_by`] of eight arguments: `vroundps` rounds as its
+    /// `1.5 * 2^23` does, and `n` converts exactly. NaN stays NaN: `n`
+    /// converts to `i32::MIN`, whose `<< 23` is 0.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c,fma")]
+    pub(in crate::logits) unsafe fn exp2_by8(
+        y: __m256,
+        two_r: impl Fn(__m256) -> __m256,
+    ) -> __m256 {
+        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
+        let p = two_r(_mm256_sub_ps(y, n));
+        let two_n = _mm256_slli_epi32::<23>(_mm256_cvtps_epi32(n));
+        _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), two_n))
+    }
+
+    /// `exp2_screen::<true>(exp2_arg(l))` of eight logits `l`.
     #[inline]
     #[target_feature(enable = "avx2,f16c,fma")]
     pub(super) unsafe fn term8(l: __m256, max: __m256, log2e_inverse: __m256) -> __m256 {
-        let y = _mm256_max_ps(
-            _mm256_set1_ps(super::EXP2_FLOOR),
-            _mm256_mul_ps(_mm256_sub_ps(l, max), log2e_inverse),
-        );
-        let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y);
-        let r = _mm256_sub_ps(y, n);
         let [c0, c1, c2, c3] = SCREEN_POLY.map(|c| _mm256_set1_ps(c));
-        let p = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(c3, r, c2), r, c1), r, c0);
-        let two_n = _mm256_slli_epi32::<23>(_mm256_cvtps_epi32(n));
-        _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), two_n))
+        exp2_by8(exp2_arg8(l, max, log2e_inverse), |r| {
+            _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(c3, r, c2), r, c1), r, c0)
+        })
     }
 
     /// Adds the terms of `quads` to `acc`, a step of 32 logits at a time,
@@ -491,24 +523,15 @@ pub(super) mod tests {
     use crate::logits::exact::{row_exp_sum, row_max};
     use ndarray::s;
 
-    /// The largest relative error of both variants of an f32 `exp` (or
-    /// `exp2`, `base2`) over inputs in `[low, 0]`, every `stride`-th bit pattern.
-    pub(crate) fn worst_exp_error(
-        exp: impl Fn(f32) -> [f32; 2],
-        low: f32,
-        base2: bool,
-        stride: usize,
-    ) -> f64 {
-        let (zero, end) = ((-0.0f32).to_bits(), low.to_bits());
+    /// The largest relative error of both variants of an f32 `2^y` over
+    /// inputs in `[EXP2_FLOOR, 0]`, every `stride`-th bit pattern.
+    pub(crate) fn worst_exp2_error(exp2: impl Fn(f32) -> [f32; 2], stride: usize) -> f64 {
+        let (zero, end) = ((-0.0f32).to_bits(), EXP2_FLOOR.to_bits());
         let mut worst = 0.0f64;
         for bits in (zero..=end).step_by(stride).chain([end]) {
-            let x = f32::from_bits(bits);
-            let exact = if base2 {
-                f64::from(x).exp2()
-            } else {
-                f64::from(x).exp()
-            };
-            for e in exp(x) {
+            let y = f32::from_bits(bits);
+            let exact = f64::from(y).exp2();
+            for e in exp2(y) {
                 worst = worst.max((f64::from(e) - exact).abs() / exact);
             }
         }
@@ -517,7 +540,7 @@ pub(super) mod tests {
 
     fn worst_screen_error(stride: usize) -> f64 {
         let exp = |y| [exp2_screen::<false>(y), exp2_screen::<true>(y)];
-        worst_exp_error(exp, EXP2_FLOOR, true, stride)
+        worst_exp2_error(exp, stride)
     }
 
     #[test]
