@@ -864,15 +864,9 @@ mod x86 {
             add_f64(&mut low, term(16 * step));
             add_f64(&mut high, term(16 * step + 8));
         }
-        let mut sum = total_f64(low) + total_f64(high);
-        for i in 16 * steps..a.len() {
-            let d = match b {
-                Some(b) => a[i] - b[i] * rho,
-                None => a[i],
-            };
-            sum += f64::from(if d > 0.0 { d } else { 0.0 });
-        }
-        sum
+        let done = 16 * steps;
+        let tail = super::residual_block_scalar(&a[done..], b.map(|b| &b[done..]), rho);
+        total_f64(low) + total_f64(high) + tail
     }
 
     /// `acc += v` in float64, eight `f32` lanes into two `f64x4`.
