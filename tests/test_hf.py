@@ -8,7 +8,7 @@ import specaccept
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-from specaccept.hf import HFModel  # noqa: E402
+from specaccept.generation.hf import HFModel  # noqa: E402
 
 
 def tiny(seed: int, layers: int) -> HFModel:

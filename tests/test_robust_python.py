@@ -1114,6 +1114,12 @@ def test_reference_with_per_row_generators_names_a_bad_count_in_its_row():
 class StubModel:
     config = type("Config", (), {"vocab_size": 7})()
 
+    def __call__(self, **kwargs):
+        return self.forward(**kwargs)
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None):
+        raise AssertionError("the model must not run")
+
     def eval(self):
         return self
 
@@ -1121,27 +1127,36 @@ class StubModel:
         return None
 
 
-@pytest.mark.parametrize(
-    ("temperature", "error"),
-    [
-        (0.0, InputError),
-        (-1.0, InputError),
-        (float("nan"), InputError),
-        (float("inf"), InputError),
-        ("hot", TypeError),
-        (None, TypeError),
-        (True, TypeError),
-    ],
-)
-def test_hf_model_temperature_is_checked(temperature, error, monkeypatch):
+@pytest.mark.parametrize("model", [object(), 5, "gpt2", None])
+def test_hf_model_refuses_what_is_not_a_causal_lm(model, monkeypatch):
     import types
 
     monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
-    from specaccept.hf import HFModel
+    from specaccept.generation.hf import HFModel
 
     assert HFModel(StubModel()).vocab_size == 7
-    with pytest.raises(error, match="temperature"):
-        HFModel(StubModel(), temperature=temperature)
+    with pytest.raises(TypeError, match="model must be a transformers causal LM"):
+        HFModel(model)
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        ({"layer_types": ["full_attention", "linear_attention"]}, "linear_attention layers"),
+        ({"_attn_implementation": "flash_attention_2"}, "attn_implementation='sdpa'"),
+    ],
+)
+def test_hf_model_refuses_caches_it_cannot_roll_back(config, fragment, monkeypatch):
+    import types
+
+    monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
+    from specaccept.generation.hf import HFModel
+
+    model = StubModel()
+    model.config = type("Config", (), {"vocab_size": 7, **config})()
+    with pytest.raises(InputError, match=fragment) as error:
+        HFModel(model)
+    assert error.value.argument == "model"
 
 
 @pytest.mark.parametrize(
@@ -1153,7 +1168,7 @@ def test_hf_model_next_token_probs_checks_before_running_the_model(
     import types
 
     monkeypatch.setitem(sys.modules, "torch", sys.modules.get("torch") or types.ModuleType("torch"))
-    from specaccept.hf import HFModel
+    from specaccept.generation.hf import HFModel
 
     with pytest.raises(error, match=r"num_positions|sequences"):
         HFModel(StubModel()).next_token_probs([[1, 2]], num_positions)

@@ -18,7 +18,6 @@ from ._api import (
 from ._compare import MethodComparison, MethodResult, compare_methods
 from ._errors import InputError
 from ._expectation import expected_num_accepted, expected_num_accepted_tree
-from ._generate import Drafter, Generation, LanguageModel, generate
 from ._logits import verify_logits
 from ._result import TreeVerification, Verification
 from ._stats import (
@@ -36,6 +35,7 @@ from ._threads import (
 )
 from ._tree import verify_tree
 from ._uniforms import counter_uniforms
+from .generation import Drafter, Generation, LanguageModel, PromptLookup, generate
 
 __version__ = "0.1.0"
 
@@ -50,6 +50,7 @@ __all__ = [
     "LanguageModel",
     "MethodComparison",
     "MethodResult",
+    "PromptLookup",
     "RngLike",
     "TreeVerification",
     "Verification",

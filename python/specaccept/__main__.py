@@ -26,8 +26,8 @@ from . import (
     rejection_probability,
     verify,
 )
-from ._generate import progress_bar
 from ._lab import add_parser as add_compare
+from ._progress import progress_bar
 from ._stats import chi_square_sf
 
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran", "learning", "fast"]
@@ -133,13 +133,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _first_speculative_tokens(target, draft, prompt, rows, k, rng) -> np.ndarray:
-    """The first token of one speculative step from ``prompt``, ``rows`` times over."""
-    from ._generate import _propose, _Randomness
-
-    drafts, draft_probs = _propose(draft, [prompt] * rows, k, _Randomness(rng), greedy=False)
-    extended = [prompt + d.tolist() for d in drafts]
-    target_probs = target.next_token_probs(extended, k + 1)
-    return verify(drafts, target_probs, draft_probs, rng=rng).output_token_ids[:, 0]
+    """The first token of a speculative run from ``prompt`` (its first step drafts
+    ``k`` tokens), ``rows`` times over."""
+    out = generate(target, draft, [prompt] * rows, k=k, max_new_tokens=k + 1, rng=rng)
+    return np.array([tokens[0] for tokens in out.tokens])
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -22,7 +22,7 @@ import numpy as np
 from ._compare import MethodComparison, compare_methods
 from ._errors import InputError
 from ._expectation import expected_num_accepted_tree
-from ._generate import progress_bar
+from ._progress import progress_bar
 
 __all__ = ["NPZ_ARRAYS", "TREE_SHAPES", "add_parser"]
 

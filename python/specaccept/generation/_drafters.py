@@ -1,0 +1,426 @@
+"""Drafters: what proposes the tokens a step verifies.
+
+- :class:`PromptLookup`: n-gram lookup in each row's own context (Hugging Face's
+  ``prompt_lookup_num_tokens``); deterministic proposals (``draft_probs=None``).
+- :class:`ModelDrafter`: a draft model run as a :class:`Session` (an
+  :class:`~specaccept.generation.hf.HFModel` with its own key-value cache, or a
+  stateless :class:`LanguageModel`): ``k`` drafts cost ``k`` one-token forward
+  calls for the whole batch; trees cost one call per level.
+- :class:`ProposeDrafter`: a user's :class:`Drafter` (``propose``).
+
+Each keeps what it needs between steps and is told, after every step, the rows'
+committed sequences (:meth:`advance`) and which rows go on (:meth:`select`).
+The contract is docs/spec.md section 12.3.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .._errors import InputError
+from ._answers import model_probs, model_tokens
+from ._sampling import Sampling, log, sample_logits, sample_rows, transform, without
+from ._session import Session, StatelessSession, TrackedSession
+
+__all__ = [
+    "Chain",
+    "Drafter",
+    "ModelDrafter",
+    "PromptLookup",
+    "ProposeDrafter",
+    "Tree",
+    "drafting_for",
+    "fits",
+    "tree_parents",
+]
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """A drafter of your own: ``propose(sequences, k, rng, greedy)`` returns
+    ``(tokens [B, k], probs [B, k, V])``, the drafted tokens and, for each, the
+    distribution it was drawn from (for a greedy draft, any distribution whose
+    argmax is the token). It gets copies of the sequences."""
+
+    def propose(
+        self,
+        sequences: Sequence[Sequence[int]],
+        k: int,
+        rng: np.random.Generator,
+        greedy: bool,
+    ) -> tuple[Any, Any]: ...
+
+
+@dataclass
+class Chain:
+    """A step's chain drafts: ``tokens[r]`` (at most the row's count) and the
+    rows they were drawn from, ``scores [R, K, V]`` in the verifier's space
+    (``None``: deterministic drafts)."""
+
+    tokens: list[list[int]]
+    scores: np.ndarray | None
+    errors: dict[int, Exception]
+
+
+@dataclass
+class Tree:
+    """A step's drafted trees in :func:`specaccept.verify_tree`'s layout: node 0 is
+    the root (the last committed token), ``parents [R, N]`` (``-1`` for the root
+    and for padding), ``tokens [R, N]`` and ``probs [R, N, V]`` (row ``c``: the
+    law child ``c`` was drawn from)."""
+
+    tokens: np.ndarray
+    parents: np.ndarray
+    probs: np.ndarray
+    errors: dict[int, Exception]
+
+
+def tree_parents(branching: Sequence[int]) -> list[int]:
+    """The parents of a full tree with ``branching[d]`` children under every node of
+    depth ``d``, in breadth-first order (node 0 the root)."""
+    parents, level = [-1], [0]
+    for count in branching:
+        next_level = []
+        for node in level:
+            for _ in range(count):
+                parents.append(node)
+                next_level.append(len(parents) - 1)
+        level = next_level
+    return parents
+
+
+class PromptLookup:
+    """Drafts by n-gram lookup in each row's own context (prompt lookup decoding,
+    Hugging Face's ``prompt_lookup_num_tokens``).
+
+    The row's last ``n`` tokens, for ``n`` from ``max_ngram`` down to
+    ``min_ngram``, are searched for earlier in the row; the first (leftmost)
+    match followed by at least one token proposes the tokens that followed it, up
+    to the step's ``k``. No match: nothing is drafted for the row this step (the
+    target still emits one token). Proposals are deterministic
+    (``draft_probs=None``), so sampling stays exact.
+
+    Parameters
+    ----------
+    max_ngram : int
+        The longest n-gram matched (Hugging Face's ``max_matching_ngram_size``,
+        default 2).
+    min_ngram : int
+        The shortest.
+    """
+
+    def __init__(self, max_ngram: int = 2, min_ngram: int = 1):
+        for name, value in (("max_ngram", max_ngram), ("min_ngram", min_ngram)):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"{name} must be an int >= 1, got {type(value).__name__}")
+            if value < 1:
+                raise InputError(f"{name} must be an int >= 1, got {value}", argument=name)
+        if min_ngram > max_ngram:
+            raise InputError(
+                f"min_ngram = {min_ngram} is larger than max_ngram = {max_ngram}",
+                argument="min_ngram",
+            )
+        self.max_ngram, self.min_ngram = int(max_ngram), int(min_ngram)
+
+    def __repr__(self) -> str:
+        return f"PromptLookup(max_ngram={self.max_ngram}, min_ngram={self.min_ngram})"
+
+    def lookup(self, sequence: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` tokens proposed after ``sequence``."""
+        seq = list(sequence)
+        length = len(seq)
+        if k <= 0:
+            return []
+        for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
+            tail = seq[-n:]
+            first = tail[0]
+            for start in range(length - n):
+                if seq[start] == first and seq[start : start + n] == tail:
+                    follow = seq[start + n : start + n + k]
+                    if follow:
+                        return follow
+        return []
+
+
+class _LookupDrafting:
+    """:class:`PromptLookup` in the loop: deterministic drafts, nothing sampled."""
+
+    space = "logits"
+
+    def __init__(self, lookup: PromptLookup):
+        self.lookup = lookup
+
+    def propose(self, sequences, counts, sampling, uniforms) -> Chain:
+        tokens = [self.lookup.lookup(seq, k) for seq, k in zip(sequences, counts, strict=True)]
+        return Chain(tokens, None, {})
+
+    def advance(self, sequences, failed) -> None:
+        pass
+
+    def select(self, rows) -> None:
+        pass
+
+
+class ModelDrafter:
+    """A draft model as a :class:`Session` of its own (see the module's docstring).
+
+    ``space`` is what the verifier reads: ``"logits"`` (chains from a logits
+    session, drawn through :func:`sample_logits`) or ``"probs"``.
+    """
+
+    def __init__(self, session: Session, prompts: list[list[int]], isolate: bool):
+        self.tracked = TrackedSession(session, prompts, "draft")
+        self.space, self.isolate = "probs", isolate
+        self.vocab_size = self.tracked.vocab_size
+
+    @property
+    def forwards(self) -> int:
+        return self.tracked.forwards
+
+    def _extend(
+        self, tokens: list[list[int]], parents: list[list[int]] | None, errors: dict[int, Exception]
+    ) -> np.ndarray:
+        scores, failed = self.tracked.extend(
+            tokens, parents, last_only=parents is None, isolate=self.isolate
+        )
+        for b, error in failed.items():
+            errors.setdefault(b, error)
+        return scores
+
+    def propose(
+        self,
+        sequences: list[list[int]],
+        counts: list[int],
+        sampling: Sampling,
+        uniforms: np.ndarray | None,
+    ) -> Chain:
+        rows, width, vocab = len(sequences), max(counts, default=0), self.vocab_size
+        tokens: list[list[int]] = [[] for _ in sequences]
+        errors: dict[int, Exception] = {}
+        if width == 0:
+            return Chain(tokens, None, errors)
+        from_logits = self.tracked.scores == "logits"
+        scores_out: np.ndarray | None = None
+        feed = [
+            self.tracked.pending(b, seq) if counts[b] else [] for b, seq in enumerate(sequences)
+        ]
+        for i in range(width):
+            step = self._extend(feed, None, errors)
+            if scores_out is None:
+                dtype = step.dtype if self.space == "logits" else np.float64
+                try:
+                    scores_out = np.zeros((rows, width, vocab), dtype=dtype)
+                except MemoryError:
+                    raise _too_large(rows, width, vocab) from None
+            u = None if uniforms is None else uniforms[:, i]
+            bad: dict[int, Exception] = {}
+            if from_logits and self.space == "logits":
+                chosen, found = sample_logits(step, sampling, u, "draft logits")
+                bad.update(found)
+                scores_out[:, i] = step
+            else:
+                probs = np.asarray(step, np.float64)
+                if from_logits or not sampling.plain:
+                    probs, found = transform(step if from_logits else log(probs), sampling)
+                    bad.update(found)
+                chosen = sample_rows(probs, u, sampling.greedy)
+                scores_out[:, i] = probs
+            for b in range(rows):
+                if counts[b] > i and b not in errors:
+                    if b in bad:
+                        errors[b] = bad[b]
+                    else:
+                        tokens[b].append(int(chosen[b]))
+            feed = [
+                [tokens[b][-1]] if counts[b] > i + 1 and b not in errors else []
+                for b in range(rows)
+            ]
+        return Chain(tokens, scores_out, errors)
+
+    def propose_tree(
+        self,
+        sequences: list[list[int]],
+        branching: list[int],
+        depths: list[int],
+        sampling: Sampling,
+        uniforms: np.ndarray | None,
+    ) -> Tree:
+        """Trees of ``branching`` cut at each row's ``depths[r]`` (deeper nodes are
+        padding). A node's children are drawn without replacement from the
+        transformed draft row after it (a greedy row takes the most likely
+        tokens), and each level is fed in one call to score the next."""
+        rows, vocab = len(sequences), self.vocab_size
+        shape = tree_parents(branching)
+        nodes = len(shape)
+        depth = [0] * nodes
+        children: list[list[int]] = [[] for _ in range(nodes)]
+        for n in range(1, nodes):
+            depth[n] = depth[shape[n]] + 1
+            children[shape[n]].append(n)
+        tokens = np.zeros((rows, nodes), dtype=np.int64)
+        probs = np.zeros((rows, nodes, vocab))
+        alive = np.array([[depth[n] <= depths[b] for n in range(nodes)] for b in range(rows)])
+        errors: dict[int, Exception] = {}
+        # The session's provisional index of each fed node, and the row scored after it.
+        pending = [self.tracked.pending(b, seq) for b, seq in enumerate(sequences)]
+        first = self._extend(pending, None, errors)
+        slot = [{0: len(pending[b]) - 1} for b in range(rows)]
+        after: list[dict[int, np.ndarray]] = [{0: first[b]} for b in range(rows)]
+        level = [0]
+        for d in range(len(branching)):
+            if d > 0:
+                fed = [[n for n in level if alive[b, n] and b not in errors] for b in range(rows)]
+                if not any(fed):
+                    break
+                base = [len(self.tracked.fed_tokens[b]) for b in range(rows)]
+                scored = self._extend(
+                    [[int(tokens[b, n]) for n in fed[b]] for b in range(rows)],
+                    [[slot[b][shape[n]] for n in fed[b]] for b in range(rows)],
+                    errors,
+                )
+                for b in range(rows):
+                    for j, n in enumerate(fed[b]):
+                        slot[b][n] = base[b] + j
+                        after[b][n] = scored[b, j]
+            for b in range(rows):
+                for n in level:
+                    kids = [c for c in children[n] if alive[b, c]]
+                    if not kids or b in errors:
+                        continue
+                    law, rank, error = self._laws(after[b][n], sampling.rows([b]))
+                    if error is not None:
+                        errors[b] = error
+                        break
+                    for c in kids:
+                        if (rank if sampling.greedy[b] else law).sum() <= 0:
+                            alive[b, _subtree(children, c)] = False  # nothing left to draw
+                            continue
+                        if sampling.greedy[b]:
+                            x = int(rank.argmax())
+                        else:
+                            u = None if uniforms is None else uniforms[b : b + 1, c]
+                            x = int(sample_rows(law[None], u, np.zeros(1, bool))[0])
+                        tokens[b, c], probs[b, c] = x, law
+                        law = without(law[None], np.array([x]))[0]
+                        rank = without(rank[None], np.array([x]))[0]
+            level = [c for n in level for c in children[n]]
+        parents = np.tile(np.array(shape, dtype=np.int64), (rows, 1))
+        parents[~alive] = -1
+        tokens[~alive] = 0
+        return Tree(tokens, parents, probs, errors)
+
+    def _laws(
+        self, scores: np.ndarray, sampling: Sampling
+    ) -> tuple[np.ndarray, np.ndarray, Exception | None]:
+        """The law a node's children are drawn from, and the order a greedy row
+        ranks them by (the row at temperature 1: a greedy transform is one-hot)."""
+        if self.tracked.scores != "logits":
+            row = np.asarray(scores, np.float64)
+            if sampling.plain:
+                return row, row, None
+            scores = log(row)
+        law, bad = transform(scores[None], sampling)
+        if bad:
+            return law[0], law[0], next(iter(bad.values()))
+        if not sampling.greedy[0]:
+            return law[0], law[0], None
+        plain = Sampling(np.ones(1), sampling.top_k, sampling.top_p)
+        rank, _ = transform(scores[None], plain)
+        return law[0], rank[0], None
+
+    def advance(self, sequences: list[list[int]], failed: Any) -> None:
+        self.tracked.advance(sequences, failed)
+
+    def select(self, rows: list[int]) -> None:
+        self.tracked.select(rows)
+
+
+class ProposeDrafter:
+    """A user's :class:`Drafter` in the loop: ``propose`` on copies of the
+    sequences; with ``seed=``, each request alone with a Generator of its own key
+    and offset (docs/spec.md section 12)."""
+
+    space = "probs"
+
+    def __init__(self, drafter: Any, vocab_size: int):
+        self.drafter, self.vocab_size = drafter, vocab_size
+
+    def _one(self, sequences, k, rng, greedy):
+        proposal = self.drafter.propose([list(s) for s in sequences], k, rng, greedy)
+        if not isinstance(proposal, (tuple, list)) or len(proposal) != 2:
+            raise TypeError(
+                "draft.propose must return (tokens [B, k], probs [B, k, V]), got "
+                f"{type(proposal).__name__}"
+            )
+        tokens = model_tokens(proposal[0], (len(sequences), k), self.vocab_size, "draft.propose")
+        if proposal[1] is None:
+            raise TypeError("draft.propose must return (tokens, probs): probs is None")
+        probs = model_probs(proposal[1], (len(sequences), k, self.vocab_size), "draft.propose")
+        return tokens, probs
+
+    def propose(self, sequences, counts, sampling, uniforms, generator=None, keys=None) -> Chain:
+        rows, width = len(sequences), max(counts, default=0)
+        greedy = bool(sampling.greedy.all())
+        if keys is None:
+            tokens, probs = self._one(sequences, width, generator, greedy)
+        else:
+            parts = [
+                self._one([s], width, np.random.default_rng([int(key), int(step)]), greedy)
+                for s, key, step in zip(sequences, keys[0], keys[1], strict=True)
+            ]
+            if not parts:
+                return Chain([], None, {})
+            tokens = np.concatenate([t for t, _ in parts])
+            probs = np.concatenate([p for _, p in parts])
+        drafted = [tokens[b, : counts[b]].tolist() for b in range(rows)]
+        return Chain(drafted, probs, {})
+
+    def advance(self, sequences, failed) -> None:
+        pass
+
+    def select(self, rows) -> None:
+        pass
+
+
+def _subtree(children: list[list[int]], node: int) -> list[int]:
+    """``node`` and every node below it."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack += children[n]
+    return out
+
+
+def fits(rows: int, width: int, vocab: int) -> None:
+    """Draft rows ``[rows, width, V]`` must fit in memory: checked before any draw."""
+    if rows * width * vocab * 8 > sys.maxsize:
+        raise _too_large(rows, width, vocab)
+
+
+def _too_large(batch: int, width: int, vocab: int) -> MemoryError:
+    """Draft scores ``[B, k, V]`` this process cannot hold, naming the argument the
+    size comes from (``k``, or ``draft.vocab_size`` when ``V`` is the larger)."""
+    name = "k" if width >= vocab else "draft.vocab_size"
+    return MemoryError(
+        f"{name}: drafting {width} tokens over a vocabulary of {vocab} for {batch} rows needs "
+        f"a buffer of {batch * width * vocab} values, which cannot be allocated"
+    )
+
+
+def drafting_for(draft: Any, kind: str, prompts: list[list[int]], vocab: int, isolate: bool) -> Any:
+    """The loop's drafter for ``draft`` of ``kind`` (``"lookup"``, ``"session"``,
+    ``"propose"`` or ``"stateless"``); the loop sets its ``space``."""
+    if kind == "lookup":
+        return _LookupDrafting(draft)
+    if kind == "propose":
+        return ProposeDrafter(draft, vocab)
+    prefixes = [p[:-1] for p in prompts]
+    if kind == "session":
+        return ModelDrafter(draft.session(prefixes), prompts, isolate)
+    return ModelDrafter(StatelessSession(draft, prefixes, "draft"), prompts, isolate)

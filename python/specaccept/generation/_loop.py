@@ -1,0 +1,719 @@
+"""The speculative decoding loop: draft, score in one target call, verify, keep.
+
+One step, for every unfinished row at once: the drafter proposes a chain of up
+to ``k`` tokens (or a tree); the target session scores the row's pending token
+and the drafts in one forward call; a verifier from :mod:`specaccept` keeps the
+accepted prefix and one more token; each session commits the tokens the new
+sequences confirm and forgets the rest; finished rows leave the batch. The
+contract is docs/spec.md section 12.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._api import verify
+from .._errors import InputError
+from .._logits import verify_logits
+from .._stats import AcceptanceStats
+from .._tree import verify_tree
+from ._drafters import ModelDrafter, PromptLookup, ProposeDrafter, drafting_for, fits
+from ._randomness import Randomness
+from ._record import Recorder, check_path
+from ._sampling import Sampling, log, transform
+from ._session import StatelessSession, TrackedSession
+
+__all__ = ["Generation", "generate"]
+
+_CHAIN_METHODS = ("token", "block")
+_TREE_METHODS = ("token", "traversal")
+_SMALLEST_TEMPERATURE = 2.2250738585072014e-308
+_MAX_TOKEN = 2**63 - 1
+#: Nodes a drafted tree may have (root included).
+MAX_TREE_NODES = 4096
+
+
+@dataclass
+class Generation:
+    """The result of :func:`generate`.
+
+    Attributes
+    ----------
+    tokens : list of list of int
+        The new tokens of each prompt (the end-of-sequence token included when it
+        ended the row; never a token past it, past ``max_new_tokens`` or past the
+        models' context).
+    stats : AcceptanceStats
+        What each verification step kept.
+    stop_reasons : list of str
+        Why each row ended: ``"eos"``, ``"max_new_tokens"``, ``"context"`` (the
+        models' context is full) or ``"error"`` (see ``errors``).
+    errors : dict of int to Exception
+        With ``errors="isolate"``: the requests that ended on an error (a bad
+        prompt, a model row with NaN logits, a model call that failed for that
+        request alone), with it. Their ``tokens`` are those emitted before.
+    target_calls, draft_calls : int
+        Rows scored by the target (one per row per step; plain decoding needs one
+        per token) and rows run through the draft model (one per row per draft
+        forward call).
+    target_forwards, draft_forwards : int
+        Batched calls to each model (the prefill not counted).
+    seconds : float
+        Wall time of the loop (sessions opened and prefilled included).
+    timings : dict of str to float
+        Where ``seconds`` went: ``"prefill"``, ``"draft"`` (drafting, the draft
+        model's forwards included), ``"target"`` (the target's forwards),
+        ``"verify"`` (verification, and the softmax where a tree or a
+        probability model needs one) and ``"loop"`` (the rest: bookkeeping).
+    """
+
+    tokens: list[list[int]]
+    stats: AcceptanceStats = field(default_factory=AcceptanceStats)
+    stop_reasons: list[str] = field(default_factory=list)
+    errors: dict[int, Exception] = field(default_factory=dict)
+    target_calls: int = 0
+    draft_calls: int = 0
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    seconds: float = 0.0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens generated over all rows."""
+        return sum(len(t) for t in self.tokens)
+
+    @property
+    def target_calls_saved(self) -> int:
+        """Target-model calls plain decoding would have made, minus those made."""
+        return self.num_tokens - self.target_calls
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens per second of :attr:`seconds`."""
+        return self.num_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def _int(value: Any, name: str, minimum: int = 0) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int >= {minimum}, got {value!r:.40}")
+    if value < minimum:
+        raise InputError(f"{name} must be an int >= {minimum}, got {value!r}", argument=name)
+    return int(value)
+
+
+def _prompts(prompts: Any, isolate: bool) -> tuple[list[list[int]], dict[int, InputError]]:
+    """The prompts as lists of Python ints (copies), and the empty ones as errors
+    when isolating (else the first is raised)."""
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Iterable):
+        raise TypeError(
+            f"prompts must be a sequence of token-id sequences, got {type(prompts).__name__}"
+        )
+    sequences, errors = [], {}
+    for b, prompt in enumerate(prompts):
+        if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Iterable):
+            raise TypeError(
+                f"prompts[{b}] must be a sequence of int token ids, got {type(prompt).__name__}"
+            )
+        tokens = list(prompt)
+        for i, token in enumerate(tokens):
+            if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
+                raise TypeError(
+                    f"prompts[{b}][{i}] must be an int token id, got {type(token).__name__}"
+                )
+            if not 0 <= token <= _MAX_TOKEN:
+                raise InputError(
+                    f"prompts[{b}][{i}] = {token}: token ids must lie in [0, 2**63)",
+                    argument="prompts",
+                    index=(b, i),
+                    row=b,
+                )
+        if not tokens:
+            error = InputError(
+                f"prompts[{b}] is empty: a prompt needs at least one token (a BOS token, say)",
+                argument="prompts",
+                row=b,
+            )
+            if not isolate:
+                raise error
+            errors[b] = error
+        sequences.append([int(t) for t in tokens])
+    return sequences, errors
+
+
+def _per_request(value: Any, name: str, batch: int, integer: bool) -> np.ndarray:
+    """A sampling parameter as one value per prompt (a number, or a sequence of ``B``)."""
+    number = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    if isinstance(value, number) and not isinstance(value, (bool, np.bool_)):
+        values = [value] * batch
+    elif isinstance(value, (list, tuple, np.ndarray)):
+        values = (
+            list(np.asarray(value).reshape(-1)) if isinstance(value, np.ndarray) else list(value)
+        )
+        if isinstance(value, np.ndarray) and value.ndim != 1:
+            raise TypeError(f"{name} must be a number or a sequence of one per prompt")
+        if len(values) != batch:
+            raise InputError(f"{name} has {len(values)} values for {batch} prompts", argument=name)
+        for i, v in enumerate(values):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, number):
+                kind = "an int" if integer else "a number"
+                raise TypeError(f"{name}[{i}] must be {kind}, got {type(v).__name__}")
+    else:
+        kind = "an int" if integer else "a number"
+        raise TypeError(
+            f"{name} must be {kind} or a sequence of one per prompt, got {type(value).__name__}"
+        )
+    if integer:
+        if any(int(v) < 0 for v in values):
+            raise InputError(f"{name} must be >= 0 (0: off)", argument=name)
+        return np.array([min(int(v), _MAX_TOKEN) for v in values], dtype=np.int64)
+    return np.array([_float(v) for v in values], dtype=np.float64)
+
+
+def _float(value: Any) -> float:
+    """A number as a float; an int too large for one as infinity (refused later)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
+def _sampling(batch: int, greedy: Any, temperature: Any, top_k: Any, top_p: Any) -> Sampling:
+    if not isinstance(greedy, (bool, np.bool_)):
+        raise TypeError(f"greedy must be a bool, got {type(greedy).__name__}")
+    temperatures = _per_request(temperature, "temperature", batch, integer=False)
+    bad = ~(
+        (temperatures == 0) | ((temperatures >= _SMALLEST_TEMPERATURE) & np.isfinite(temperatures))
+    )
+    if bad.any():
+        raise InputError(
+            f"temperature = {temperatures[bad][0]}: 0 (greedy) or a finite number >= "
+            f"{_SMALLEST_TEMPERATURE}",
+            argument="temperature",
+        )
+    top_ks = _per_request(top_k, "top_k", batch, integer=True)
+    top_ps = _per_request(top_p, "top_p", batch, integer=False)
+    if not ((top_ps > 0) & (top_ps <= 1)).all():
+        raise InputError("top_p must lie in (0, 1] (1: off)", argument="top_p")
+    if greedy:
+        temperatures = np.zeros(batch)
+    return Sampling(temperatures, top_ks, top_ps)
+
+
+def _tree(tree: Any) -> list[int] | None:
+    if tree is None:
+        return None
+    if isinstance(tree, (str, bytes)) or not isinstance(tree, Iterable):
+        raise TypeError(f"tree must be None or a sequence of ints, got {type(tree).__name__}")
+    branching = []
+    for i, count in enumerate(tree):
+        branching.append(_int(count, f"tree[{i}]", 1))
+    if not branching:
+        raise InputError("tree must have at least one level", argument="tree")
+    nodes, width = 1, 1
+    for count in branching:
+        width *= count
+        nodes += width
+        if nodes > MAX_TREE_NODES:
+            raise InputError(
+                f"tree {branching} has more than {MAX_TREE_NODES} nodes", argument="tree"
+            )
+    return branching
+
+
+def _vocab(model: Any, name: str) -> int:
+    vocab = getattr(model, "vocab_size", None)
+    if isinstance(vocab, (bool, np.bool_)) or not isinstance(vocab, (int, np.integer)):
+        raise TypeError(f"{name}.vocab_size must be an int, got {type(vocab).__name__}")
+    if vocab < 1:
+        raise InputError(f"{name}.vocab_size must be >= 1, got {vocab}", argument=name)
+    return int(vocab)
+
+
+def _context(model: Any, name: str) -> int | None:
+    limit = getattr(model, "max_length", None)
+    if limit is None:
+        return None
+    if isinstance(limit, (bool, np.bool_)) or not isinstance(limit, (int, np.integer)):
+        raise TypeError(f"{name}.max_length must be None or an int, got {type(limit).__name__}")
+    return int(limit)
+
+
+def _kind(model: Any, name: str, drafter: bool = False) -> str:
+    """``"session"``, ``"propose"`` (drafters only) or ``"stateless"``, by what
+    ``model`` has, in that order of preference."""
+    if callable(getattr(model, "session", None)):
+        return "session"
+    if drafter and callable(getattr(model, "propose", None)):
+        return "propose"
+    if callable(getattr(model, "next_token_probs", None)):
+        return "stateless"
+    what = (
+        "a session model (session), a LanguageModel (next_token_probs), a Drafter (propose) "
+        "or a PromptLookup"
+        if drafter
+        else "a session model (session) or a LanguageModel (next_token_probs)"
+    )
+    raise TypeError(f"{name} must be {what}, got {type(model).__name__}")
+
+
+def generate(
+    target: Any,
+    draft: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    k: int = 4,
+    tree: Sequence[int] | None = None,
+    max_new_tokens: int = 32,
+    eos_token_id: int | None = None,
+    greedy: bool = False,
+    temperature: float | Sequence[float] = 1.0,
+    top_k: int | Sequence[int] = 0,
+    top_p: float | Sequence[float] = 1.0,
+    method: str = "token",
+    rng: Any = None,
+    seed: int | None = None,
+    errors: str = "raise",
+    record: Any = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Generation:
+    """Generate continuations of ``prompts`` by speculative decoding, batched.
+
+    Each step, every unfinished row drafts up to ``k`` tokens (or a ``tree``),
+    the target scores them in one forward call for the whole batch, and a
+    verifier keeps the accepted prefix and one more token: the output follows
+    the target model exactly, token for token for greedy decoding and in
+    distribution for sampling, for every row whatever the others accept.
+    Models with sessions (:class:`~specaccept.generation.hf.HFModel`) keep a
+    key-value cache per row; see docs/generation.md.
+
+    Parameters
+    ----------
+    target : session model or LanguageModel
+        The model whose distribution the output follows:
+        :class:`~specaccept.generation.hf.HFModel` (logits, cached), any object
+        with ``session(prefixes)`` (:class:`~specaccept.generation.SessionModel`),
+        or a stateless :class:`~specaccept.LanguageModel`.
+    draft : PromptLookup, session model, LanguageModel or Drafter
+        What proposes tokens: :class:`~specaccept.PromptLookup` (n-gram lookup
+        in the row's context), a draft model (its own cache when it has
+        sessions), or a :class:`~specaccept.Drafter` of your own.
+    prompts : sequence of sequences of int
+        One prompt per row, any lengths (at least one token each).
+    k : int
+        Tokens drafted per step for chains (fewer near ``max_new_tokens`` or the
+        context; never scored past them).
+    tree : sequence of int, optional
+        Draft trees instead of chains, e.g. ``[3, 2, 1]``: 3 children of the
+        root, 2 under each, 1 under each of those, drawn without replacement
+        from a draft model and verified in one target call with a tree
+        attention mask by :func:`specaccept.verify_tree`. ``k`` is then unused.
+    max_new_tokens : int
+        New tokens per row at most.
+    eos_token_id : int, optional
+        A row ends after emitting this token.
+    greedy : bool
+        Greedy decoding (temperature 0 for every row).
+    temperature, top_k, top_p : number, or one per prompt
+        Hugging Face's sampling transform (docs/spec.md section 8.2):
+        temperature 0 is greedy; ``top_k = 0`` and ``top_p = 1`` are off.
+        Applied to the draft's rows too, which the drafts are drawn from.
+    method : str
+        ``"token"`` (default) or ``"block"`` for chains; ``"token"`` or
+        ``"traversal"`` for trees.
+    rng : None, int or Generator
+        The randomness of drafting and verification, one stream for the batch.
+    seed : int, optional
+        Instead of ``rng``: per-request counter-based randomness (docs/spec.md
+        section 12.4): a request's text does not depend on the batch (given
+        models that score each row as they would alone). In ``[0, 2**64)``.
+    errors : ``"raise"`` or ``"isolate"``
+        With ``"isolate"``, a bad request (an empty prompt, one longer than the
+        context, a model row with NaN logits, a model call that fails for that
+        request alone) ends with its error in ``Generation.errors``; the others
+        go on as without it.
+    record : path, optional
+        Write the verified chain steps to this ``.npz`` file, in the layout
+        ``python -m specaccept compare --from`` reads.
+    progress : callable, optional
+        Called as ``progress(done_tokens, total_tokens)`` after each step.
+
+    Returns
+    -------
+    Generation
+
+    Raises
+    ------
+    TypeError, ValueError
+        A bad argument (checked before any model is called), or a model answer
+        of the wrong type or shape (naming ``target`` or ``draft``). An
+        exception raised by a model itself propagates as it is (with
+        ``errors="isolate"``, only when it is not one request's alone).
+    MemoryError
+        ``k`` drafts over the vocabulary are more than this process can hold.
+
+    Examples
+    --------
+    >>> import specaccept
+    >>> from specaccept.ngram import builtin_models
+    >>> target, draft, vocab = builtin_models()
+    >>> out = specaccept.generate(target, draft, [vocab.encode("Anne Elliot was")],
+    ...                           k=4, max_new_tokens=8, greedy=True)
+    >>> vocab.decode(out.tokens[0])
+    'not done for her. Miss Elliot,'
+    """
+    start = time.perf_counter()
+    k = _int(k, "k")
+    max_new_tokens = _int(max_new_tokens, "max_new_tokens")
+    branching = _tree(tree)
+    if eos_token_id is not None and (
+        isinstance(eos_token_id, (bool, np.bool_))
+        or not isinstance(eos_token_id, (int, np.integer))
+    ):
+        raise TypeError(f"eos_token_id must be None or an int, got {type(eos_token_id).__name__}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be None or a callable, got {type(progress).__name__}")
+    if errors not in ("raise", "isolate"):
+        if not isinstance(errors, str):
+            raise TypeError(f"errors must be 'raise' or 'isolate', got {type(errors).__name__}")
+        raise InputError(f"errors must be 'raise' or 'isolate', got {errors!r}", argument="errors")
+    isolate = errors == "isolate"
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a string, got {type(method).__name__}")
+    methods = _CHAIN_METHODS if branching is None else _TREE_METHODS
+    if method not in methods:
+        raise InputError(
+            f"method must be one of {methods} for {'chains' if branching is None else 'trees'}, "
+            f"got {method!r}",
+            argument="method",
+        )
+    record_path = check_path(record)
+    target_kind = _kind(target, "target")
+    vocab = _vocab(target, "target")
+    if isinstance(draft, PromptLookup):
+        draft_kind = "lookup"
+    else:
+        draft_kind = _kind(draft, "draft", drafter=True)
+        if draft_kind == "propose" and getattr(draft, "vocab_size", None) is None:
+            draft_vocab = vocab  # a drafter need not say: it drafts in the target's vocabulary
+        else:
+            draft_vocab = _vocab(draft, "draft")
+        if draft_vocab != vocab:
+            raise InputError(
+                f"target and draft vocabularies differ: {vocab} vs {draft_vocab}", argument="draft"
+            )
+    if branching is not None and draft_kind not in ("session", "stateless"):
+        raise InputError(
+            "tree drafts come from a draft model (a session model or a LanguageModel)",
+            argument="tree",
+        )
+    if branching is not None and record_path is not None:
+        raise InputError(
+            "record writes chain steps (python -m specaccept compare reads chains); "
+            "run without tree to record",
+            argument="record",
+        )
+    sequences, prompt_errors = _prompts(prompts, isolate)
+    batch = len(sequences)
+    sampling = _sampling(batch, greedy, temperature, top_k, top_p)
+    randomness = Randomness.of(rng, seed, sequences)
+    limits = [c for c in (_context(target, "target"), _context(draft, "draft")) if c is not None]
+    context = min(limits) if limits else None
+
+    result = Generation(tokens=[[] for _ in sequences], stop_reasons=[""] * batch)
+    result.timings = dict.fromkeys(("prefill", "draft", "target", "verify", "loop"), 0.0)
+    live = []
+    for b, seq in enumerate(sequences):
+        if b in prompt_errors:
+            result.errors[b] = prompt_errors[b]
+            result.stop_reasons[b] = "error"
+        elif context is not None and len(seq) > context:
+            error = InputError(
+                f"prompts[{b}] has {len(seq)} tokens, more than the models' context of {context}",
+                argument="prompts",
+                row=b,
+            )
+            if not isolate:
+                raise error
+            result.errors[b] = error
+            result.stop_reasons[b] = "error"
+        elif max_new_tokens == 0:
+            result.stop_reasons[b] = "max_new_tokens"
+        elif context is not None and len(seq) >= context:
+            result.stop_reasons[b] = "context"
+        else:
+            live.append(b)
+    if not live:
+        result.seconds = time.perf_counter() - start
+        return result
+
+    # The space the verifier reads: logits (verify_logits) for chains whose
+    # target gives logits and whose drafter gives logits or nothing.
+    prompts_live = [sequences[b] for b in live]
+    prefixes = [p[:-1] for p in prompts_live]
+    opened = time.perf_counter()
+    session = (
+        target.session(prefixes)
+        if target_kind == "session"
+        else StatelessSession(target, prefixes, "target")
+    )
+    scorer = TrackedSession(session, prompts_live, "target")
+    target_logits = scorer.scores == "logits"
+    drafter = drafting_for(draft, draft_kind, prompts_live, vocab, isolate)
+    if branching is not None or draft_kind == "propose" or not target_logits:
+        space = "probs"
+    elif draft_kind == "lookup":
+        space = "logits"
+    else:
+        space = "logits" if drafter.tracked.scores == "logits" else "probs"
+    drafter.space = space
+    result.timings["prefill"] = time.perf_counter() - opened
+    recorder = None if record_path is None else Recorder(record_path, k)
+    total = max_new_tokens * batch
+    deterministic = draft_kind == "lookup"
+
+    while live:
+        step_start = time.perf_counter()
+        rows = len(live)
+        seqs = [sequences[b] for b in live]
+        rooms = [
+            max_new_tokens - len(result.tokens[b])
+            if context is None
+            else min(max_new_tokens - len(result.tokens[b]), context - len(sequences[b]))
+            for b in live
+        ]
+        keys = randomness.step(live, [len(result.tokens[b]) for b in live])
+        sampling_now = sampling.rows(live)
+        all_greedy = bool(sampling_now.greedy.all())
+        failed: dict[int, Exception] = {}
+
+        # Draft.
+        tree_step = None
+        if branching is not None:
+            assert isinstance(drafter, ModelDrafter)
+            depths = [min(len(branching), room - 1) for room in rooms]
+            nodes = 1 + sum(math.prod(branching[: d + 1]) for d in range(len(branching)))
+            fits(rows, nodes, vocab)
+            uniforms = None if all_greedy else randomness.draft_uniforms(keys, (rows, nodes))
+            tree_step = drafter.propose_tree(seqs, branching, depths, sampling_now, uniforms)
+            failed.update(tree_step.errors)
+            feed = [
+                [] if r in failed else scorer.pending(r, seqs[r]) + tree_step.tokens[r, 1:].tolist()
+                for r in range(rows)
+            ]
+            links = [
+                [] if r in failed else [-1] + [max(int(p), 0) for p in tree_step.parents[r, 1:]]
+                for r in range(rows)
+            ]
+            counts = depths
+            result.draft_calls += rows * max(max(depths), 0)
+        else:
+            counts = [min(k, room - 1) for room in rooms]
+            width = max(counts)
+            fits(rows, width, vocab)
+            uniforms = (
+                None
+                if all_greedy or width == 0 or deterministic
+                else randomness.draft_uniforms(keys, (rows, width))
+            )
+            if isinstance(drafter, ProposeDrafter):
+                chain = drafter.propose(
+                    seqs, counts, sampling_now, uniforms, randomness.generator, keys
+                )
+            else:
+                chain = drafter.propose(seqs, counts, sampling_now, uniforms)
+            failed.update(chain.errors)
+            drafts = [[] if r in failed else chain.tokens[r] for r in range(rows)]
+            feed = [
+                [] if r in failed else scorer.pending(r, seqs[r]) + drafts[r] for r in range(rows)
+            ]
+            links = None
+            counts = [len(d) for d in drafts]
+            if not deterministic:
+                result.draft_calls += rows * width
+        if not isolate and failed:
+            raise next(iter(failed.values()))
+        drafted = time.perf_counter()
+        result.timings["draft"] += drafted - step_start
+
+        # Score: one target call for the batch.
+        scores, bad = scorer.extend(feed, links, isolate=isolate)
+        failed.update(bad)
+        result.target_calls += rows
+        scored = time.perf_counter()
+        result.timings["target"] += scored - drafted
+
+        # Verify the rows that have not failed.
+        ok = [r for r in range(rows) if r not in failed]
+        verified, order = None, []
+        if ok:
+            verified, order, found = _verify(
+                scores,
+                tree_step,
+                None if tree_step is not None else (drafts, chain.scores),
+                ok,
+                sampling_now,
+                space,
+                target_logits,
+                method,
+                randomness,
+                keys,
+                isolate,
+                recorder,
+            )
+            failed.update(found)
+        checked = time.perf_counter()
+        result.timings["verify"] += checked - scored
+
+        # Keep what each row emitted; end the finished rows.
+        going = []
+        index = {r: i for i, r in enumerate(order)}
+        for r, b in enumerate(live):
+            if r in failed:
+                result.errors[b] = failed[r]
+                result.stop_reasons[b] = "error"
+                continue
+            assert verified is not None
+            for token in verified.tokens(index[r]).tolist():
+                sequences[b].append(token)
+                result.tokens[b].append(token)
+                if token == eos_token_id:
+                    result.stop_reasons[b] = "eos"
+                elif len(result.tokens[b]) == max_new_tokens:
+                    result.stop_reasons[b] = "max_new_tokens"
+                elif context is not None and len(sequences[b]) >= context:
+                    result.stop_reasons[b] = "context"
+                else:
+                    continue
+                break
+            if not result.stop_reasons[b]:
+                going.append(r)
+        if verified is not None:
+            result.stats.update(verified, np.array([counts[r] for r in order], dtype=np.int64))
+        scorer.advance(seqs, failed)
+        drafter.advance(seqs, failed)
+        if len(going) < rows:
+            scorer.select(going)
+            drafter.select(going)
+        live = [live[r] for r in going]
+        result.timings["loop"] += time.perf_counter() - checked
+        if progress is not None:
+            finished = total - sum(max_new_tokens - len(result.tokens[b]) for b in live)
+            progress(finished, total)
+    result.target_forwards = scorer.forwards
+    result.draft_forwards = getattr(drafter, "forwards", 0)
+    if recorder is not None:
+        recorder.save()
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _verify(
+    scores: np.ndarray,
+    tree_step: Any,
+    chain: Any,
+    ok: list[int],
+    sampling: Sampling,
+    space: str,
+    target_logits: bool,
+    method: str,
+    randomness: Randomness,
+    keys: tuple[np.ndarray, np.ndarray] | None,
+    isolate: bool,
+    recorder: Recorder | None,
+) -> tuple[Any, list[int], dict[int, Exception]]:
+    """One verification of rows ``ok`` (their indices in the step): the result,
+    the step rows its rows are, and the rows that failed."""
+    every = len(ok) == scores.shape[0]
+    pick = (lambda a: a) if every else (lambda a: a[ok])
+    sampling = sampling if every else sampling.rows(ok)
+    seeds = None if keys is None else keys[0][ok]
+    offsets = None if keys is None else keys[1][ok]
+    failed: dict[int, Exception] = {}
+    if tree_step is not None:
+        probs, bad = transform(pick(scores), sampling)
+        nodes = pick(tree_step.tokens)
+        parents = pick(tree_step.parents)
+        draft = pick(tree_step.probs)
+        alive = list(range(len(ok)))
+        for i, error in bad.items():
+            failed[ok[i]] = error
+            alive.remove(i)
+        while True:
+            try:
+                verified = verify_tree(
+                    nodes[alive],
+                    parents[alive],
+                    probs[alive],
+                    draft[alive],
+                    rng=randomness.generator if keys is None else None,
+                    seeds=None if seeds is None else seeds[alive],
+                    offsets=None if offsets is None else offsets[alive],
+                    greedy=sampling.greedy[alive],
+                    method=method,
+                )
+                break
+            except InputError as error:
+                if not isolate or error.row is None:
+                    raise
+                failed[ok[alive[error.row]]] = error
+                del alive[error.row]
+                if not alive:
+                    return None, [], failed
+        return verified, [ok[i] for i in alive], failed
+    drafts, draft_scores = chain
+    width = max((len(drafts[r]) for r in ok), default=0)
+    ids = np.zeros((len(ok), width), dtype=np.int64)
+    for i, r in enumerate(ok):
+        ids[i, : len(drafts[r])] = drafts[r]
+    num = np.array([len(drafts[r]) for r in ok], dtype=np.int64)
+    target_rows = pick(scores)[:, : width + 1]
+    draft_rows = None if draft_scores is None else pick(draft_scores)[:, :width]
+    common = dict(
+        num_draft_tokens=num,
+        rng=randomness.generator if keys is None else None,
+        seeds=seeds,
+        offsets=offsets,
+        errors="isolate" if isolate else "raise",
+        method=method,
+    )
+    if space == "logits":
+        verified = verify_logits(
+            ids,
+            target_rows,
+            draft_rows,
+            temperature=sampling.temperature,
+            top_k=sampling.top_k,
+            top_p=sampling.top_p,
+            **common,
+        )
+        if recorder is not None:
+            target_probs, _ = transform(target_rows, sampling)
+            draft_probs = None if draft_rows is None else transform(draft_rows, sampling)[0]
+    else:
+        if target_logits or not sampling.plain:
+            rows = target_rows if target_logits else log(target_rows)
+            target_probs, bad = transform(rows, sampling)
+            for i, error in bad.items():
+                failed[ok[i]] = error
+        else:
+            target_probs = target_rows
+        draft_probs = draft_rows
+        verified = verify(ids, target_probs, draft_probs, greedy=sampling.greedy, **common)
+    for i, error in verified.errors.items():
+        failed.setdefault(ok[int(i)], error)
+    if recorder is not None:
+        good = [i for i in range(len(ok)) if ok[i] not in failed]
+        recorder.add(
+            ids[good],
+            np.asarray(target_probs)[good],
+            None if draft_probs is None else np.asarray(draft_probs)[good],
+            num[good],
+        )
+    return verified, list(ok), failed

