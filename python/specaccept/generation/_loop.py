@@ -633,8 +633,7 @@ def _verify(
     every = len(ok) == scores.shape[0]
     pick = (lambda a: a) if every else (lambda a: a[ok])
     sampling = sampling if every else sampling.rows(ok)
-    seeds = None if keys is None else keys[0][ok]
-    offsets = None if keys is None else keys[1][ok]
+    keys = None if keys is None else (keys[0][ok], keys[1][ok])
     failed: dict[int, Exception] = {}
     if tree_step is not None:
         probs, bad = transform(pick(scores), sampling)
@@ -645,6 +644,7 @@ def _verify(
         for i, error in bad.items():
             failed[ok[i]] = error
             alive.remove(i)
+        uniforms, recovery = randomness.verify_uniforms(keys, nodes.shape)
         while True:
             try:
                 verified = verify_tree(
@@ -652,9 +652,8 @@ def _verify(
                     parents[alive],
                     probs[alive],
                     draft[alive],
-                    rng=randomness.generator if keys is None else None,
-                    seeds=None if seeds is None else seeds[alive],
-                    offsets=None if offsets is None else offsets[alive],
+                    uniforms=uniforms[alive],
+                    recovery_uniforms=recovery[alive],
                     greedy=sampling.greedy[alive],
                     method=method,
                 )
@@ -675,11 +674,11 @@ def _verify(
     num = np.array([len(drafts[r]) for r in ok], dtype=np.int64)
     target_rows = pick(scores)[:, : width + 1]
     draft_rows = None if draft_scores is None else pick(draft_scores)[:, :width]
+    uniforms, recovery = randomness.verify_uniforms(keys, (len(ok), width))
     common = dict(
         num_draft_tokens=num,
-        rng=randomness.generator if keys is None else None,
-        seeds=seeds,
-        offsets=offsets,
+        uniforms=uniforms,
+        recovery_uniforms=recovery,
         errors="isolate" if isolate else "raise",
         method=method,
     )

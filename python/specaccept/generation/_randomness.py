@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _native
 from .._errors import InputError
-from .._uniforms import DRAFTING_STREAM, as_generator, counter_keys
+from .._uniforms import DRAFTING_STREAM, as_generator, counter_keys, counter_uniforms
 
 __all__ = ["Randomness", "request_seed"]
 
@@ -54,6 +54,19 @@ class Randomness:
             # Position by position, as the drafts are sampled.
             return self.generator.random(shape[::-1]).T
         return _native.counter_stream(keys[0], keys[1], shape[1], DRAFTING_STREAM)
+
+    def verify_uniforms(
+        self, keys: tuple[np.ndarray, np.ndarray] | None, shape: tuple[int, int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The uniforms ``[rows, width]`` and recovery uniforms ``[rows]`` of a
+        verification: with ``seed``, exactly the verifier's own ``seeds``/``offsets``
+        draws (docs/spec.md section 4.6); else from the Generator, acceptance
+        uniforms first (the verifiers' own order)."""
+        if keys is None:
+            assert self.generator is not None
+            uniforms = self.generator.random(shape)
+            return uniforms, self.generator.random(shape[0])
+        return counter_uniforms(keys[0], keys[1], shape[1])
 
 
 def request_seed(seed: int, prompt: list[int]) -> int:

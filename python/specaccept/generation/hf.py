@@ -82,6 +82,24 @@ def _context(config: Any) -> int | None:
     return min(limits) if limits else None
 
 
+def _forward_parameters(model: Any) -> set[str]:
+    """The named parameters of the model's ``forward``, from the first class in its
+    hierarchy that names its cache argument (a subclass's ``forward(*args,
+    **kwargs)`` says nothing): ``cache`` since transformers 5, ``past_key_values``
+    before."""
+    for cls in type(model).__mro__:
+        forward = cls.__dict__.get("forward")
+        if forward is None:
+            continue
+        try:
+            names = set(inspect.signature(forward).parameters)
+        except (TypeError, ValueError):
+            continue
+        if names & {"cache", "past_key_values"}:
+            return names
+    return set()
+
+
 class HFModel:
     """A ``transformers`` causal LM as a :class:`~specaccept.generation.SessionModel`
     (key-value cached sessions, logits) and a :class:`~specaccept.LanguageModel`
@@ -141,7 +159,7 @@ class HFModel:
             embeddings.weight.shape[0] if embeddings is not None else config.vocab_size
         )
         self.max_length = _context(config)
-        parameters = inspect.signature(model.forward).parameters
+        parameters = _forward_parameters(model)
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
         self._keeps_logits = "logits_to_keep" in parameters
         self.forwards = 0

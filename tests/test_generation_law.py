@@ -1,0 +1,222 @@
+"""The law of generated tokens is the target's, by exact enumeration (issue 25).
+
+The target and the draft are small random Llamas whose every next-token
+distribution is made of halves (:class:`tiny_llama.Halves`: each token 0, 1/2 or
+1, exact in floating point). Every threshold a verifier compares a uniform with
+is then one of a few fractions: 1/2 for the token rule, for trees of one level
+(token and traversal) and for drawing drafts; 1/4, 1/3, 1/2 for block
+verification's ``h`` and ``rho`` (``rho`` in {1/2, 1}). So each uniform can be
+replaced by the midpoint of each cell between those fractions, with the cell's
+length as its weight, and every combination run: one row per combination, all
+rows in one batched ``generate`` call (rows at different lengths, accepting
+different numbers of drafts, on one cache). The weighted law of the first
+generated tokens must equal the target's, exactly, in rational arithmetic.
+
+The enumeration covers the first two steps (the second token comes from the
+second step when the first emitted one token), so a cache entry left over from a
+rejected draft, or a position id that counts it, changes the law; the tests at
+the end show that it does.
+"""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import specaccept  # noqa: E402
+from specaccept.generation import _loop  # noqa: E402
+from specaccept.generation.hf import HFModel, HFSession  # noqa: E402
+from tiny_llama import halves, law  # noqa: E402
+
+F = Fraction
+HALVES = (F(0), F(1, 2), F(1))
+BLOCK = (F(0), F(1, 4), F(1, 3), F(1, 2), F(1))
+
+
+def cells(points: tuple[Fraction, ...]) -> list[tuple[float, Fraction]]:
+    """The midpoint and length of each cell between consecutive ``points``."""
+    return [(float((a + b) / 2), b - a) for a, b in itertools.pairwise(points)]
+
+
+class Scripted:
+    """The loop's randomness (``Randomness``), replaced: the uniform of each
+    (request, step, role, index) comes from the request's row of a table."""
+
+    generator = None
+
+    def __init__(self, table: dict[tuple[int, int, str, int], list[float]]):
+        self.table = table
+        self.steps: dict[int, int] = {}
+
+    def step(self, rows, emitted):
+        rows = np.asarray(rows)
+        steps = np.array([self.steps.get(int(b), 0) for b in rows])
+        for b in rows:
+            self.steps[int(b)] = self.steps.get(int(b), 0) + 1
+        return rows, steps
+
+    def value(self, b, step, role, i) -> float:
+        column = self.table.get((int(step), role, int(i)))
+        return 0.5 if column is None else column[int(b)]
+
+    def draft_uniforms(self, keys, shape):
+        rows, steps = keys
+        return np.array(
+            [[self.value(b, s, "draft", i) for i in range(shape[1])] for b, s in zip(rows, steps)]
+        ).reshape(shape)
+
+    def verify_uniforms(self, keys, shape):
+        rows, steps = keys
+        uniforms = np.array(
+            [[self.value(b, s, "accept", i) for i in range(shape[1])] for b, s in zip(rows, steps)]
+        ).reshape(shape)
+        recovery = np.array([self.value(b, s, "recovery", 0) for b, s in zip(rows, steps)])
+        return uniforms, recovery
+
+
+@pytest.fixture(scope="module")
+def models():
+    return halves(10, vocab=4), halves(11, vocab=4, layers=1)
+
+
+def enumerate_law(monkeypatch, target, draft, prompts, options, coordinates, length=2):
+    """The exact law of the first ``length`` tokens per prompt: every combination of
+    the ``coordinates`` (step, role, index, cells) as one row of a batch."""
+    combos = list(itertools.product(*[c[3] for c in coordinates]))
+    rows = [(p, combo) for p in range(len(prompts)) for combo in combos]
+    table = {
+        (step, role, i): [combo[j][0] for _, combo in rows]
+        for j, (step, role, i, _) in enumerate(coordinates)
+    }
+    scripted = Scripted(table)
+    monkeypatch.setattr(_loop.Randomness, "of", classmethod(lambda cls, *a: scripted))
+    out = specaccept.generate(
+        HFModel(target),
+        HFModel(draft),
+        [prompts[p] for p, _ in rows],
+        max_new_tokens=3,
+        **options,
+    )
+    laws: list[dict[tuple[int, ...], Fraction]] = [{} for _ in prompts]
+    for (p, combo), tokens in zip(rows, out.tokens, strict=True):
+        weight = F(1)
+        for _, cell in combo:
+            weight *= cell
+        key = tuple(tokens[:length])
+        laws[p][key] = laws[p].get(key, F(0)) + weight
+    return laws, out
+
+
+def target_law(target, prompt: list[int], length: int) -> dict[tuple[int, ...], Fraction]:
+    """The target's exact law of the next ``length`` tokens after ``prompt``."""
+    out: dict[tuple[int, ...], Fraction] = {(): F(1)}
+    for _ in range(length):
+        grown = {}
+        for seq, mass in out.items():
+            for token, p in enumerate(law(target, prompt + list(seq))):
+                if p:
+                    grown[(*seq, token)] = mass * p
+        out = grown
+    return out
+
+
+def chain_coordinates(accept_points, k=2):
+    coords = []
+    for step in (0, 1):
+        coords += [(step, "draft", i, cells(HALVES)) for i in range(k)]
+        coords += [(step, "accept", i, cells(accept_points)) for i in range(k)]
+        coords.append((step, "recovery", 0, cells(HALVES)))
+    return coords
+
+
+def tree_coordinates(nodes=2):
+    coords = []
+    for step in (0, 1):
+        coords += [(step, "draft", n, cells(HALVES)) for n in range(1, nodes + 1)]
+        coords += [(step, "accept", n, cells(HALVES)) for n in range(1, nodes + 1)]
+        coords.append((step, "recovery", 0, cells(HALVES)))
+    return coords
+
+
+PROMPTS = [[1, 2, 3], [3, 0, 2, 1, 1, 0, 2]]
+
+CASES = {
+    "chain, token": (dict(k=2, method="token"), lambda: chain_coordinates(HALVES)),
+    "chain, block": (dict(k=2, method="block"), lambda: chain_coordinates(BLOCK)),
+    "tree [2], token": (dict(tree=[2], method="token"), tree_coordinates),
+    "tree [2], traversal": (dict(tree=[2], method="traversal"), tree_coordinates),
+}
+
+
+def check_law(monkeypatch, models, case) -> tuple[bool, object]:
+    target, draft = models
+    options, coordinates = CASES[case]
+    laws, out = enumerate_law(monkeypatch, target, draft, PROMPTS, options, coordinates())
+    exact = all(laws[p] == target_law(target, prompt, 2) for p, prompt in enumerate(PROMPTS))
+    return exact, out
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_first_two_tokens_follow_the_target_exactly(monkeypatch, models, case):
+    exact, out = check_law(monkeypatch, models, case)
+    assert exact
+    # The enumeration saw both acceptances and rejections, in both steps.
+    assert 0 < out.stats.num_accepted_tokens < out.stats.total_draft_tokens
+
+
+def test_the_law_of_three_tokens_over_three_steps_is_the_targets(monkeypatch, models):
+    target, draft = models
+    coords = chain_coordinates(HALVES, k=1)
+    coords += [(2, "draft", 0, cells(HALVES)), (2, "accept", 0, cells(HALVES))]
+    coords.append((2, "recovery", 0, cells(HALVES)))
+    laws, _ = enumerate_law(monkeypatch, target, draft, PROMPTS[:1], dict(k=1), coords, length=3)
+    assert laws[0] == target_law(target, PROMPTS[0], 3)
+
+
+# --------------------------------------------------------------------------
+# The enumeration tells a plausibly wrong loop apart
+# --------------------------------------------------------------------------
+
+
+def keep_rejected_entries(self, keep):
+    """A wrong commit: every provisional column stays attended (stale entries of
+    rejected drafts), though the row's length counts only the kept tokens."""
+    with torch.inference_mode():
+        for b in range(self.num_rows):
+            self._valid[b, self._columns[b]] = True
+    keep = self._ledger.check_keep(keep)
+    self._ledger.commit(keep)
+    self._columns = [[] for _ in keep]
+
+
+def positions_from_columns(original):
+    """A wrong position id: the row's cache columns (holes included) instead of its length."""
+
+    def run(self, tokens, parents, want):
+        committed = self._ledger.committed
+        saved = list(committed)
+        holes = (~self._valid).sum(dim=1).tolist() if self._valid.numel() else [0] * len(saved)
+        self._ledger.committed = [c + int(h) for c, h in zip(saved, holes)]
+        try:
+            return original(self, tokens, parents, want)
+        finally:
+            self._ledger.committed = saved
+
+    return run
+
+
+@pytest.mark.parametrize("case", ["chain, token", "tree [2], token"])
+@pytest.mark.parametrize("mutation", ["stale entry", "position off"])
+def test_a_wrong_cache_or_position_changes_the_law(monkeypatch, models, case, mutation):
+    if mutation == "stale entry":
+        monkeypatch.setattr(HFSession, "commit", keep_rejected_entries)
+    else:
+        monkeypatch.setattr(HFSession, "_run", positions_from_columns(HFSession._run))
+    exact, _ = check_law(monkeypatch, models, case)
+    assert not exact
