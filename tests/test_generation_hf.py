@@ -73,7 +73,10 @@ def test_session_scores_chains_trees_rollbacks_and_selections_exactly(models):
                 if tokens[b]:
                     expected = full_logits(target, sequences[b] + tokens[b])[-len(tokens[b]) :]
                     worst = max(worst, np.abs(scores[b, : len(tokens[b])] - expected).max())
-            lengths = [len(s) + int(rng.integers(0, len(t) + 1)) for s, t in zip(sequences, tokens)]
+            lengths = [
+                len(s) + int(rng.integers(0, len(t) + 1))
+                for s, t in zip(sequences, tokens, strict=True)
+            ]
             session.rollback(lengths)
             for b in range(rows):
                 sequences[b] += tokens[b][: lengths[b] - len(sequences[b])]

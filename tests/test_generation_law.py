@@ -68,15 +68,23 @@ class Scripted:
     def draft_uniforms(self, keys, shape):
         rows, steps = keys
         return np.array(
-            [[self.value(b, s, "draft", i) for i in range(shape[1])] for b, s in zip(rows, steps)]
+            [
+                [self.value(b, s, "draft", i) for i in range(shape[1])]
+                for b, s in zip(rows, steps, strict=True)
+            ]
         ).reshape(shape)
 
     def verify_uniforms(self, keys, shape):
         rows, steps = keys
         uniforms = np.array(
-            [[self.value(b, s, "accept", i) for i in range(shape[1])] for b, s in zip(rows, steps)]
+            [
+                [self.value(b, s, "accept", i) for i in range(shape[1])]
+                for b, s in zip(rows, steps, strict=True)
+            ]
         ).reshape(shape)
-        recovery = np.array([self.value(b, s, "recovery", 0) for b, s in zip(rows, steps)])
+        recovery = np.array(
+            [self.value(b, s, "recovery", 0) for b, s in zip(rows, steps, strict=True)]
+        )
         return uniforms, recovery
 
 
@@ -202,7 +210,7 @@ def positions_from_columns(original):
         committed = self._ledger.committed
         saved = list(committed)
         holes = (~self._valid).sum(dim=1).tolist() if self._valid.numel() else [0] * len(saved)
-        self._ledger.committed = [c + int(h) for c, h in zip(saved, holes)]
+        self._ledger.committed = [c + int(h) for c, h in zip(saved, holes, strict=True)]
         try:
             return original(self, tokens, parents, want)
         finally:
