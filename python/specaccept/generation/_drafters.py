@@ -16,7 +16,7 @@ The contract is docs/spec.md section 12.3.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -173,14 +173,36 @@ class ModelDrafter:
     session, drawn through :func:`sample_logits`) or ``"probs"``.
     """
 
-    def __init__(self, session: Session, prompts: list[list[int]], isolate: bool):
-        self.tracked = TrackedSession(session, prompts, "draft")
-        self.space, self.isolate = "probs", isolate
-        self.vocab_size = self.tracked.vocab_size
+    def __init__(
+        self,
+        open_session: Callable[[list[list[int]]], Session],
+        vocab_size: int,
+        scores: str | None,
+        prompts: list[list[int]],
+        isolate: bool,
+    ):
+        self._open, self._tracked = open_session, None
+        self.space, self.isolate, self.vocab_size = "probs", isolate, vocab_size
+        if scores not in ("logits", "probs"):
+            scores = self._session(prompts).scores  # the model does not say: ask a session
+        self.scores = scores
+
+    def _session(self, sequences: list[list[int]]) -> TrackedSession:
+        """The draft session, opened (and prefilled) at its first use: a run that
+        never drafts (``k = 0``) never runs the draft model."""
+        if self._tracked is None:
+            prefixes = [seq[:-1] for seq in sequences]
+            self._tracked = TrackedSession(self._open(prefixes), sequences, "draft")
+        return self._tracked
+
+    @property
+    def tracked(self) -> TrackedSession:
+        assert self._tracked is not None
+        return self._tracked
 
     @property
     def forwards(self) -> int:
-        return self.tracked.forwards
+        return 0 if self._tracked is None else self._tracked.forwards
 
     def _extend(
         self, tokens: list[list[int]], parents: list[list[int]] | None, errors: dict[int, Exception]
@@ -204,7 +226,8 @@ class ModelDrafter:
         errors: dict[int, Exception] = {}
         if width == 0:
             return Chain(tokens, None, errors)
-        from_logits = self.tracked.scores == "logits"
+        self._session(sequences)
+        from_logits = self.scores == "logits"
         scores_out: np.ndarray | None = None
         feed = [
             self.tracked.pending(b, seq) if counts[b] else [] for b, seq in enumerate(sequences)
@@ -267,7 +290,7 @@ class ModelDrafter:
         alive = np.array([[depth[n] <= depths[b] for n in range(nodes)] for b in range(rows)])
         errors: dict[int, Exception] = {}
         # The session's provisional index of each fed node, and the row scored after it.
-        pending = [self.tracked.pending(b, seq) for b, seq in enumerate(sequences)]
+        pending = [self._session(sequences).pending(b, seq) for b, seq in enumerate(sequences)]
         first = self._extend(pending, None, errors)
         slot = [{0: len(pending[b]) - 1} for b in range(rows)]
         after: list[dict[int, np.ndarray]] = [{0: first[b]} for b in range(rows)]
@@ -319,7 +342,7 @@ class ModelDrafter:
     ) -> tuple[np.ndarray, np.ndarray, Exception | None]:
         """The law a node's children are drawn from, and the order a greedy row
         ranks them by (the row at temperature 1: a greedy transform is one-hot)."""
-        if self.tracked.scores != "logits":
+        if self.scores != "logits":
             row = np.asarray(scores, np.float64)
             if sampling.plain:
                 return row, row, None
@@ -334,10 +357,12 @@ class ModelDrafter:
         return law[0], rank[0], None
 
     def advance(self, sequences: list[list[int]], failed: Any) -> None:
-        self.tracked.advance(sequences, failed)
+        if self._tracked is not None:
+            self._tracked.advance(sequences, failed)
 
     def select(self, rows: list[int]) -> None:
-        self.tracked.select(rows)
+        if self._tracked is not None:
+            self._tracked.select(rows)
 
 
 class ProposeDrafter:
@@ -420,7 +445,12 @@ def drafting_for(draft: Any, kind: str, prompts: list[list[int]], vocab: int, is
         return _LookupDrafting(draft)
     if kind == "propose":
         return ProposeDrafter(draft, vocab)
-    prefixes = [p[:-1] for p in prompts]
     if kind == "session":
-        return ModelDrafter(draft.session(prefixes), prompts, isolate)
-    return ModelDrafter(StatelessSession(draft, prefixes, "draft"), prompts, isolate)
+        return ModelDrafter(draft.session, vocab, getattr(draft, "scores", None), prompts, isolate)
+    return ModelDrafter(
+        lambda prefixes: StatelessSession(draft, prefixes, "draft"),
+        vocab,
+        "probs",
+        prompts,
+        isolate,
+    )

@@ -471,7 +471,7 @@ def generate(
     elif draft_kind == "lookup":
         space = "logits"
     else:
-        space = "logits" if drafter.tracked.scores == "logits" else "probs"
+        space = "logits" if drafter.scores == "logits" else "probs"
     drafter.space = space
     result.timings["prefill"] = time.perf_counter() - opened
     recorder = None if record_path is None else Recorder(record_path, k)

