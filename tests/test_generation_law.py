@@ -206,13 +206,13 @@ def keep_rejected_entries(self, keep):
 def positions_from_columns(original):
     """A wrong position id: the row's cache columns (holes included) instead of its length."""
 
-    def run(self, tokens, parents, want):
+    def run(self, new, links, depths, wanted):
         committed = self._ledger.committed
         saved = list(committed)
         holes = (~self._valid).sum(dim=1).tolist() if self._valid.numel() else [0] * len(saved)
         self._ledger.committed = [c + int(h) for c, h in zip(saved, holes, strict=True)]
         try:
-            return original(self, tokens, parents, want)
+            return original(self, new, links, depths, wanted)
         finally:
             self._ledger.committed = saved
 

@@ -389,7 +389,7 @@ def _model_options(
 ) -> None:
     parser.add_argument(
         "--prompt",
-        type=_prompt if prompt_default else str,
+        type=_prompt,
         default=prompt_default,
         help="text to continue (with --model smollm2: the user's message)",
     )

@@ -191,8 +191,7 @@ class ModelDrafter:
         """The draft session, opened (and prefilled) at its first use: a run that
         never drafts (``k = 0``) never runs the draft model."""
         if self._tracked is None:
-            prefixes = [seq[:-1] for seq in sequences]
-            self._tracked = TrackedSession(self._open(prefixes), sequences, "draft")
+            self._tracked = TrackedSession(self._open([[] for _ in sequences]), "draft")
         return self._tracked
 
     @property
@@ -207,9 +206,10 @@ class ModelDrafter:
     def _extend(
         self, tokens: list[list[int]], parents: list[list[int]] | None, errors: dict[int, Exception]
     ) -> np.ndarray:
-        scores, failed = self.tracked.extend(
-            tokens, parents, last_only=parents is None, isolate=self.isolate
-        )
+        scored = [1 if row else 0 for row in tokens] if parents is None else None
+        scores, failed = self.tracked.extend(tokens, parents, scored=scored, isolate=self.isolate)
+        if parents is None:
+            scores = scores[:, 0] if scores.shape[1] else np.zeros((len(tokens), self.vocab_size))
         for b, error in failed.items():
             errors.setdefault(b, error)
         return scores

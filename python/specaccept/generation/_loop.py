@@ -456,14 +456,14 @@ def generate(
     # The space the verifier reads: logits (verify_logits) for chains whose
     # target gives logits and whose drafter gives logits or nothing.
     prompts_live = [sequences[b] for b in live]
-    prefixes = [p[:-1] for p in prompts_live]
+    empty: list[list[int]] = [[] for _ in live]
     opened = time.perf_counter()
     session = (
-        target.session(prefixes)
+        target.session(empty)
         if target_kind == "session"
-        else StatelessSession(target, prefixes, "target")
+        else StatelessSession(target, empty, "target")
     )
-    scorer = TrackedSession(session, prompts_live, "target")
+    scorer = TrackedSession(session, "target")
     target_logits = scorer.scores == "logits"
     drafter = drafting_for(draft, draft_kind, prompts_live, vocab, isolate)
     if branching is not None or draft_kind == "propose" or not target_logits:
@@ -503,14 +503,20 @@ def generate(
             uniforms = None if all_greedy else randomness.draft_uniforms(keys, (rows, nodes))
             tree_step = drafter.propose_tree(seqs, branching, depths, sampling_now, uniforms)
             failed.update(tree_step.errors)
+            # The pending tokens (a chain ending at the root, node 0), then the nodes.
+            pending = [[] if r in failed else scorer.pending(r, seqs[r]) for r in range(rows)]
             feed = [
-                [] if r in failed else scorer.pending(r, seqs[r]) + tree_step.tokens[r, 1:].tolist()
+                [] if r in failed else pending[r] + tree_step.tokens[r, 1:].tolist()
                 for r in range(rows)
             ]
             links = [
-                [] if r in failed else [-1] + [max(int(p), 0) for p in tree_step.parents[r, 1:]]
+                []
+                if r in failed
+                else list(range(-1, len(pending[r]) - 1))
+                + [len(pending[r]) - 1 + max(int(p), 0) for p in tree_step.parents[r, 1:]]
                 for r in range(rows)
             ]
+            wanted = [0 if r in failed else tree_step.tokens.shape[1] for r in range(rows)]
             counts = depths
             result.draft_calls += rows * max(max(depths), 0)
         else:
@@ -535,6 +541,7 @@ def generate(
             ]
             links = None
             counts = [len(d) for d in drafts]
+            wanted = [0 if r in failed else 1 + len(drafts[r]) for r in range(rows)]
             if not deterministic:
                 result.draft_calls += rows * width
         if not isolate and failed:
@@ -543,7 +550,7 @@ def generate(
         result.timings["draft"] += drafted - step_start
 
         # Score: one target call for the batch.
-        scores, bad = scorer.extend(feed, links, isolate=isolate)
+        scores, bad = scorer.extend(feed, links, scored=wanted, isolate=isolate)
         failed.update(bad)
         result.target_calls += rows
         scored = time.perf_counter()

@@ -71,15 +71,14 @@ class Session(Protocol):
         tokens: Sequence[Sequence[int]],
         parents: Sequence[Sequence[int]] | None = None,
         *,
-        last_only: bool = False,
+        scored: Sequence[int] | None = None,
     ) -> Any:
         """Add ``tokens[b]`` to row ``b`` as provisional tokens and return the
-        scores of the token after each: ``[B, M, V]`` with ``M`` the longest
-        ``tokens[b]`` (row ``b``'s first ``len(tokens[b])`` entries are its own),
-        or ``[B, V]`` after each row's last new token with ``last_only``.
-        ``parents[b][i]``: the provisional index of token ``i``'s parent, or
-        ``-1`` for the last committed token; ``None``: each token follows the
-        row's previous provisional token (a chain)."""
+        scores of the token after each of the last ``scored[b]`` of them
+        (``None``: all): ``[B, S, V]`` with ``S = max(scored)``, row ``b``'s in its
+        first ``scored[b]`` entries. ``parents[b][i]``: the provisional index of
+        token ``i``'s parent, or ``-1`` for the last committed token; ``None``:
+        each token follows the row's previous provisional token (a chain)."""
         ...
 
     def commit(self, keep: Sequence[Sequence[int]]) -> None:
@@ -200,6 +199,26 @@ class Ledger:
             depths.append(row_depths)
         return new, links, depths
 
+    def check_scored(self, scored: Any, new: list[list[int]]) -> list[int]:
+        """``scored`` checked: per row, how many of its last new tokens to score."""
+        if scored is None:
+            return [len(row) for row in new]
+        counts = _token_lists([scored], 1, "scored")[0]
+        if len(counts) != len(new):
+            raise InputError(
+                f"scored has {len(counts)} entries, the session {len(new)} rows",
+                argument="scored",
+            )
+        for b, (count, row) in enumerate(zip(counts, new, strict=True)):
+            if not 0 <= count <= len(row):
+                raise InputError(
+                    f"scored[{b}] = {count}: between 0 and the row's {len(row)} new tokens",
+                    argument="scored",
+                    index=(b,),
+                    row=b,
+                )
+        return counts
+
     def record(self, new: list[list[int]], links: list[list[int]], depths: list[list[int]]) -> None:
         """Adds what :meth:`check` returned (after the model ran)."""
         for b in range(self.num_rows):
@@ -302,9 +321,10 @@ class StatelessSession:
         """Committed tokens per row."""
         return list(self._ledger.committed)
 
-    def extend(self, tokens: Any, parents: Any = None, *, last_only: bool = False) -> np.ndarray:
+    def extend(self, tokens: Any, parents: Any = None, *, scored: Any = None) -> np.ndarray:
         ledger = self._ledger
         new, links, depths = ledger.check(tokens, parents)
+        wanted = ledger.check_scored(scored, new)
         width = max((len(row) for row in new), default=0)
         out = np.zeros((self.num_rows, width, self.vocab_size))
         chains, nodes = {}, []
@@ -346,12 +366,11 @@ class StatelessSession:
             for (b, i), row in zip(nodes, answer[:, 0], strict=True):
                 out[b, i] = row
         ledger.record(new, links, depths)
-        if last_only:
-            if not width:
-                return np.zeros((self.num_rows, self.vocab_size))
-            last = np.array([max(len(row) - 1, 0) for row in new], dtype=np.intp)
-            return out[np.arange(self.num_rows), last]
-        return out
+        keep = max(wanted, default=0)
+        scores = np.zeros((self.num_rows, keep, self.vocab_size))
+        for b, (count, row) in enumerate(zip(wanted, new, strict=True)):
+            scores[b, :count] = out[b, len(row) - count : len(row)]
+        return scores
 
     def commit(self, keep: Any) -> None:
         ledger = self._ledger
@@ -371,21 +390,25 @@ class StatelessSession:
 
 
 class TrackedSession:
-    """A session in the loop: each row's committed count (``cached``: every token of
-    the row's sequence but the last few, the *pending* ones), and what was fed
-    since the last commit, so that :meth:`advance` can keep exactly the fed tokens
-    the new committed sequences confirm (docs/spec.md section 12.2).
+    """A session in the loop: each row's committed count (``cached``: the start of
+    the row's sequence; the rest, at least its last token, is *pending*: fed with
+    the next call), and what was fed since the last commit, so that
+    :meth:`advance` can keep exactly the fed tokens the new committed sequences
+    confirm (docs/spec.md section 12.2). The loop opens sessions empty: a row's
+    first call feeds its whole prompt with its first drafts (one forward call,
+    as Hugging Face's assisted generation does).
 
     With ``isolate``, a model call that raises is retried row by row, and the rows
     whose call still raises are returned as errors (their tokens not fed).
     """
 
-    def __init__(self, session: Any, prompts: list[list[int]], name: str):
+    def __init__(self, session: Any, name: str):
         self.session, self.name = session, name
         self.vocab_size = int(session.vocab_size)
-        self.cached = [len(p) - 1 for p in prompts]
-        self.fed_tokens: list[list[int]] = [[] for _ in prompts]
-        self.fed_parents: list[list[int]] = [[] for _ in prompts]
+        rows = int(session.num_rows)
+        self.cached = [0] * rows  # opened empty
+        self.fed_tokens: list[list[int]] = [[] for _ in range(rows)]
+        self.fed_parents: list[list[int]] = [[] for _ in range(rows)]
         self.forwards = 0
 
     @property
@@ -401,19 +424,17 @@ class TrackedSession:
         tokens: list[list[int]],
         parents: list[list[int]] | None = None,
         *,
-        last_only: bool = False,
+        scored: list[int] | None = None,
         isolate: bool = False,
     ) -> tuple[np.ndarray, dict[int, Exception]]:
-        """The scores of ``session.extend``, checked (``[R, M, V]``, or ``[R, V]``
-        with ``last_only``), and the rows that failed."""
+        """The scores of ``session.extend`` (``[R, S, V]``), checked, and the rows
+        that failed."""
         rows, vocab = len(tokens), self.vocab_size
-        width = max((len(t) for t in tokens), default=0)
-        shape = (rows, vocab) if last_only else (rows, width, vocab)
+        wanted = [len(t) for t in tokens] if scored is None else scored
+        shape = (rows, max(wanted, default=0), vocab)
         method = f"{self.name} session.extend"
         try:
-            scores = model_probs(
-                self.session.extend(tokens, parents, last_only=last_only), shape, method
-            )
+            scores = model_probs(self.session.extend(tokens, parents, scored=wanted), shape, method)
             self.forwards += 1
             self._record(range(rows), tokens, parents)
             return scores, {}
@@ -429,10 +450,11 @@ class TrackedSession:
                 continue
             alone = [tokens[b] if r == b else [] for r in range(rows)]
             links = None if parents is None else [parents[b] if r == b else [] for r in range(rows)]
+            counts = [wanted[b] if r == b else 0 for r in range(rows)]
             try:
                 answer = model_probs(
-                    self.session.extend(alone, links, last_only=last_only),
-                    shape if last_only else (rows, len(tokens[b]), vocab),
+                    self.session.extend(alone, links, scored=counts),
+                    (rows, wanted[b], vocab),
                     method,
                 )
             except Exception as error:  # the row's own failure
@@ -442,10 +464,7 @@ class TrackedSession:
             self._record([b], tokens, parents)
             if out is None:
                 out = np.zeros(shape, dtype=answer.dtype)
-            if last_only:
-                out[b] = answer[b]
-            else:
-                out[b, : len(tokens[b])] = answer[b]
+            out[b, : wanted[b]] = answer[b]
         if len(errors) == sum(1 for t in tokens if t):
             raise first
         assert out is not None

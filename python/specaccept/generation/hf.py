@@ -53,8 +53,19 @@ __all__ = ["HFModel", "HFSession", "load_smollm2", "smollm2_file"]
 #: there are at least ``_COMPACT_MIN_COLUMNS``).
 _COMPACT_SHARE = 0.5
 _COMPACT_MIN_COLUMNS = 32
-#: Prompt tokens per prefill call.
+#: Unscored chain tokens (a prompt) per forward call.
 _PREFILL_CHUNK = 256
+
+
+def _chain_lead(known: int, links: list[int], unscored: int) -> int:
+    """How many of a row's first ``unscored`` new tokens form a chain from its last
+    provisional token (``known`` of them so far), so may go ahead in chunks."""
+    count = 0
+    while count < unscored and links[count] == known + count - 1:
+        count += 1
+    return count
+
+
 _FULL_ATTENTION = ("full_attention", "sliding_attention", "chunked_attention")
 
 
@@ -232,8 +243,8 @@ class HFModel:
                     argument="sequences",
                     row=b,
                 )
-        session = HFSession(self, [seq[:-num_positions] for seq in rows])
-        logits = session.extend([seq[-num_positions:] for seq in rows])
+        session = HFSession(self, [[] for _ in rows])
+        logits = session.extend(rows, scored=[num_positions] * len(rows))
         with torch.inference_mode():
             return torch.softmax(torch.from_numpy(np.asarray(logits, np.float32)), -1).numpy()
 
@@ -306,12 +317,9 @@ class HFSession:
         self._valid = torch.zeros((len(rows), 0), dtype=torch.bool, device=self._device)
         self._cache = DynamicCache()
         self._layers = _Layers(self._cache)
-        # Prefilled in chunks: the mask of a call is [B, chunk, columns].
-        longest = max((len(r) for r in rows), default=0)
-        for begin in range(0, longest, _PREFILL_CHUNK):
-            chunk = [r[begin : begin + _PREFILL_CHUNK] for r in rows]
-            self._run(chunk, None, want=False)
-            self.commit([list(range(len(c))) for c in chunk])
+        if any(rows):
+            self.extend(rows, scored=[0] * len(rows))
+            self.commit([list(range(len(r))) for r in rows])
 
     @property
     def num_rows(self) -> int:
@@ -327,51 +335,74 @@ class HFSession:
         """Columns of the cache (committed, provisional and holes)."""
         return int(self._valid.shape[1])
 
-    def extend(self, tokens: Any, parents: Any = None, *, last_only: bool = False) -> np.ndarray:
-        logits, counts = self._run(tokens, parents, want=True)
-        if last_only:
-            if logits.shape[1] == 0:
-                return np.zeros((self.num_rows, self.vocab_size), dtype=logits.dtype)
-            last = np.array([max(c - 1, 0) for c in counts], dtype=np.intp)
-            return logits[np.arange(self.num_rows), last]
-        return logits
+    def extend(self, tokens: Any, parents: Any = None, *, scored: Any = None) -> np.ndarray:
+        """See :meth:`specaccept.generation.Session.extend`. Long chains of unscored
+        tokens (a prompt) are sent in calls of at most ``_PREFILL_CHUNK``."""
+        ledger = self._ledger
+        new, links, depths = ledger.check(tokens, parents)
+        wanted = ledger.check_scored(scored, new)
+        # The leading part of each row that is an unscored chain from its current
+        # end may go ahead in chunks (its attention mask is [B, chunk, columns]).
+        lead = [
+            _chain_lead(len(ledger.tokens[b]), links[b], len(new[b]) - wanted[b])
+            for b in range(self.num_rows)
+        ]
+        while max(lead, default=0) > _PREFILL_CHUNK:
+            take = [min(n, _PREFILL_CHUNK) for n in lead]
+            self._run(
+                [row[:t] for row, t in zip(new, take, strict=True)],
+                [link[:t] for link, t in zip(links, take, strict=True)],
+                [d[:t] for d, t in zip(depths, take, strict=True)],
+                [0] * self.num_rows,
+            )
+            new = [row[t:] for row, t in zip(new, take, strict=True)]
+            links = [link[t:] for link, t in zip(links, take, strict=True)]
+            depths = [d[t:] for d, t in zip(depths, take, strict=True)]
+            lead = [n - t for n, t in zip(lead, take, strict=True)]
+        return self._run(new, links, depths, wanted)
 
-    def _run(self, tokens: Any, parents: Any, want: bool) -> tuple[np.ndarray, list[int]]:
-        """One forward call over the new tokens: the logits ``[B, M, V]`` (``M = 0``
-        without ``want``) and each row's count of new tokens."""
+    def _run(
+        self,
+        new: list[list[int]],
+        links: list[list[int]],
+        depths: list[list[int]],
+        wanted: list[int],
+    ) -> np.ndarray:
+        """One forward call over checked new tokens, right-aligned (row ``b``'s in the
+        last ``len(new[b])`` columns, padding before them): the logits of each row's
+        last ``wanted[b]`` tokens, ``[B, max(wanted), V]``, left-aligned."""
         import torch
 
         ledger = self._ledger
-        new, links, depths = ledger.check(tokens, parents)
-        counts = [len(row) for row in new]
-        nothing = np.zeros((self.num_rows, 0, self.vocab_size), dtype=np.float32)
         batch, width = self.num_rows, max((len(r) for r in new), default=0)
+        keep = max(wanted, default=0)
         if width == 0:
-            return nothing, counts
+            return np.zeros((batch, 0, self.vocab_size), dtype=np.float32)
         start = self.columns
         ids = torch.zeros((batch, width), dtype=torch.long)
         positions = torch.zeros((batch, width), dtype=torch.long)
         rows_i, query_i, column_i = [], [], []
         for b, row in enumerate(new):
-            committed, known = ledger.committed[b], len(ledger.tokens[b])
-            columns = self._columns[b] + [start + i for i in range(len(row))]
+            known, pad = len(ledger.tokens[b]), width - len(row)
+            columns = self._columns[b] + [start + pad + i for i in range(len(row))]
             every_link = ledger.parents[b] + links[b]
-            ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-            positions[b, : len(row)] = torch.tensor(
-                [committed + d for d in depths[b]], dtype=torch.long
-            )
-            for i in range(width):
+            if row:
+                ids[b, pad:] = torch.tensor(row, dtype=torch.long)
+                positions[b, pad:] = torch.tensor(
+                    [ledger.committed[b] + d for d in depths[b]], dtype=torch.long
+                )
+            for q in range(width):
                 # A token attends to its provisional ancestors and to itself; a
-                # padding query (i >= len(row)) to itself only.
-                index = known + i if i < len(row) else -1
+                # padding query (q < pad) to itself only.
                 rows_i.append(b)
-                query_i.append(i)
-                column_i.append(start + i)
+                query_i.append(q)
+                column_i.append(start + q)
+                index = known + q - pad if q >= pad else -1
                 if index >= 0:
                     index = every_link[index]
                     while index >= 0:
                         rows_i.append(b)
-                        query_i.append(i)
+                        query_i.append(q)
                         column_i.append(columns[index])
                         index = every_link[index]
         with torch.inference_mode():
@@ -381,8 +412,8 @@ class HFSession:
             mask = torch.zeros((batch, 1, width, start + width), dtype=self._dtype)
             mask.masked_fill_(~allowed[:, None], torch.finfo(self._dtype).min)
             kwargs = {self.owner._cache_argument: self._cache, "use_cache": True}
-            if not want and self.owner._keeps_logits:
-                kwargs["logits_to_keep"] = 1
+            if self.owner._keeps_logits:
+                kwargs["logits_to_keep"] = max(keep, 1)
             try:
                 output = self.owner.model(
                     input_ids=ids.to(self._device),
@@ -407,14 +438,22 @@ class HFSession:
                 dim=1,
             )
             for b, row in enumerate(new):
-                self._columns[b] += [start + i for i in range(len(row))]
+                pad = width - len(row)
+                self._columns[b] += [start + pad + i for i in range(len(row))]
             ledger.record(new, links, depths)
-            if not want:
-                return nothing, counts
-            logits = output.logits
+            if keep == 0:
+                return np.zeros((batch, 0, self.vocab_size), dtype=np.float32)
+            logits = output.logits[:, -keep:]
+            if any(w != keep for w in wanted):
+                # Left-align each row's scored tokens (the last ones of the call).
+                order = torch.tensor(
+                    [[keep - w + min(j, w - 1) if w else 0 for j in range(keep)] for w in wanted],
+                    device=logits.device,
+                )
+                logits = logits.gather(1, order[:, :, None].expand(-1, -1, logits.shape[2]))
             if logits.device.type != "cpu":
                 logits = logits.cpu()
-            return as_numpy(logits, "model logits"), counts
+            return as_numpy(logits, "model logits")
 
     def commit(self, keep: Any) -> None:
         import torch
