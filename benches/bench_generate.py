@@ -141,7 +141,9 @@ def main() -> None:
             before = target_calls.calls
             tokens, seconds = hf_run(torch, model, ids, new_tokens, eos, **options)
             calls = target_calls.calls - before
-            return tokens, seconds, calls, len(tokens) / max(calls, 1) - 1
+            # Accepted drafts per verification step: every target call verifies (the
+            # first one with the prompt), and emits one token more than it accepts.
+            return tokens, seconds, calls, (len(tokens) - calls, calls)
 
         return run
 
@@ -153,7 +155,8 @@ def main() -> None:
                 eos_token_id=eos,
             )  # fmt: skip
             calls = target_calls.calls - before
-            return out.tokens[0], out.seconds, calls, out.stats.mean_accepted_length, out
+            accepted = (out.stats.num_accepted_tokens, out.stats.num_steps)
+            return out.tokens[0], out.seconds, calls, accepted, out
 
         return run
 
@@ -207,7 +210,9 @@ def main() -> None:
     for name in names:
         total = totals[name]
         rate = total["tokens"] / total["seconds"]
-        accepted = float(np.mean(total["accepted"]))
+        accepted = sum(a for a, _ in total["accepted"]) / max(
+            sum(n for _, n in total["accepted"]), 1
+        )
         rows.append(
             dict(
                 name=name,
@@ -263,7 +268,7 @@ def main() -> None:
                 calls += target_calls.calls - before
                 tokens += out.num_tokens
                 seconds += out.seconds
-                accepted.append(out.stats.mean_accepted_length)
+                accepted.append((out.stats.num_accepted_tokens, out.stats.num_steps))
                 overhead += (
                     (out.timings["verify"] + out.timings["loop"])
                     / max(out.seconds - out.timings["prefill"], 1e-9)
@@ -277,6 +282,7 @@ def main() -> None:
                         parted.append(gap_where_they_part(torch, model, group[j], row, expected))
             rate = tokens / seconds
             rate_one = rate_one or rate
+            accepted = sum(a for a, _ in accepted) / max(sum(n for _, n in accepted), 1)
             batched.append(
                 dict(
                     drafter=label,
@@ -291,7 +297,7 @@ def main() -> None:
             )
             print(
                 f"| {label} | {size} | {rate:.1f} | {rate / rate_one:.2f}x | {calls / tokens:.3f} | "
-                f"{np.mean(accepted):.2f} | {equal}/{len(prompts)} | {100 * overhead / seconds:.2f}% |"
+                f"{accepted:.2f} | {equal}/{len(prompts)} | {100 * overhead / seconds:.2f}% |"
             )
             for where, gap in parted:
                 print(
@@ -318,7 +324,7 @@ def gap_where_they_part(torch, model, prompt, row, expected) -> tuple[int, float
     """Where a batched row first differs from HF's greedy output, and the target's
     top-2 logit gap there (computed alone): a near-tie explains a float32 flip."""
     where = next(
-        i for i, (a, b) in enumerate(zip(row + [-1], expected + [-1], strict=False)) if a != b
+        i for i, (a, b) in enumerate(zip([*row, -1], [*expected, -1], strict=False)) if a != b
     )
     with torch.inference_mode():
         logits = model(input_ids=torch.tensor([prompt + expected[:where]])).logits[0, -1]
