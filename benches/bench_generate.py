@@ -25,9 +25,12 @@ prompt, so that the machine's drift spreads evenly):
 
 Then ours on all prompts at batch 1, 4, 8 and 16 (HF's assisted generation
 refuses batches). Columns: tokens per second (all tokens over all wall time,
-prefill included), target forward calls per token (a forward hook on the target
-counts them, prefill included), mean accepted drafts per verification step,
-and how many rows equal HF's greedy output exactly. Where the time of ours goes
+the prompts' processing included), the same after the first step (which feeds
+the prompts: on a CPU that is compute-bound, so batching cannot speed it up)
+and the first step's share of the time, target forward calls per token (a
+forward hook on the target counts them, the prompt's included), mean accepted
+drafts per verification step, and how many rows equal HF's greedy output
+exactly. Where the time of ours goes
 comes from ``Generation.timings``. Rows that differ at batch > 1 (float32: a
 row's logits in a batch differ from its logits alone in the last bits) are
 explained by the target's top-2 logit gap where they part.
@@ -173,8 +176,7 @@ def main() -> None:
         run(prompts[0][:40])
     totals = {name: dict(tokens=0, seconds=0.0, calls=0, accepted=[], equal=0) for name in configs}
     timings = {
-        name: dict.fromkeys(("prefill", "draft", "target", "verify", "loop"), 0.0)
-        for name in configs
+        name: dict.fromkeys(("open", "draft", "target", "verify", "loop"), 0.0) for name in configs
     }
     reference: list[list[int]] = []
     names = list(configs)
@@ -228,7 +230,7 @@ def main() -> None:
             f"{accepted:.2f} | {total['equal']}/{len(prompts)} |"
         )
     print("\nWhere the time of ours goes (share of wall time, batch 1):\n")
-    print("| configuration | prefill | draft | target | verify | loop | verify + loop per step |")
+    print("| configuration | open | draft | target | verify | loop | verify + loop per step |")
     print("|:---|---:|---:|---:|---:|---:|---:|")
     shares = {}
     for name in names:
@@ -236,7 +238,7 @@ def main() -> None:
             continue
         spent = timings[name]
         whole = sum(spent.values())
-        steps = whole - spent["prefill"]
+        steps = whole - spent["open"]
         shares[name] = {k: v / whole for k, v in spent.items()}
         print(
             f"| {name} | "
@@ -254,9 +256,10 @@ def main() -> None:
         ("PromptLookup (k = 4)", specaccept.PromptLookup(), 4),
         ("self draft (k = 4)", draft, 4),
     ):
-        rate_one = None
+        rate_one = decode_one = None
         for size in batches:
             tokens = seconds = calls = 0
+            later_tokens = later_seconds = first_seconds = 0.0
             equal, accepted, overhead, parted = 0, [], 0.0, []
             for start in range(0, len(prompts), size):
                 group = prompts[start : start + size]
@@ -268,10 +271,13 @@ def main() -> None:
                 calls += target_calls.calls - before
                 tokens += out.num_tokens
                 seconds += out.seconds
+                later_tokens += sum(out.step_tokens[1:])
+                later_seconds += sum(out.step_seconds[1:])
+                first_seconds += out.seconds - sum(out.step_seconds[1:])
                 accepted.append((out.stats.num_accepted_tokens, out.stats.num_steps))
                 overhead += (
                     (out.timings["verify"] + out.timings["loop"])
-                    / max(out.seconds - out.timings["prefill"], 1e-9)
+                    / max(out.seconds - out.timings["open"], 1e-9)
                     * out.seconds
                 )
                 for j, row in enumerate(out.tokens):
@@ -282,12 +288,16 @@ def main() -> None:
                         parted.append(gap_where_they_part(torch, model, group[j], row, expected))
             rate = tokens / seconds
             rate_one = rate_one or rate
+            decode = later_tokens / max(later_seconds, 1e-9)
+            decode_one = decode_one or decode
             accepted = sum(a for a, _ in accepted) / max(sum(n for _, n in accepted), 1)
             batched.append(
                 dict(
                     drafter=label,
                     batch=size,
                     tokens_per_second=rate,
+                    decode_tokens_per_second=decode,
+                    first_step_share=first_seconds / seconds,
                     forwards_per_token=calls / tokens,
                     mean_accepted=float(np.mean(accepted)),
                     equal=equal,
@@ -296,7 +306,8 @@ def main() -> None:
                 )
             )
             print(
-                f"| {label} | {size} | {rate:.1f} | {rate / rate_one:.2f}x | {calls / tokens:.3f} | "
+                f"| {label} | {size} | {rate:.1f} | {rate / rate_one:.2f}x | {decode:.1f} | "
+                f"{decode / decode_one:.2f}x | {100 * first_seconds / seconds:.0f}% | {calls / tokens:.3f} | "
                 f"{accepted:.2f} | {equal}/{len(prompts)} | {100 * overhead / seconds:.2f}% |"
             )
             for where, gap in parted:

@@ -24,7 +24,7 @@ SETUP = r'''
 import copy, json, math, os, subprocess, sys
 import numpy as np
 import specaccept as sa
-from specaccept import ngram, reference
+from specaccept import generation, ngram, reference
 from specaccept.compat import flashinfer, vllm
 
 B, K, V = 2, 3, 5
@@ -1843,6 +1843,148 @@ CASES.update(
         "generate: model answers ints": (
             "sa.generate(Model(), Model(answer=np.ones((1, 1, 4), np.int64)), [[0]], rng=0)",
             "TypeError",
+        ),
+        "generate: a tree from a stateless draft": (
+            "g = sa.generate(Model(), Model(), w([[0, 1], [2]]), tree=[2, 1], max_new_tokens=5,"
+            " rng=0)\nassert [len(t) for t in g.tokens] == [5, 5]",
+            "ok",
+        ),
+        "generate: traversal tree, seeded, with filters": (
+            "g = generation.generate(Model(), Model(), [[0]], tree=[3], method='traversal',"
+            " temperature=0.5, top_k=2, top_p=0.9, max_new_tokens=4, seed=2**64 - 1)\n"
+            "assert len(g.tokens[0]) == 4",
+            "ok",
+        ),
+        "generate: block, PromptLookup, per-prompt temperatures": (
+            "g = sa.generate(Model(), sa.PromptLookup(), [[0, 1, 0], [2]], k=3, method='block',"
+            " temperature=[0.0, 2.0], max_new_tokens=6, rng=0)\n"
+            "assert [len(t) for t in g.tokens] == [6, 6]",
+            "ok",
+        ),
+        "generate: tree empty": (
+            "sa.generate(Model(), Model(), [[0]], tree=[], rng=0)",
+            "ValueError",
+        ),
+        "generate: tree 0": (
+            "sa.generate(Model(), Model(), [[0]], tree=[2, 0], rng=0)",
+            "ValueError",
+        ),
+        "generate: tree str": (
+            "sa.generate(Model(), Model(), [[0]], tree='3,2', rng=0)",
+            "TypeError",
+        ),
+        "generate: tree float": (
+            "sa.generate(Model(), Model(), [[0]], tree=[2.0], rng=0)",
+            "TypeError",
+        ),
+        "generate: tree 2**64 wide": (
+            "sa.generate(Model(), Model(), [[0]], tree=[2**64], rng=0)",
+            "ValueError",
+        ),
+        "generate: tree with PromptLookup": (
+            "sa.generate(Model(), sa.PromptLookup(), [[0]], tree=[2], rng=0)",
+            "ValueError",
+        ),
+        "generate: tree with record": (
+            "sa.generate(Model(), Model(), [[0]], tree=[2], record='steps.npz', rng=0)",
+            "ValueError",
+        ),
+        "generate: method traversal for chains": (
+            "sa.generate(Model(), Model(), [[0]], method='traversal', rng=0)",
+            "ValueError",
+        ),
+        "generate: method block for trees": (
+            "sa.generate(Model(), Model(), [[0]], tree=[2], method='block', rng=0)",
+            "ValueError",
+        ),
+        "generate: method int": (
+            "sa.generate(Model(), Model(), [[0]], method=1, rng=0)",
+            "TypeError",
+        ),
+        "generate: temperature NaN": (
+            "sa.generate(Model(), Model(), [[0]], temperature=float('nan'), rng=0)",
+            "ValueError",
+        ),
+        "generate: temperature -1": (
+            "sa.generate(Model(), Model(), [[0]], temperature=-1, rng=0)",
+            "ValueError",
+        ),
+        "generate: temperature subnormal": (
+            "sa.generate(Model(), Model(), [[0]], temperature=5e-324, rng=0)",
+            "ValueError",
+        ),
+        "generate: temperature 10**400": (
+            "sa.generate(Model(), Model(), [[0]], temperature=10**400, rng=0)",
+            "ValueError",
+        ),
+        "generate: temperature str": (
+            "sa.generate(Model(), Model(), [[0]], temperature='hot', rng=0)",
+            "TypeError",
+        ),
+        "generate: temperature per prompt, wrong count": (
+            "sa.generate(Model(), Model(), [[0], [1]], temperature=[1.0], rng=0)",
+            "ValueError",
+        ),
+        "generate: temperature 2-D": (
+            "sa.generate(Model(), Model(), [[0]], temperature=np.ones((1, 1)), rng=0)",
+            "TypeError",
+        ),
+        "generate: top_k -1": (
+            "sa.generate(Model(), Model(), [[0]], top_k=-1, rng=0)",
+            "ValueError",
+        ),
+        "generate: top_k float": (
+            "sa.generate(Model(), Model(), [[0]], top_k=1.5, rng=0)",
+            "TypeError",
+        ),
+        "generate: top_k 2**70": (
+            "g = sa.generate(Model(), Model(), [[0]], top_k=2**70, max_new_tokens=2, rng=0)\n"
+            "assert len(g.tokens[0]) == 2",
+            "ok",
+        ),
+        "generate: top_p 0": (
+            "sa.generate(Model(), Model(), [[0]], top_p=0.0, rng=0)",
+            "ValueError",
+        ),
+        "generate: top_p 1.5": (
+            "sa.generate(Model(), Model(), [[0]], top_p=1.5, rng=0)",
+            "ValueError",
+        ),
+        "generate: errors str": (
+            "sa.generate(Model(), Model(), [[0]], errors='ignore', rng=0)",
+            "ValueError",
+        ),
+        "generate: errors None": (
+            "sa.generate(Model(), Model(), [[0]], errors=None, rng=0)",
+            "TypeError",
+        ),
+        "generate: record in a missing folder": (
+            "sa.generate(Model(), Model(), [[0]], record='/no/such/folder/s.npz', rng=0)",
+            "ValueError",
+        ),
+        "generate: record int": (
+            "sa.generate(Model(), Model(), [[0]], record=5, rng=0)",
+            "TypeError",
+        ),
+        "generate: isolate ends the empty prompt alone": (
+            "g = sa.generate(Model(), Model(), [[0], []], max_new_tokens=3, errors='isolate',"
+            " rng=0)\nassert list(g.errors) == [1] and len(g.tokens[0]) == 3",
+            "ok",
+        ),
+        "generate: isolate with a NaN model": (
+            "g = sa.generate(Model(answer=np.full((1, 3, 4), np.nan)), Model(), [[0]], k=2,"
+            " errors='isolate', rng=0)\nassert list(g.errors) == [0]",
+            "ok",
+        ),
+        "PromptLookup: max_ngram 0": ("sa.PromptLookup(max_ngram=0)", "ValueError"),
+        "PromptLookup: min_ngram above max_ngram": (
+            "sa.PromptLookup(max_ngram=1, min_ngram=2)",
+            "ValueError",
+        ),
+        "PromptLookup: max_ngram str": ("sa.PromptLookup(max_ngram='2')", "TypeError"),
+        "PromptLookup: max_ngram 2**64": (
+            "assert sa.PromptLookup(max_ngram=2**64).lookup([1, 2, 1], 2) == [2, 1]",
+            "ok",
         ),
         "generate: model answers NaN": (
             "sa.generate(Model(answer=np.full((1, 3, 4), np.nan)), Model(), [[0]], k=2, rng=0)",

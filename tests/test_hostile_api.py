@@ -101,7 +101,7 @@ def test_every_public_function_is_in_the_matrix() -> None:
     import inspect
 
     import specaccept
-    from specaccept import ngram, reference
+    from specaccept import generation, ngram, reference
     from specaccept.compat import flashinfer, vllm
 
     sources = "\n".join(source for source, _ in CASES.values())
@@ -112,6 +112,7 @@ def test_every_public_function_is_in_the_matrix() -> None:
         (flashinfer, "flashinfer."),
         (reference, "reference."),
         (ngram, "ngram."),
+        (generation, "generation."),
     ):
         for name in module.__all__:
             value = getattr(module, name)

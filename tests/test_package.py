@@ -12,6 +12,7 @@ import pytest
 import specaccept
 from specaccept import _api, _logits, _result, _stats, _threads, _tree, reference
 from specaccept.compat import flashinfer, vllm
+from specaccept.generation import _drafters, _loop
 
 PUBLIC_FUNCTIONS = [
     "verify",
@@ -26,7 +27,7 @@ PUBLIC_FUNCTIONS = [
 
 
 @pytest.mark.parametrize(
-    "module", [_api, _logits, _result, _stats, _threads, _tree, vllm, flashinfer]
+    "module", [_api, _logits, _result, _stats, _threads, _tree, vllm, flashinfer, _loop, _drafters]
 )
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)

@@ -81,3 +81,18 @@ def test_sampling_with_hf_filters_runs_and_is_seeded(smollm2):
     assert again.tokens[0] == first.tokens[0], (
         "a seeded request's text does not depend on the batch"
     )
+
+
+def test_the_readme_example_runs(smollm2, capsys):
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("### Speculative generation over Hugging Face models") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    scope = {"_loaded": smollm2[0]}
+    exec(code.replace("load_smollm2()", "_loaded"), scope)
+    out = scope["out"]
+    assert len(out.tokens) == 2 and all(out.tokens)
+    assert out.stats.num_accepted_tokens > 0, "prompt lookup found the passage"
+    assert capsys.readouterr().out.strip()

@@ -36,6 +36,7 @@ __all__ = [
     "Tree",
     "drafting_for",
     "fits",
+    "too_large",
     "tree_parents",
 ]
 
@@ -112,6 +113,15 @@ class PromptLookup:
         default 2).
     min_ngram : int
         The shortest.
+
+    Examples
+    --------
+    >>> import specaccept
+    >>> lookup = specaccept.PromptLookup()
+    >>> lookup.lookup([5, 6, 7, 8, 9, 1, 6, 7], k=3)   # "6 7" was followed by "8 9 1"
+    [8, 9, 1]
+    >>> lookup.lookup([1, 2, 3], k=3)                  # no earlier match: nothing to draft
+    []
     """
 
     def __init__(self, max_ngram: int = 2, min_ngram: int = 1):
@@ -239,7 +249,7 @@ class ModelDrafter:
                 try:
                     scores_out = np.zeros((rows, width, vocab), dtype=dtype)
                 except MemoryError:
-                    raise _too_large(rows, width, vocab) from None
+                    raise too_large(rows, width, vocab) from None
             u = None if uniforms is None else uniforms[:, i]
             bad: dict[int, Exception] = {}
             if from_logits and self.space == "logits":
@@ -425,10 +435,10 @@ def _subtree(children: list[list[int]], node: int) -> list[int]:
 def fits(rows: int, width: int, vocab: int) -> None:
     """Draft rows ``[rows, width, V]`` must fit in memory: checked before any draw."""
     if rows * width * vocab * 8 > sys.maxsize:
-        raise _too_large(rows, width, vocab)
+        raise too_large(rows, width, vocab)
 
 
-def _too_large(batch: int, width: int, vocab: int) -> MemoryError:
+def too_large(batch: int, width: int, vocab: int) -> MemoryError:
     """Draft scores ``[B, k, V]`` this process cannot hold, naming the argument the
     size comes from (``k``, or ``draft.vocab_size`` when ``V`` is the larger)."""
     name = "k" if width >= vocab else "draft.vocab_size"

@@ -23,7 +23,7 @@ from .._errors import InputError
 from .._logits import verify_logits
 from .._stats import AcceptanceStats
 from .._tree import verify_tree
-from ._drafters import ModelDrafter, PromptLookup, ProposeDrafter, drafting_for, fits
+from ._drafters import ModelDrafter, PromptLookup, ProposeDrafter, drafting_for, fits, too_large
 from ._randomness import Randomness
 from ._record import Recorder, check_path
 from ._sampling import Sampling, log, transform
@@ -63,14 +63,18 @@ class Generation:
         per token) and rows run through the draft model (one per row per draft
         forward call).
     target_forwards, draft_forwards : int
-        Batched calls to each model (the prefill not counted).
+        Batched calls to each model (the first one, with the prompts, included).
     seconds : float
-        Wall time of the loop (sessions opened and prefilled included).
+        Wall time of the loop (opening the sessions included).
     timings : dict of str to float
-        Where ``seconds`` went: ``"prefill"``, ``"draft"`` (drafting, the draft
-        model's forwards included), ``"target"`` (the target's forwards),
+        Where ``seconds`` went: ``"open"`` (opening the sessions; the prompts are
+        fed with the first step), ``"draft"`` (drafting, the draft model's
+        forwards included), ``"target"`` (the target's forwards),
         ``"verify"`` (verification, and the softmax where a tree or a
         probability model needs one) and ``"loop"`` (the rest: bookkeeping).
+    step_seconds, step_tokens : list
+        Each step's wall time and the tokens it emitted over all rows (the
+        first step also feeds the prompts: its time is the time to first token).
     """
 
     tokens: list[list[int]]
@@ -83,6 +87,8 @@ class Generation:
     draft_forwards: int = 0
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    step_seconds: list[float] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -427,7 +433,7 @@ def generate(
     context = min(limits) if limits else None
 
     result = Generation(tokens=[[] for _ in sequences], stop_reasons=[""] * batch)
-    result.timings = dict.fromkeys(("prefill", "draft", "target", "verify", "loop"), 0.0)
+    result.timings = dict.fromkeys(("open", "draft", "target", "verify", "loop"), 0.0)
     live = []
     for b, seq in enumerate(sequences):
         if b in prompt_errors:
@@ -473,7 +479,7 @@ def generate(
     else:
         space = "logits" if drafter.scores == "logits" else "probs"
     drafter.space = space
-    result.timings["prefill"] = time.perf_counter() - opened
+    result.timings["open"] = time.perf_counter() - opened
     recorder = None if record_path is None else Recorder(record_path, k)
     total = max_new_tokens * batch
     deterministic = draft_kind == "lookup"
@@ -500,7 +506,10 @@ def generate(
             depths = [min(len(branching), room - 1) for room in rooms]
             nodes = 1 + sum(math.prod(branching[: d + 1]) for d in range(len(branching)))
             fits(rows, nodes, vocab)
-            uniforms = None if all_greedy else randomness.draft_uniforms(keys, (rows, nodes))
+            try:
+                uniforms = None if all_greedy else randomness.draft_uniforms(keys, (rows, nodes))
+            except MemoryError:
+                raise too_large(rows, nodes, vocab) from None
             tree_step = drafter.propose_tree(seqs, branching, depths, sampling_now, uniforms)
             failed.update(tree_step.errors)
             # The pending tokens (a chain ending at the root, node 0), then the nodes.
@@ -523,11 +532,14 @@ def generate(
             counts = [min(k, room - 1) for room in rooms]
             width = max(counts)
             fits(rows, width, vocab)
-            uniforms = (
-                None
-                if all_greedy or width == 0 or deterministic
-                else randomness.draft_uniforms(keys, (rows, width))
-            )
+            try:
+                uniforms = (
+                    None
+                    if all_greedy or width == 0 or deterministic
+                    else randomness.draft_uniforms(keys, (rows, width))
+                )
+            except MemoryError:
+                raise too_large(rows, width, vocab) from None
             if isinstance(drafter, ProposeDrafter):
                 chain = drafter.propose(
                     seqs, counts, sampling_now, uniforms, randomness.generator, keys
@@ -580,6 +592,7 @@ def generate(
 
         # Keep what each row emitted; end the finished rows.
         going = []
+        emitted = result.num_tokens
         index = {r: i for i, r in enumerate(order)}
         for r, b in enumerate(live):
             if r in failed:
@@ -609,7 +622,10 @@ def generate(
             scorer.select(going)
             drafter.select(going)
         live = [live[r] for r in going]
-        result.timings["loop"] += time.perf_counter() - checked
+        ended = time.perf_counter()
+        result.timings["loop"] += ended - checked
+        result.step_seconds.append(ended - step_start)
+        result.step_tokens.append(result.num_tokens - emitted)
         if progress is not None:
             finished = total - sum(max_new_tokens - len(result.tokens[b]) for b in live)
             progress(finished, total)
@@ -700,12 +716,12 @@ def _verify(
             **common,
         )
         if recorder is not None:
-            target_probs, _ = transform(target_rows, sampling)
-            draft_probs = None if draft_rows is None else transform(draft_rows, sampling)[0]
+            target_probs, _ = transform(target_rows, sampling, [n + 1 for n in num])
+            draft_probs = None if draft_rows is None else transform(draft_rows, sampling, num)[0]
     else:
         if target_logits or not sampling.plain:
             rows = target_rows if target_logits else log(target_rows)
-            target_probs, bad = transform(rows, sampling)
+            target_probs, bad = transform(rows, sampling, [n + 1 for n in num])
             for i, error in bad.items():
                 failed[ok[i]] = error
         else:

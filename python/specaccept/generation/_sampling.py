@@ -88,18 +88,23 @@ def sample_logits(
     return np.asarray(result.output_token_ids)[:, 0].astype(np.int64), errors
 
 
-def transform(logits: np.ndarray, sampling: Sampling) -> tuple[np.ndarray, dict[int, InputError]]:
+def transform(
+    logits: np.ndarray, sampling: Sampling, counts: list[int] | None = None
+) -> tuple[np.ndarray, dict[int, InputError]]:
     """``logits [R, ..., V]`` as float64 probabilities, row by row, with HF's (and
     :func:`specaccept.verify_logits`'s, docs/spec.md section 8.2) temperature,
     top-k and top-p; a greedy row becomes one-hot at its first largest logit.
-    Rows with NaN, ``+inf`` or no finite logit are returned as errors (zeros)."""
+    With ``counts``, only the first ``counts[r]`` rows of ``r`` are read (the rest
+    stay 0). Rows with NaN, ``+inf`` or no finite logit are returned as errors
+    (zeros)."""
     values = np.asarray(logits, dtype=np.float64)
     shape = values.shape
     flat = values.reshape(shape[0], -1, shape[-1])
     out = np.zeros(flat.shape)
     errors: dict[int, InputError] = {}
     for b in range(shape[0]):
-        rows = flat[b]
+        used = flat.shape[1] if counts is None else counts[b]
+        rows = flat[b, :used]
         bad = np.isnan(rows) | (rows == np.inf)
         if bad.any() or not (rows > -np.inf).any(axis=-1).all():
             where = np.argwhere(bad)
@@ -132,7 +137,7 @@ def transform(logits: np.ndarray, sampling: Sampling) -> tuple[np.ndarray, dict[
             last = np.where(reach.any(axis=-1), reach.argmax(axis=-1), ordered.shape[-1] - 1)
             keep &= weights >= ordered[np.arange(len(rows)), last][:, None]
         weights = np.where(keep, weights, 0.0)
-        out[b] = weights / weights.sum(axis=-1, keepdims=True)
+        out[b, :used] = weights / weights.sum(axis=-1, keepdims=True)
     return out.reshape(shape), errors
 
 
