@@ -248,9 +248,11 @@ def main() -> None:
 
     print(f"\nOurs, batched ({len(prompts)} prompts in batches of B):\n")
     print(
-        "| drafter | B | tokens/s | vs B = 1 | target forwards per token | mean accepted | rows = HF greedy | verify + loop per step |"
+        "| drafter | B | tokens/s | vs B = 1 | after the first step: tokens/s | vs B = 1 | "
+        "first step (prompts) | target forwards per token | mean accepted | rows = HF greedy | "
+        "verify + loop per step |"
     )
-    print("|:---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     batched = []
     for label, drafter, k in (
         ("PromptLookup (k = 4)", specaccept.PromptLookup(), 4),

@@ -228,3 +228,85 @@ def test_a_wrong_cache_or_position_changes_the_law(monkeypatch, models, case, mu
         monkeypatch.setattr(HFSession, "_run", positions_from_columns(HFSession._run))
     exact, _ = check_law(monkeypatch, models, case)
     assert not exact
+
+
+# --------------------------------------------------------------------------
+# Temperature, top-k and top-p: a chi-square test against the transformed law
+# --------------------------------------------------------------------------
+
+FILTERS = dict(temperature=0.7, top_k=5, top_p=0.9)
+
+
+def transformed_law(model, prefix: list[int]) -> np.ndarray:
+    """The target's next-token law after HF's temperature, top-k and top-p (float64)."""
+    from specaccept.generation._sampling import Sampling, transform
+    from tiny_llama import full_logits
+
+    row = full_logits(model, prefix)[-1]
+    sampling = Sampling(np.array([0.7]), np.array([5]), np.array([0.9]))
+    return transform(row[None, None], sampling)[0][0, 0]
+
+
+@pytest.fixture(scope="module")
+def smooth_models():
+    from tiny_llama import llama
+
+    return llama(20, vocab=8), llama(21, vocab=8, layers=1)
+
+
+def first_two_counts(target, draft, options, rows=12_000, seed=3):
+    out = specaccept.generate(
+        HFModel(target), HFModel(draft), [[1, 2, 3]] * rows, max_new_tokens=3, rng=seed,
+        **FILTERS, **options,
+    )  # fmt: skip
+    counts = np.zeros((8, 8))
+    for tokens in out.tokens:
+        counts[tokens[0], tokens[1]] += 1
+    return counts, out
+
+
+def chi_square_p(counts, target) -> float:
+    from scipy import stats
+
+    first = transformed_law(target, [1, 2, 3])
+    expected = np.zeros((8, 8))
+    for a in np.flatnonzero(first):
+        expected[a] = first[a] * transformed_law(target, [1, 2, 3, int(a)])
+    expected *= counts.sum()
+    assert counts[expected == 0].sum() == 0, "a token the filters remove was emitted"
+    keep = expected > 0
+    return float(stats.chisquare(counts[keep], expected[keep]).pvalue)
+
+
+SAMPLED = {
+    "chain, token (verify_logits)": dict(k=2),
+    "chain, block": dict(k=2, method="block"),
+    "tree [3], traversal (probabilities)": dict(tree=[3], method="traversal"),
+}
+
+
+@pytest.mark.parametrize("case", SAMPLED)
+def test_sampling_with_filters_follows_the_transformed_target(smooth_models, case):
+    # 12,000 rows in one batch; a correct loop fails with probability 1e-6.
+    target, draft = smooth_models
+    counts, out = first_two_counts(target, draft, SAMPLED[case])
+    assert chi_square_p(counts, target) > 1e-6
+    assert 0 < out.stats.num_accepted_tokens < out.stats.total_draft_tokens
+
+
+def test_drafts_drawn_without_the_filters_are_caught(smooth_models, monkeypatch):
+    # A plausibly wrong loop: drafts drawn from the draft's plain softmax while
+    # verification uses the filtered law as q.
+    from specaccept.generation import _drafters
+    from specaccept.generation._sampling import Sampling
+
+    original = _drafters.sample_logits
+
+    def unfiltered(logits, sampling, uniforms, name):
+        plain = Sampling(np.ones(len(sampling.temperature)), 0 * sampling.top_k, sampling.top_p**0)
+        return original(logits, plain, uniforms, name)
+
+    monkeypatch.setattr(_drafters, "sample_logits", unfiltered)
+    target, draft = smooth_models
+    counts, _ = first_two_counts(target, draft, dict(k=2))
+    assert chi_square_p(counts, target) < 1e-6

@@ -60,12 +60,13 @@ class Drafter(Protocol):
 @dataclass
 class Chain:
     """A step's chain drafts: ``tokens[r]`` (at most the row's count) and the
-    rows they were drawn from, ``scores [R, K, V]`` in the verifier's space
-    (``None``: deterministic drafts)."""
+    rows they were drawn from, ``scores [R, K, V]`` in the verifier's ``space``
+    (``"logits"`` or ``"probs"``; ``None``: deterministic drafts)."""
 
     tokens: list[list[int]]
     scores: np.ndarray | None
     errors: dict[int, Exception]
+    space: str = "probs"
 
 
 @dataclass
@@ -167,7 +168,7 @@ class _LookupDrafting:
 
     def propose(self, sequences, counts, sampling, uniforms) -> Chain:
         tokens = [self.lookup.lookup(seq, k) for seq, k in zip(sequences, counts, strict=True)]
-        return Chain(tokens, None, {})
+        return Chain(tokens, None, {}, self.space)
 
     def advance(self, sequences, failed) -> None:
         pass
@@ -235,7 +236,7 @@ class ModelDrafter:
         tokens: list[list[int]] = [[] for _ in sequences]
         errors: dict[int, Exception] = {}
         if width == 0:
-            return Chain(tokens, None, errors)
+            return Chain(tokens, None, errors, self.space)
         self._session(sequences)
         from_logits = self.scores == "logits"
         scores_out: np.ndarray | None = None
@@ -273,7 +274,7 @@ class ModelDrafter:
                 [tokens[b][-1]] if counts[b] > i + 1 and b not in errors else []
                 for b in range(rows)
             ]
-        return Chain(tokens, scores_out, errors)
+        return Chain(tokens, scores_out, errors, self.space)
 
     def propose_tree(
         self,
@@ -409,11 +410,11 @@ class ProposeDrafter:
                 for s, key, step in zip(sequences, keys[0], keys[1], strict=True)
             ]
             if not parts:
-                return Chain([], None, {})
+                return Chain([], None, {}, self.space)
             tokens = np.concatenate([t for t, _ in parts])
             probs = np.concatenate([p for _, p in parts])
         drafted = [tokens[b, : counts[b]].tolist() for b in range(rows)]
-        return Chain(drafted, probs, {})
+        return Chain(drafted, probs, {}, self.space)
 
     def advance(self, sequences, failed) -> None:
         pass

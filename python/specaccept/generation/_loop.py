@@ -23,7 +23,15 @@ from .._errors import InputError
 from .._logits import verify_logits
 from .._stats import AcceptanceStats
 from .._tree import verify_tree
-from ._drafters import ModelDrafter, PromptLookup, ProposeDrafter, drafting_for, fits, too_large
+from ._drafters import (
+    Chain,
+    PromptLookup,
+    ProposeDrafter,
+    Tree,
+    drafting_for,
+    fits,
+    too_large,
+)
 from ._randomness import Randomness
 from ._record import Recorder, check_path
 from ._sampling import Sampling, log, transform
@@ -459,253 +467,355 @@ def generate(
         result.seconds = time.perf_counter() - start
         return result
 
-    # The space the verifier reads: logits (verify_logits) for chains whose
-    # target gives logits and whose drafter gives logits or nothing.
     prompts_live = [sequences[b] for b in live]
-    empty: list[list[int]] = [[] for _ in live]
     opened = time.perf_counter()
+    empty: list[list[int]] = [[] for _ in live]
     session = (
         target.session(empty)
         if target_kind == "session"
         else StatelessSession(target, empty, "target")
     )
     scorer = TrackedSession(session, "target")
-    target_logits = scorer.scores == "logits"
     drafter = drafting_for(draft, draft_kind, prompts_live, vocab, isolate)
+    # What the verifier reads: logits (verify_logits) for chains whose target
+    # gives logits and whose drafter gives logits or nothing; else probabilities.
+    target_logits = scorer.scores == "logits"
     if branching is not None or draft_kind == "propose" or not target_logits:
-        space = "probs"
+        drafter.space = "probs"
     elif draft_kind == "lookup":
-        space = "logits"
+        drafter.space = "logits"
     else:
-        space = "logits" if drafter.scores == "logits" else "probs"
-    drafter.space = space
+        drafter.space = "logits" if drafter.scores == "logits" else "probs"
     result.timings["open"] = time.perf_counter() - opened
-    recorder = None if record_path is None else Recorder(record_path, k)
+    run = _Run(
+        result=result,
+        sequences=sequences,
+        live=live,
+        scorer=scorer,
+        drafter=drafter,
+        settings=_Settings(
+            k=k,
+            branching=branching,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos_token_id,
+            context=context,
+            method=method,
+            isolate=isolate,
+            sampling=sampling,
+            randomness=randomness,
+            vocab=vocab,
+            target_logits=target_logits,
+            deterministic=draft_kind == "lookup",
+        ),
+        recorder=None if record_path is None else Recorder(record_path, k),
+    )
     total = max_new_tokens * batch
-    deterministic = draft_kind == "lookup"
+    while run.live:
+        run.step()
+        if progress is not None:
+            done = total - sum(max_new_tokens - len(result.tokens[b]) for b in run.live)
+            progress(done, total)
+    result.target_forwards = scorer.forwards
+    result.draft_forwards = getattr(drafter, "forwards", 0)
+    if run.recorder is not None:
+        run.recorder.save()
+    result.seconds = time.perf_counter() - start
+    return result
 
-    while live:
-        step_start = time.perf_counter()
-        rows = len(live)
-        seqs = [sequences[b] for b in live]
-        rooms = [
-            max_new_tokens - len(result.tokens[b])
-            if context is None
-            else min(max_new_tokens - len(result.tokens[b]), context - len(sequences[b]))
-            for b in live
-        ]
-        keys = randomness.step(live, [len(result.tokens[b]) for b in live])
-        sampling_now = sampling.rows(live)
-        all_greedy = bool(sampling_now.greedy.all())
-        failed: dict[int, Exception] = {}
 
-        # Draft.
-        tree_step = None
-        if branching is not None:
-            assert isinstance(drafter, ModelDrafter)
-            depths = [min(len(branching), room - 1) for room in rooms]
-            nodes = 1 + sum(math.prod(branching[: d + 1]) for d in range(len(branching)))
-            fits(rows, nodes, vocab)
-            try:
-                uniforms = None if all_greedy else randomness.draft_uniforms(keys, (rows, nodes))
-            except MemoryError:
-                raise too_large(rows, nodes, vocab) from None
-            tree_step = drafter.propose_tree(seqs, branching, depths, sampling_now, uniforms)
-            failed.update(tree_step.errors)
-            # The pending tokens (a chain ending at the root, node 0), then the nodes.
-            pending = [[] if r in failed else scorer.pending(r, seqs[r]) for r in range(rows)]
-            feed = [
-                [] if r in failed else pending[r] + tree_step.tokens[r, 1:].tolist()
-                for r in range(rows)
-            ]
-            links = [
-                []
-                if r in failed
-                else list(range(-1, len(pending[r]) - 1))
-                + [len(pending[r]) - 1 + max(int(p), 0) for p in tree_step.parents[r, 1:]]
-                for r in range(rows)
-            ]
-            wanted = [0 if r in failed else tree_step.tokens.shape[1] for r in range(rows)]
-            counts = depths
-            result.draft_calls += rows * max(max(depths), 0)
-        else:
-            counts = [min(k, room - 1) for room in rooms]
-            width = max(counts)
-            fits(rows, width, vocab)
-            try:
-                uniforms = (
-                    None
-                    if all_greedy or width == 0 or deterministic
-                    else randomness.draft_uniforms(keys, (rows, width))
-                )
-            except MemoryError:
-                raise too_large(rows, width, vocab) from None
-            if isinstance(drafter, ProposeDrafter):
-                chain = drafter.propose(
-                    seqs, counts, sampling_now, uniforms, randomness.generator, keys
-                )
-            else:
-                chain = drafter.propose(seqs, counts, sampling_now, uniforms)
-            failed.update(chain.errors)
-            drafts = [[] if r in failed else chain.tokens[r] for r in range(rows)]
-            feed = [
-                [] if r in failed else scorer.pending(r, seqs[r]) + drafts[r] for r in range(rows)
-            ]
-            links = None
-            counts = [len(d) for d in drafts]
-            wanted = [0 if r in failed else 1 + len(drafts[r]) for r in range(rows)]
-            if not deterministic:
-                result.draft_calls += rows * width
-        if not isolate and failed:
-            raise next(iter(failed.values()))
-        drafted = time.perf_counter()
-        result.timings["draft"] += drafted - step_start
+@dataclass
+class _Settings:
+    """A run's checked arguments, as the steps use them."""
 
-        # Score: one target call for the batch.
-        scores, bad = scorer.extend(feed, links, scored=wanted, isolate=isolate)
-        failed.update(bad)
+    k: int
+    branching: list[int] | None
+    max_new_tokens: int
+    eos_token_id: int | None
+    context: int | None
+    method: str
+    isolate: bool
+    sampling: Sampling
+    randomness: Randomness
+    vocab: int
+    target_logits: bool
+    deterministic: bool
+
+
+@dataclass
+class _Drafted:
+    """One step's drafts and what the target is fed: per step row, its tokens
+    (pending, then drafts), their parents (``None``: chains), how many of them the
+    target scores, the drafts counted for the statistics, the rows that failed."""
+
+    feed: list[list[int]]
+    links: list[list[int]] | None
+    wanted: list[int]
+    counts: list[int]
+    failed: dict[int, Exception]
+    chain: Chain | None = None
+    tree: Tree | None = None
+
+
+@dataclass
+class _Run:
+    """The loop's state: the rows still generating (``live``: request indices), their
+    sequences, the target's session and the drafter."""
+
+    result: Generation
+    sequences: list[list[int]]
+    live: list[int]
+    scorer: TrackedSession
+    drafter: Any
+    settings: _Settings
+    recorder: Recorder | None
+
+    def step(self) -> None:
+        """One step for every live row: draft, score, verify, keep, select."""
+        result, settings = self.result, self.settings
+        begun = time.perf_counter()
+        rows = len(self.live)
+        seqs = [self.sequences[b] for b in self.live]
+        emitted = [len(result.tokens[b]) for b in self.live]
+        rooms = [settings.max_new_tokens - e for e in emitted]
+        if settings.context is not None:
+            rooms = [
+                min(room, settings.context - len(q)) for room, q in zip(rooms, seqs, strict=True)
+            ]
+        keys = settings.randomness.step(self.live, emitted)
+        sampling = settings.sampling.rows(self.live)
+        drafted = self._draft(seqs, rooms, keys, sampling)
+        if not settings.isolate and drafted.failed:
+            raise next(iter(drafted.failed.values()))
+        scoring = time.perf_counter()
+        result.timings["draft"] += scoring - begun
+
+        # One target call for the batch.
+        scores, bad = self.scorer.extend(
+            drafted.feed, drafted.links, scored=drafted.wanted, isolate=settings.isolate
+        )
+        failed = {**drafted.failed, **bad}
         result.target_calls += rows
-        scored = time.perf_counter()
-        result.timings["target"] += scored - drafted
+        verifying = time.perf_counter()
+        result.timings["target"] += verifying - scoring
 
-        # Verify the rows that have not failed.
         ok = [r for r in range(rows) if r not in failed]
         verified, order = None, []
         if ok:
             verified, order, found = _verify(
-                scores,
-                tree_step,
-                None if tree_step is not None else (drafts, chain.scores),
-                ok,
-                sampling_now,
-                space,
-                target_logits,
-                method,
-                randomness,
-                keys,
-                isolate,
-                recorder,
+                scores, drafted, ok, sampling, keys, settings, self.recorder
             )
             failed.update(found)
-        checked = time.perf_counter()
-        result.timings["verify"] += checked - scored
+        keeping = time.perf_counter()
+        result.timings["verify"] += keeping - verifying
 
-        # Keep what each row emitted; end the finished rows.
+        before = result.num_tokens
+        going = self._keep(verified, order, failed)
+        if verified is not None:
+            counts = np.array([drafted.counts[r] for r in order], dtype=np.int64)
+            result.stats.update(verified, counts)
+        self.scorer.advance(seqs, failed)
+        self.drafter.advance(seqs, failed)
+        if len(going) < rows:
+            self.scorer.select(going)
+            self.drafter.select(going)
+        self.live = [self.live[r] for r in going]
+        ended = time.perf_counter()
+        result.timings["loop"] += ended - keeping
+        result.step_seconds.append(ended - begun)
+        result.step_tokens.append(result.num_tokens - before)
+
+    def _draft(
+        self, seqs: list[list[int]], rooms: list[int], keys: Any, sampling: Sampling
+    ) -> _Drafted:
+        """The step's drafts (a chain of at most ``min(k, room - 1)`` tokens per row,
+        or a tree cut at depth ``room - 1``) and the target's feed."""
+        settings, drafter, rows = self.settings, self.drafter, len(seqs)
+        sampled = not bool(sampling.greedy.all())
+        if settings.branching is not None:
+            branching = settings.branching
+            depths = [min(len(branching), room - 1) for room in rooms]
+            nodes = 1 + sum(math.prod(branching[: d + 1]) for d in range(len(branching)))
+            uniforms = self._draft_uniforms(keys, rows, nodes, sampled)
+            tree = drafter.propose_tree(seqs, branching, depths, sampling, uniforms)
+            failed = dict(tree.errors)
+            self.result.draft_calls += rows * max(max(depths), 0)
+            # Per row: its pending tokens (a chain ending at the root, node 0), then
+            # the nodes under their tree parents (padding under the root).
+            feed, links, wanted = [], [], []
+            for r in range(rows):
+                if r in failed:
+                    feed.append([])
+                    links.append([])
+                    wanted.append(0)
+                    continue
+                pending = self.scorer.pending(r, seqs[r])
+                root = len(pending) - 1
+                feed.append(pending + tree.tokens[r, 1:].tolist())
+                links.append(
+                    list(range(-1, root)) + [root + max(int(p), 0) for p in tree.parents[r, 1:]]
+                )
+                wanted.append(nodes)
+            return _Drafted(feed, links, wanted, depths, failed, tree=tree)
+        counts = [min(settings.k, room - 1) for room in rooms]
+        width = max(counts)
+        uniforms = self._draft_uniforms(
+            keys, rows, width, sampled and width > 0 and not settings.deterministic
+        )
+        if isinstance(drafter, ProposeDrafter):
+            generator = settings.randomness.generator
+            chain = drafter.propose(seqs, counts, sampling, uniforms, generator, keys)
+        else:
+            chain = drafter.propose(seqs, counts, sampling, uniforms)
+        failed = dict(chain.errors)
+        if not settings.deterministic:
+            self.result.draft_calls += rows * width
+        drafts = [[] if r in failed else chain.tokens[r] for r in range(rows)]
+        feed = [
+            [] if r in failed else self.scorer.pending(r, seqs[r]) + drafts[r] for r in range(rows)
+        ]
+        wanted = [0 if r in failed else 1 + len(drafts[r]) for r in range(rows)]
+        return _Drafted(feed, None, wanted, [len(d) for d in drafts], failed, chain=chain)
+
+    def _draft_uniforms(self, keys: Any, rows: int, width: int, needed: bool) -> np.ndarray | None:
+        """The draft uniforms ``[rows, width]`` (``None`` when nothing is sampled),
+        with a size past memory named ``k``."""
+        fits(rows, width, self.settings.vocab)
+        if not needed:
+            return None
+        try:
+            return self.settings.randomness.draft_uniforms(keys, (rows, width))
+        except MemoryError:
+            raise too_large(rows, width, self.settings.vocab) from None
+
+    def _keep(self, verified: Any, order: list[int], failed: dict[int, Exception]) -> list[int]:
+        """Appends each row's emitted tokens (stopping at ``eos_token_id``,
+        ``max_new_tokens`` and the context), ends the failed rows; the step rows
+        that go on."""
+        result, settings = self.result, self.settings
         going = []
-        emitted = result.num_tokens
         index = {r: i for i, r in enumerate(order)}
-        for r, b in enumerate(live):
+        for r, b in enumerate(self.live):
             if r in failed:
                 result.errors[b] = failed[r]
                 result.stop_reasons[b] = "error"
                 continue
-            assert verified is not None
             for token in verified.tokens(index[r]).tolist():
-                sequences[b].append(token)
+                self.sequences[b].append(token)
                 result.tokens[b].append(token)
-                if token == eos_token_id:
+                if token == settings.eos_token_id:
                     result.stop_reasons[b] = "eos"
-                elif len(result.tokens[b]) == max_new_tokens:
+                elif len(result.tokens[b]) == settings.max_new_tokens:
                     result.stop_reasons[b] = "max_new_tokens"
-                elif context is not None and len(sequences[b]) >= context:
+                elif settings.context is not None and len(self.sequences[b]) >= settings.context:
                     result.stop_reasons[b] = "context"
                 else:
                     continue
                 break
             if not result.stop_reasons[b]:
                 going.append(r)
-        if verified is not None:
-            result.stats.update(verified, np.array([counts[r] for r in order], dtype=np.int64))
-        scorer.advance(seqs, failed)
-        drafter.advance(seqs, failed)
-        if len(going) < rows:
-            scorer.select(going)
-            drafter.select(going)
-        live = [live[r] for r in going]
-        ended = time.perf_counter()
-        result.timings["loop"] += ended - checked
-        result.step_seconds.append(ended - step_start)
-        result.step_tokens.append(result.num_tokens - emitted)
-        if progress is not None:
-            finished = total - sum(max_new_tokens - len(result.tokens[b]) for b in live)
-            progress(finished, total)
-    result.target_forwards = scorer.forwards
-    result.draft_forwards = getattr(drafter, "forwards", 0)
-    if recorder is not None:
-        recorder.save()
-    result.seconds = time.perf_counter() - start
-    return result
+        return going
 
 
 def _verify(
     scores: np.ndarray,
-    tree_step: Any,
-    chain: Any,
+    drafted: _Drafted,
     ok: list[int],
     sampling: Sampling,
-    space: str,
-    target_logits: bool,
-    method: str,
-    randomness: Randomness,
-    keys: tuple[np.ndarray, np.ndarray] | None,
-    isolate: bool,
+    keys: Any,
+    settings: _Settings,
     recorder: Recorder | None,
 ) -> tuple[Any, list[int], dict[int, Exception]]:
-    """One verification of rows ``ok`` (their indices in the step): the result,
-    the step rows its rows are, and the rows that failed."""
+    """One verification of the step rows ``ok``: the result, the step row of each
+    of its rows, and the rows that failed."""
     every = len(ok) == scores.shape[0]
-    pick = (lambda a: a) if every else (lambda a: a[ok])
-    sampling = sampling if every else sampling.rows(ok)
+    if not every:
+        scores = scores[ok]
+        sampling = sampling.rows(ok)
     keys = None if keys is None else (keys[0][ok], keys[1][ok])
+    if drafted.tree is not None:
+        return _verify_trees(scores, drafted.tree, ok, every, sampling, keys, settings)
+    return _verify_chains(scores, drafted.chain, ok, every, sampling, keys, settings, recorder)
+
+
+def _verify_trees(
+    scores: np.ndarray,
+    tree: Tree,
+    ok: list[int],
+    every: bool,
+    sampling: Sampling,
+    keys: Any,
+    settings: _Settings,
+) -> tuple[Any, list[int], dict[int, Exception]]:
+    """``verify_tree`` on the transformed target rows; with isolation, a row it
+    refuses is set aside and the others verified again (their uniforms are
+    their own)."""
     failed: dict[int, Exception] = {}
-    if tree_step is not None:
-        probs, bad = transform(pick(scores), sampling)
-        nodes = pick(tree_step.tokens)
-        parents = pick(tree_step.parents)
-        draft = pick(tree_step.probs)
-        alive = list(range(len(ok)))
-        for i, error in bad.items():
-            failed[ok[i]] = error
-            alive.remove(i)
-        uniforms, recovery = randomness.verify_uniforms(keys, nodes.shape)
-        while True:
-            try:
-                verified = verify_tree(
-                    nodes[alive],
-                    parents[alive],
-                    probs[alive],
-                    draft[alive],
-                    uniforms=uniforms[alive],
-                    recovery_uniforms=recovery[alive],
-                    greedy=sampling.greedy[alive],
-                    method=method,
-                )
-                break
-            except InputError as error:
-                if not isolate or error.row is None:
-                    raise
-                failed[ok[alive[error.row]]] = error
-                del alive[error.row]
-                if not alive:
-                    return None, [], failed
+    probs, bad = transform(scores, sampling)
+    nodes, parents, draft = (
+        (tree.tokens, tree.parents, tree.probs)
+        if every
+        else (tree.tokens[ok], tree.parents[ok], tree.probs[ok])
+    )
+    alive = [i for i in range(len(ok)) if i not in bad]
+    for i, error in bad.items():
+        failed[ok[i]] = error
+    uniforms, recovery = settings.randomness.verify_uniforms(keys, nodes.shape)
+    while alive:
+        try:
+            verified = verify_tree(
+                nodes[alive],
+                parents[alive],
+                probs[alive],
+                draft[alive],
+                uniforms=uniforms[alive],
+                recovery_uniforms=recovery[alive],
+                greedy=sampling.greedy[alive],
+                method=settings.method,
+            )
+        except InputError as error:
+            if not settings.isolate or error.row is None:
+                raise
+            failed[ok[alive[error.row]]] = error
+            del alive[error.row]
+            continue
         return verified, [ok[i] for i in alive], failed
-    drafts, draft_scores = chain
-    width = max((len(drafts[r]) for r in ok), default=0)
+    return None, [], failed
+
+
+def _verify_chains(
+    scores: np.ndarray,
+    chain: Chain | None,
+    ok: list[int],
+    every: bool,
+    sampling: Sampling,
+    keys: Any,
+    settings: _Settings,
+    recorder: Recorder | None,
+) -> tuple[Any, list[int], dict[int, Exception]]:
+    """``verify_logits`` on the rows as they are, or ``verify`` on probabilities
+    (docs/spec.md section 12.3); the verified rows recorded."""
+    assert chain is not None
+    failed: dict[int, Exception] = {}
+    drafts = [chain.tokens[r] for r in ok]
+    width = max((len(d) for d in drafts), default=0)
     ids = np.zeros((len(ok), width), dtype=np.int64)
-    for i, r in enumerate(ok):
-        ids[i, : len(drafts[r])] = drafts[r]
-    num = np.array([len(drafts[r]) for r in ok], dtype=np.int64)
-    target_rows = pick(scores)[:, : width + 1]
-    draft_rows = None if draft_scores is None else pick(draft_scores)[:, :width]
-    uniforms, recovery = randomness.verify_uniforms(keys, (len(ok), width))
+    for i, d in enumerate(drafts):
+        ids[i, : len(d)] = d
+    num = np.array([len(d) for d in drafts], dtype=np.int64)
+    target_rows = scores[:, : width + 1]
+    draft_rows = None
+    if chain.scores is not None:
+        draft_rows = (chain.scores if every else chain.scores[ok])[:, :width]
+    uniforms, recovery = settings.randomness.verify_uniforms(keys, (len(ok), width))
     common = dict(
         num_draft_tokens=num,
         uniforms=uniforms,
         recovery_uniforms=recovery,
-        errors="isolate" if isolate else "raise",
-        method=method,
+        errors="isolate" if settings.isolate else "raise",
+        method=settings.method,
     )
-    if space == "logits":
+    read = [n + 1 for n in num]  # the target rows each row's verification reads, at most
+    if chain.space == "logits":
         verified = verify_logits(
             ids,
             target_rows,
@@ -716,16 +826,14 @@ def _verify(
             **common,
         )
         if recorder is not None:
-            target_probs, _ = transform(target_rows, sampling, [n + 1 for n in num])
+            target_probs = transform(target_rows, sampling, read)[0]
             draft_probs = None if draft_rows is None else transform(draft_rows, sampling, num)[0]
     else:
-        if target_logits or not sampling.plain:
-            rows = target_rows if target_logits else log(target_rows)
-            target_probs, bad = transform(rows, sampling, [n + 1 for n in num])
-            for i, error in bad.items():
-                failed[ok[i]] = error
-        else:
-            target_probs = target_rows
+        target_probs = target_rows
+        if settings.target_logits or not sampling.plain:
+            rows = target_rows if settings.target_logits else log(target_rows)
+            target_probs, bad = transform(rows, sampling, read)
+            failed.update((ok[i], error) for i, error in bad.items())
         draft_probs = draft_rows
         verified = verify(ids, target_probs, draft_probs, greedy=sampling.greedy, **common)
     for i, error in verified.errors.items():
