@@ -344,16 +344,34 @@ def test_recorded_steps_load_in_the_laboratory(models, tmp_path):
 
     target, draft = models
     path = tmp_path / "steps.npz"
+    # Equal prompts reach max_new_tokens together: their last step drafts nothing.
+    prompts = [*ragged_prompts(3, seed=1), *[[20, 21, 22]] * 200]
     out = specaccept.generate(
-        HFModel(target), HFModel(draft), ragged_prompts(3, seed=1), k=3, max_new_tokens=10,
-        rng=0, temperature=0.8, record=path,
+        HFModel(target), HFModel(draft), prompts, k=3, max_new_tokens=10, rng=0,
+        temperature=0.8, record=path,
     )  # fmt: skip
     ids, p, q, counts = load_steps(str(path))
+    assert q is not None, "a step without drafts does not drop the draft rows"
     assert ids.shape[0] == out.stats.num_steps and ids.shape[1] == 3
     assert p.shape == (ids.shape[0], 4, VOCAB) and q.shape == (ids.shape[0], 3, VOCAB)
+    assert (counts == 0).any() and (counts == 3).any()
     for s in range(ids.shape[0]):
         k = counts[s]
         np.testing.assert_allclose(p[s, : k + 1].sum(-1), 1.0, rtol=1e-5)
         assert (q[s, np.arange(k), ids[s, :k]] > 0).all(), "each draft has mass in its row"
+    # The recorded rows are the ones verified: the run's accepted drafts agree with
+    # their exact expectation within 5 standard errors (fails by chance with p < 1e-6).
+    expected = specaccept.expected_num_accepted(ids, p, q, num_draft_tokens=counts)
+    second = np.zeros_like(expected)
+    for s in range(ids.shape[0]):
+        survive, moments = 1.0, 0.0
+        for t in range(counts[s]):
+            x = ids[s, t]
+            survive *= min(1.0, p[s, t, x] / q[s, t, x])
+            moments += (2 * t + 1) * survive  # E[n^2] = sum_j (2j + 1) P(n > j)
+        second[s] = moments
+    variance = float((second - expected**2).sum())
+    gap = out.stats.num_accepted_tokens - expected.sum()
+    assert abs(gap) < 5 * np.sqrt(variance)
     comparison = specaccept.compare_methods(ids, p, q, num_draft_tokens=counts, samples=4)
-    assert comparison["token"].mean_accepted >= 0
+    assert comparison["token"].mean_accepted > 0

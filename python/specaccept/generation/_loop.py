@@ -507,7 +507,7 @@ def generate(
             target_logits=target_logits,
             deterministic=draft_kind == "lookup",
         ),
-        recorder=None if record_path is None else Recorder(record_path, k),
+        recorder=None if record_path is None else Recorder(record_path, k, draft_kind == "lookup"),
     )
     total = max_new_tokens * batch
     while run.live:

@@ -34,15 +34,16 @@ def check_path(record: Any) -> str | None:
 
 
 class Recorder:
-    """The steps of a run, padded to ``k`` drafts (``num_draft_tokens`` per step)."""
+    """The steps of a run, padded to ``k`` drafts (``num_draft_tokens`` per step);
+    ``deterministic``: the drafter has no draft rows (prompt lookup), and the file
+    none either."""
 
-    def __init__(self, path: str, k: int):
-        self.path, self.k = path, k
+    def __init__(self, path: str, k: int, deterministic: bool):
+        self.path, self.k, self.deterministic = path, k, deterministic
         self.ids: list[np.ndarray] = []
         self.target: list[np.ndarray] = []
         self.draft: list[np.ndarray] = []
         self.counts: list[np.ndarray] = []
-        self.deterministic = False
 
     def add(
         self,
@@ -60,11 +61,11 @@ class Recorder:
         self.ids.append(padded_ids)
         self.target.append(target)
         self.counts.append(np.asarray(counts, dtype=np.int64))
-        if draft_probs is None:
-            self.deterministic = True
-        else:
+        if not self.deterministic:
+            # A step where no row drafted has no draft rows: zeros, never read.
             draft = np.zeros((rows, self.k, vocab), dtype=np.float32)
-            draft[:, :width] = draft_probs[:, :width]
+            if draft_probs is not None:
+                draft[:, :width] = draft_probs[:, :width]
             self.draft.append(draft)
 
     def save(self) -> None:
