@@ -83,7 +83,7 @@ from specaccept import reference
 try:
     import torch
 except Exception:  # ImportError, or a broken install (OSError from a missing library)
-    torch = None
+    torch = None  # type: ignore[assignment]
 
 Tensor = Any  # torch.Tensor when torch is importable
 

@@ -192,7 +192,8 @@ class ModelDrafter:
         prompts: list[list[int]],
         isolate: bool,
     ):
-        self._open, self._tracked = open_session, None
+        self._open = open_session
+        self._tracked: TrackedSession | None = None
         self.space, self.isolate, self.vocab_size = "probs", isolate, vocab_size
         if scores not in ("logits", "probs"):
             scores = self._session(prompts).scores  # the model does not say: ask a session

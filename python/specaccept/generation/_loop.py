@@ -14,7 +14,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -599,7 +599,8 @@ class _Run:
         result.timings["target"] += verifying - scoring
 
         ok = [r for r in range(rows) if r not in failed]
-        verified, order = None, []
+        verified: Any = None
+        order: list[int] = []
         if ok:
             verified, order, found = _verify(
                 scores, drafted, ok, sampling, keys, settings, self.recorder
@@ -641,7 +642,9 @@ class _Run:
             self.result.draft_calls += rows * max(max(depths), 0)
             # Per row: its pending tokens (a chain ending at the root, node 0), then
             # the nodes under their tree parents (padding under the root).
-            feed, links, wanted = [], [], []
+            feed: list[list[int]] = []
+            links: list[list[int]] = []
+            wanted: list[int] = []
             for r in range(rows):
                 if r in failed:
                     feed.append([])
@@ -770,7 +773,7 @@ def _verify_trees(
                 uniforms=uniforms[alive],
                 recovery_uniforms=recovery[alive],
                 greedy=sampling.greedy[alive],
-                method=settings.method,
+                method=cast(Any, settings.method),
             )
         except InputError as error:
             if not settings.isolate or error.row is None:
@@ -807,14 +810,9 @@ def _verify_chains(
     if chain.scores is not None:
         draft_rows = (chain.scores if every else chain.scores[ok])[:, :width]
     uniforms, recovery = settings.randomness.verify_uniforms(keys, (len(ok), width))
-    common = dict(
-        num_draft_tokens=num,
-        uniforms=uniforms,
-        recovery_uniforms=recovery,
-        errors="isolate" if settings.isolate else "raise",
-        method=settings.method,
-    )
-    read = [n + 1 for n in num]  # the target rows each row's verification reads, at most
+    errors: Any = "isolate" if settings.isolate else "raise"
+    method: Any = settings.method
+    read = [int(n) + 1 for n in num]  # the target rows a row's verification may read
     if chain.space == "logits":
         verified = verify_logits(
             ids,
@@ -823,11 +821,17 @@ def _verify_chains(
             temperature=sampling.temperature,
             top_k=sampling.top_k,
             top_p=sampling.top_p,
-            **common,
+            num_draft_tokens=num,
+            uniforms=uniforms,
+            recovery_uniforms=recovery,
+            errors=errors,
+            method=method,
         )
         if recorder is not None:
             target_probs = transform(target_rows, sampling, read)[0]
-            draft_probs = None if draft_rows is None else transform(draft_rows, sampling, num)[0]
+            draft_probs = (
+                None if draft_rows is None else transform(draft_rows, sampling, num.tolist())[0]
+            )
     else:
         target_probs = target_rows
         if settings.target_logits or not sampling.plain:
@@ -835,7 +839,17 @@ def _verify_chains(
             target_probs, bad = transform(rows, sampling, read)
             failed.update((ok[i], error) for i, error in bad.items())
         draft_probs = draft_rows
-        verified = verify(ids, target_probs, draft_probs, greedy=sampling.greedy, **common)
+        verified = verify(
+            ids,
+            target_probs,
+            draft_probs,
+            greedy=sampling.greedy,
+            num_draft_tokens=num,
+            uniforms=uniforms,
+            recovery_uniforms=recovery,
+            errors=errors,
+            method=method,
+        )
     for i, error in verified.errors.items():
         failed.setdefault(ok[int(i)], error)
     if recorder is not None:

@@ -75,7 +75,7 @@ class Recorder:
                 "(max_new_tokens too small, or every row ended at once)",
                 argument="record",
             )
-        arrays = {
+        arrays: dict[str, Any] = {
             "draft_token_ids": np.concatenate(self.ids),
             "target_probs": np.concatenate(self.target),
             "num_draft_tokens": np.concatenate(self.counts),

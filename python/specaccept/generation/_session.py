@@ -171,7 +171,7 @@ class Ledger:
                     row=b,
                 )
             start, known = len(self.tokens[b]), self.depths[b]
-            row_depths = []
+            row_depths: list[int] = []
             for i, parent in enumerate(link):
                 if not -1 <= parent < start + i:
                     raise InputError(
@@ -327,7 +327,8 @@ class StatelessSession:
         wanted = ledger.check_scored(scored, new)
         width = max((len(row) for row in new), default=0)
         out = np.zeros((self.num_rows, width, self.vocab_size))
-        chains, nodes = {}, []
+        chains: dict[int, list[int]] = {}
+        nodes: list[tuple[int, int]] = []
         for b, row in enumerate(new):
             start = len(ledger.tokens[b])
             chain = all(

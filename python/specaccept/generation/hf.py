@@ -147,7 +147,7 @@ class HFModel:
             raise TypeError(
                 f"model must be a transformers causal LM (a PreTrainedModel), got {type(model).__name__}"
             )
-        config = getattr(model, "config", None)
+        config: Any = getattr(model, "config", None)
         layer_types = getattr(config, "layer_types", None) or ()
         odd = sorted({t for t in layer_types if t not in _FULL_ATTENTION})
         if odd:
@@ -187,7 +187,7 @@ class HFModel:
             num_layers, (int, np.integer)
         ):
             raise TypeError(f"num_layers must be an int, got {type(num_layers).__name__}")
-        inner = getattr(self.model, "model", None)
+        inner: Any = getattr(self.model, "model", None)
         layers = getattr(inner, "layers", None)
         if layers is None:
             raise InputError(
