@@ -69,13 +69,25 @@ def test_greedy_with_the_builtin_models_equals_plain_greedy():
         assert out.target_calls < out.num_tokens, "speculation saved target calls"
 
 
-def test_sampled_continuations_follow_the_target():
+SHAPES = {
+    "chain": dict(k=2),
+    "chain, block": dict(k=2, method="block"),
+    "tree [2, 1]": dict(tree=[2, 1]),
+    "tree [3], traversal": dict(tree=[3], method="traversal"),
+}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_sampled_continuations_follow_the_target(shape):
     # 3-token continuations of one prompt: 64 outcomes, each with its exact probability
     # under the target. Chi-square goodness of fit; a correct loop fails with prob. 1e-6.
+    # Stateless models give probabilities: verification reads them as they are.
     vocab, rows, length = 4, 20_000, 3
     target, draft = Markov(vocab, 3, seed=5), Markov(vocab, 2, seed=6, concentration=2.0)
     prompt = [1, 2]
-    out = specaccept.generate(target, draft, [prompt] * rows, k=2, max_new_tokens=length, rng=7)
+    out = specaccept.generate(
+        target, draft, [prompt] * rows, max_new_tokens=length, rng=7, **SHAPES[shape]
+    )
     outcomes = np.array(out.tokens) @ (vocab ** np.arange(length)[::-1])
     observed = np.bincount(outcomes, minlength=vocab**length)
     expected = np.zeros(vocab**length)

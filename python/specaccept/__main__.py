@@ -140,45 +140,11 @@ def _demo_smollm2(args: argparse.Namespace) -> int:
         f"up to {args.max_new_tokens} new tokens."
     )
     print(f"Prompt ({len(prompt)} tokens): {text!r:.160}")
-    runs = [("greedy", True, 1), ("sampled", False, args.samples)]
-    for label, greedy, copies in runs:
-        out = generate(
-            target,
-            draft,
-            [prompt] * copies,
-            k=args.k,
-            tree=args.tree,
-            max_new_tokens=args.max_new_tokens,
-            eos_token_id=tokenizer.eos_token_id,
-            greedy=greedy,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            rng=args.seed,
-            record=args.record if not greedy else None,
-            progress=progress_bar(label),
-        )
-        extra = "" if greedy else f", temperature {args.temperature}, top-p {args.top_p}"
-        print(f"\n== {label} decoding ({copies} row{'s' * (copies > 1)} in one batch{extra})")
-        for i, tokens in enumerate(out.tokens):
-            print(f"  [{i + 1}] {target.decode(tokens).strip()!r}")
-        _print_run(out, args.k)
+    sampling = {"temperature": args.temperature, "top_p": args.top_p}
+    _demo_runs(args, target, draft, prompt, tokenizer.eos_token_id, target.decode, sampling)
     if args.record:
-        print(
-            f"\nThe sampled steps are in {args.record}: python -m specaccept compare --from {args.record}"
-        )
+        print(f"\nThe sampled steps are in {args.record}: python -m specaccept compare --from FILE")
     return 0
-
-
-def _print_run(out, k: int) -> None:
-    stats = out.stats
-    print(
-        f"  {out.num_tokens} tokens in {out.seconds:.1f} s ({out.tokens_per_second:.1f} tokens/s); "
-        f"{out.target_forwards} target forward calls, {out.draft_forwards} draft ones; "
-        f"mean accepted {stats.mean_accepted_length:.2f} of {k} drafts, "
-        f"{stats.mean_emitted_tokens:.2f} tokens per row per step"
-    )
-    spent = ", ".join(f"{name} {value:.2f} s" for name, value in out.timings.items())
-    print(f"  time: {spent}")
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -189,8 +155,14 @@ def _demo(args: argparse.Namespace) -> int:
     target, draft, vocab = _load_models(args)
     prompt = vocab.encode(args.prompt)
     print(f'Prompt: "{args.prompt}"  (k = {args.k}, up to {args.max_new_tokens} new tokens)')
-    runs = [("greedy", True, 1), ("sampled", False, args.samples)]
-    for label, greedy, copies in runs:
+    _demo_runs(args, target, draft, prompt, vocab.paragraph_id, vocab.decode, {})
+    return 0
+
+
+def _demo_runs(args, target, draft, prompt, eos, decode, sampling) -> None:
+    """The demo's greedy run (one row) and sampled run (``--samples`` rows in one
+    batch, with ``sampling``'s temperature and top-p), with what each kept."""
+    for label, greedy, copies in [("greedy", True, 1), ("sampled", False, args.samples)]:
         out = generate(
             target,
             draft,
@@ -198,31 +170,41 @@ def _demo(args: argparse.Namespace) -> int:
             k=args.k,
             tree=args.tree,
             max_new_tokens=args.max_new_tokens,
-            eos_token_id=vocab.paragraph_id,
+            eos_token_id=eos,
             greedy=greedy,
             rng=args.seed,
-            record=args.record if not greedy else None,
+            record=None if greedy else args.record,
             progress=progress_bar(label),
+            **({} if greedy else sampling),
         )
-        print(f"\n== {label} decoding ({copies} continuation{'s' * (copies > 1)})")
+        detail = "".join(f", {k.replace('_', '-')} {v}" for k, v in sampling.items())
+        plural = "s" * (copies > 1)
+        print(f"\n== {label} decoding ({copies} continuation{plural} in one batch"
+              f"{'' if greedy else detail})")  # fmt: skip
         for i, tokens in enumerate(out.tokens):
-            print(f"  [{i + 1}] ...{vocab.decode(tokens).strip()}")
+            print(f"  [{i + 1}] ...{decode(tokens).strip()}")
         stats = out.stats
         rates = ", ".join(f"{r:.2f}" for r in stats.position_acceptance_rate)
         print(f"  acceptance per draft position: {rates}")
-        print(
-            f"  mean accepted length {stats.mean_accepted_length:.2f} of {args.k} drafts; "
-            f"{stats.mean_emitted_tokens:.2f} tokens per target call "
-            f"(alpha = {stats.alpha:.2f}: the closed form expects "
+        closed = (
+            ""
+            if args.tree
+            else f" (alpha = {stats.alpha:.2f}: the closed form expects "
             f"{expected_tokens_per_step(stats.alpha, args.k):.2f})"
+        )
+        print(
+            f"  mean accepted length {stats.mean_accepted_length:.2f}; "
+            f"{stats.mean_emitted_tokens:.2f} tokens per target call{closed}"
         )
         print(
             f"  target-model calls: {out.target_calls} for {out.num_tokens} tokens, "
             f"{out.target_calls_saved} saved vs plain decoding "
             f"({out.num_tokens / max(out.target_calls, 1):.2f}x fewer); {out.draft_calls} "
-            f"draft calls; {out.seconds * 1e3:.0f} ms"
+            f"draft calls; {out.target_forwards} target and {out.draft_forwards} draft forward "
+            f"calls for the batch; {out.seconds * 1e3:.0f} ms ({out.tokens_per_second:.1f} tokens/s)"
         )
-    return 0
+        spent = ", ".join(f"{name} {1e3 * value:.0f} ms" for name, value in out.timings.items())
+        print(f"  where the time went: {spent}")
 
 
 def _first_speculative_tokens(target, draft, prompt, rows, k, rng) -> np.ndarray:

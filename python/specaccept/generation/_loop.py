@@ -740,6 +740,19 @@ def _verify(
     return _verify_chains(scores, drafted.chain, ok, every, sampling, keys, settings, recorder)
 
 
+def _target_probs(
+    rows: np.ndarray, sampling: Sampling, logits: bool, read: list[int] | None
+) -> tuple[np.ndarray, dict[int, InputError]]:
+    """The target's rows as the probabilities the verifier reads (docs/spec.md
+    section 12.3): logits transformed; probabilities as given, or, with a
+    temperature or a filter on a sampled row, the transform of their logarithms."""
+    if logits:
+        return transform(rows, sampling, read)
+    if sampling.plain:
+        return rows, {}
+    return transform(log(rows), sampling, read)
+
+
 def _verify_trees(
     scores: np.ndarray,
     tree: Tree,
@@ -753,7 +766,7 @@ def _verify_trees(
     refuses is set aside and the others verified again (their uniforms are
     their own)."""
     failed: dict[int, Exception] = {}
-    probs, bad = transform(scores, sampling)
+    probs, bad = _target_probs(scores, sampling, settings.target_logits, None)
     nodes, parents, draft = (
         (tree.tokens, tree.parents, tree.probs)
         if every
@@ -833,11 +846,8 @@ def _verify_chains(
                 None if draft_rows is None else transform(draft_rows, sampling, num.tolist())[0]
             )
     else:
-        target_probs = target_rows
-        if settings.target_logits or not sampling.plain:
-            rows = target_rows if settings.target_logits else log(target_rows)
-            target_probs, bad = transform(rows, sampling, read)
-            failed.update((ok[i], error) for i, error in bad.items())
+        target_probs, bad = _target_probs(target_rows, sampling, settings.target_logits, read)
+        failed.update((ok[i], error) for i, error in bad.items())
         draft_probs = draft_rows
         verified = verify(
             ids,

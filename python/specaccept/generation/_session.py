@@ -25,7 +25,16 @@ import numpy as np
 from .._errors import InputError
 from ._answers import model_probs
 
-__all__ = ["LanguageModel", "Ledger", "Session", "SessionModel", "StatelessSession"]
+__all__ = [
+    "LanguageModel",
+    "Ledger",
+    "LedgerSession",
+    "Session",
+    "SessionModel",
+    "StatelessSession",
+    "TrackedSession",
+    "longest_match",
+]
 
 Scores = Literal["logits", "probs"]
 
@@ -297,7 +306,30 @@ class Ledger:
         return chain[::-1]
 
 
-class StatelessSession:
+class LedgerSession:
+    """What the sessions here share: rows and committed counts kept by a
+    :class:`Ledger` (``_ledger``), and :meth:`rollback` by :meth:`commit`."""
+
+    _ledger: Ledger
+
+    @property
+    def num_rows(self) -> int:
+        return self._ledger.num_rows
+
+    @property
+    def lengths(self) -> list[int]:
+        """Committed tokens per row."""
+        return list(self._ledger.committed)
+
+    def commit(self, keep: Any) -> None:
+        raise NotImplementedError
+
+    def rollback(self, lengths: Any) -> None:
+        """Roll each row back to ``lengths[b]`` tokens (committed and the first provisional ones)."""
+        self.commit(self._ledger.chain_keep(lengths))
+
+
+class StatelessSession(LedgerSession):
     """A :class:`LanguageModel` as a :class:`Session`: every call scores whole
     sequences again (no cache). Chains of new tokens are scored with one
     ``next_token_probs`` call per distinct count; trees node by node."""
@@ -311,15 +343,6 @@ class StatelessSession:
         self._sequences = rows
         self._ledger = Ledger([len(r) for r in rows], self.vocab_size)
         self.calls = 0
-
-    @property
-    def num_rows(self) -> int:
-        return self._ledger.num_rows
-
-    @property
-    def lengths(self) -> list[int]:
-        """Committed tokens per row."""
-        return list(self._ledger.committed)
 
     def extend(self, tokens: Any, parents: Any = None, *, scored: Any = None) -> np.ndarray:
         ledger = self._ledger
@@ -379,10 +402,6 @@ class StatelessSession:
         for b, path in enumerate(paths):
             self._sequences[b] += [ledger.tokens[b][i] for i in path]
         ledger.commit(paths)
-
-    def rollback(self, lengths: Any) -> None:
-        """Roll each row back to ``lengths[b]`` tokens (committed and the first provisional ones)."""
-        self.commit(self._ledger.chain_keep(lengths))
 
     def select(self, rows: Any) -> None:
         selected = self._ledger.check_rows(rows)

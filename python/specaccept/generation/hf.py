@@ -45,7 +45,7 @@ import numpy as np
 
 from .._arrays import as_numpy
 from .._errors import InputError
-from ._session import Ledger, Scores, _token_lists
+from ._session import Ledger, LedgerSession, Scores, _token_lists
 
 __all__ = ["HFModel", "HFSession", "load_smollm2", "smollm2_file"]
 
@@ -295,7 +295,7 @@ class _Layers:
         return int(pairs[0][0].shape[-2]) if pairs else 0
 
 
-class HFSession:
+class HFSession(LedgerSession):
     """Rows of token sequences on one ``transformers`` key-value cache (see the
     module's docstring); a :class:`~specaccept.generation.Session`. Open one with
     :meth:`HFModel.session`."""
@@ -320,15 +320,6 @@ class HFSession:
         if any(rows):
             self.extend(rows, scored=[0] * len(rows))
             self.commit([list(range(len(r))) for r in rows])
-
-    @property
-    def num_rows(self) -> int:
-        return self._ledger.num_rows
-
-    @property
-    def lengths(self) -> list[int]:
-        """Committed tokens per row."""
-        return list(self._ledger.committed)
 
     @property
     def columns(self) -> int:
@@ -470,10 +461,6 @@ class HFSession:
             ledger.commit(paths)
             self._columns = [[] for _ in paths]
             self._tidy()
-
-    def rollback(self, lengths: Any) -> None:
-        """Roll each row back to ``lengths[b]`` tokens (committed and the first provisional ones)."""
-        self.commit(self._ledger.chain_keep(lengths))
 
     def select(self, rows: Any) -> None:
         import torch
