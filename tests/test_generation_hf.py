@@ -251,14 +251,24 @@ def test_a_seeded_request_gets_the_same_tokens_alone_and_in_a_batch(models, opti
 POISON = 13
 
 
+MARK = [20, 21, 22, POISON]
+
+
 class Poisoned(transformers.LlamaForCausalLM):
-    """A Llama that misbehaves on rows holding the POISON token in this call's input."""
+    """A Llama that misbehaves on the rows whose input in this call holds the tokens
+    MARK in a row (a prompt ending with them: fed at the first step; drafts never
+    spell them)."""
 
     mode = "nan"
 
     def forward(self, input_ids=None, **kwargs):
         output = super().forward(input_ids=input_ids, **kwargs)
-        hit = (input_ids == POISON).any(dim=1)
+        windows = input_ids.unfold(1, len(MARK), 1) if input_ids.shape[1] >= len(MARK) else None
+        hit = (
+            torch.zeros(input_ids.shape[0], dtype=torch.bool)
+            if windows is None
+            else (windows == torch.tensor(MARK)).all(dim=2).any(dim=1)
+        )
         if hit.any():
             if self.mode == "raise":
                 raise RuntimeError("poisoned row")
@@ -277,32 +287,31 @@ def poisoned(mode: str) -> Poisoned:
     return model
 
 
+@pytest.mark.parametrize("shape", [dict(k=3), dict(tree=[2, 2])])
+@pytest.mark.parametrize("bad", ["target", "draft"])
 @pytest.mark.parametrize("mode", ["nan", "raise"])
-def test_a_bad_request_ends_alone_with_isolate(models, mode):
+def test_a_bad_request_ends_alone_with_isolate(models, mode, bad, shape):
     target, draft = models
     clean = ragged_prompts(4, seed=5)
-    prompts = [*clean[:2], [20, 21, 22, POISON], *clean[2:]]  # POISON is fed at the first step
-    model = poisoned(mode)
-    out = specaccept.generate(
-        HFModel(model), HFModel(draft), prompts, k=3, max_new_tokens=12, greedy=True,
-        eos_token_id=7, errors="isolate",
-    )  # fmt: skip
+    prompts = [*clean[:2], MARK, *clean[2:]]  # fed at the first step
+    models_used = {"target": HFModel(target), "draft": HFModel(draft)}
+    models_used[bad] = HFModel(poisoned(mode))
+    run = dict(prompts=prompts, max_new_tokens=12, greedy=True, eos_token_id=7, **shape)
+    out = specaccept.generate(**models_used, errors="isolate", **run)
     assert set(out.errors) == {2} and out.stop_reasons[2] == "error"
     assert out.tokens[2] == []
     for b, prompt in enumerate(prompts):
         if b != 2:
             assert out.tokens[b] == hf_greedy(target, prompt, 12)
     with pytest.raises(ValueError if mode == "nan" else RuntimeError):
-        specaccept.generate(
-            HFModel(model), HFModel(draft), prompts, k=3, max_new_tokens=12, greedy=True
-        )
+        specaccept.generate(**models_used, **run)
 
 
 def test_a_model_with_logits_of_the_wrong_shape_is_named(models):
     _, draft = models
     with pytest.raises(specaccept.InputError, match=r"target session\.extend returned shape"):
         specaccept.generate(
-            HFModel(poisoned("shape")), HFModel(draft), [[1, POISON]], k=2, max_new_tokens=4
+            HFModel(poisoned("shape")), HFModel(draft), [MARK], k=2, max_new_tokens=4
         )
 
 

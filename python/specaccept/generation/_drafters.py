@@ -261,7 +261,9 @@ class ModelDrafter:
             else:
                 probs = np.asarray(step, np.float64)
                 if from_logits or not sampling.plain:
-                    probs, found = transform(step if from_logits else log(probs), sampling)
+                    probs, found = transform(
+                        step if from_logits else log(probs), sampling, name="draft"
+                    )
                     bad.update(found)
                 chosen = sample_rows(probs, u, sampling.greedy)
                 scores_out[:, i] = probs
@@ -359,13 +361,13 @@ class ModelDrafter:
             if sampling.plain:
                 return row, row, None
             scores = log(row)
-        law, bad = transform(scores[None], sampling)
+        law, bad = transform(scores[None], sampling, name="draft")
         if bad:
             return law[0], law[0], next(iter(bad.values()))
         if not sampling.greedy[0]:
             return law[0], law[0], None
         plain = Sampling(np.ones(1), sampling.top_k, sampling.top_p)
-        rank, _ = transform(scores[None], plain)
+        rank, _ = transform(scores[None], plain, name="draft")
         return law[0], rank[0], None
 
     def advance(self, sequences: list[list[int]], failed: Any) -> None:

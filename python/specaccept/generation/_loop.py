@@ -606,6 +606,8 @@ class _Run:
                 scores, drafted, ok, sampling, keys, settings, self.recorder
             )
             failed.update(found)
+        if not settings.isolate and failed:
+            raise next(iter(failed.values()))
         keeping = time.perf_counter()
         result.timings["verify"] += keeping - verifying
 

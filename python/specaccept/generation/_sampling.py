@@ -89,14 +89,14 @@ def sample_logits(
 
 
 def transform(
-    logits: np.ndarray, sampling: Sampling, counts: list[int] | None = None
+    logits: np.ndarray, sampling: Sampling, counts: list[int] | None = None, name: str = "target"
 ) -> tuple[np.ndarray, dict[int, InputError]]:
     """``logits [R, ..., V]`` as float64 probabilities, row by row, with HF's (and
     :func:`specaccept.verify_logits`'s, docs/spec.md section 8.2) temperature,
     top-k and top-p; a greedy row becomes one-hot at its first largest logit.
     With ``counts``, only the first ``counts[r]`` rows of ``r`` are read (the rest
     stay 0). Rows with NaN, ``+inf`` or no finite logit are returned as errors
-    (zeros)."""
+    (an :class:`InputError` naming ``name``, the model; the row stays zeros)."""
     values = np.asarray(logits, dtype=np.float64)
     shape = values.shape
     flat = values.reshape(shape[0], -1, shape[-1])
@@ -113,7 +113,7 @@ def transform(
                 if len(where)
                 else "a row has no finite logit"
             )
-            errors[b] = InputError(f"row {b}: {detail}", row=b)
+            errors[b] = InputError(f"{name} row {b}: {detail}", argument=name, row=b)
             continue
         temperature = float(sampling.temperature[b])
         top = rows.max(axis=-1, keepdims=True)
