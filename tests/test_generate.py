@@ -189,7 +189,9 @@ def test_cli_demo_prints_text_statistics_and_time():
         "demo", "--prompt", "Captain Wentworth", "--max-new-tokens", "12", "--samples", "2"
     )
     assert 'Prompt: "Captain Wentworth"' in out
-    assert "== greedy decoding" in out and "== sampled decoding (2 continuations in one batch)" in out
+    assert (
+        "== greedy decoding" in out and "== sampled decoding (2 continuations in one batch)" in out
+    )
     assert out.count("  [") >= 3, "the continuations are shown"
     for promised in (
         "acceptance per draft position",

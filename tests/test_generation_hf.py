@@ -111,6 +111,29 @@ def test_a_forward_call_that_fails_leaves_the_session_as_it_was(models):
     np.testing.assert_allclose(scores[1, :1], full_logits(target, [4, 5, 8])[-1:], atol=1e-12)
 
 
+def test_a_long_prompt_failing_in_its_last_chunk_leaves_the_session_as_it_was(models):
+    target, _ = models
+    session = HFModel(target).session([[1, 2], [3]])
+    calls = {"n": 0}
+
+    def fail_on_the_second_call(module, args):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("second call")
+
+    long = [int(t) for t in np.random.default_rng(0).integers(0, VOCAB, 400)]
+    handle = target.register_forward_pre_hook(fail_on_the_second_call)
+    try:
+        with pytest.raises(RuntimeError, match="second call"):
+            session.extend([long, [4]], scored=[1, 1])  # a chunk of 256, then the rest
+    finally:
+        handle.remove()
+    assert session.lengths == [2, 1] and session.columns == 2
+    scores = session.extend([long, [4]], scored=[1, 1])
+    np.testing.assert_allclose(scores[0, 0], full_logits(target, [1, 2, *long])[-1], atol=1e-12)
+    np.testing.assert_allclose(scores[1, 0], full_logits(target, [3, 4])[-1], atol=1e-12)
+
+
 @pytest.mark.parametrize(
     ("call", "argument", "fragment"),
     [

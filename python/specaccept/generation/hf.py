@@ -338,19 +338,33 @@ class HFSession(LedgerSession):
             _chain_lead(len(ledger.tokens[b]), links[b], len(new[b]) - wanted[b])
             for b in range(self.num_rows)
         ]
-        while max(lead, default=0) > _PREFILL_CHUNK:
-            take = [min(n, _PREFILL_CHUNK) for n in lead]
-            self._run(
-                [row[:t] for row, t in zip(new, take, strict=True)],
-                [link[:t] for link, t in zip(links, take, strict=True)],
-                [d[:t] for d, t in zip(depths, take, strict=True)],
-                [0] * self.num_rows,
-            )
-            new = [row[t:] for row, t in zip(new, take, strict=True)]
-            links = [link[t:] for link, t in zip(links, take, strict=True)]
-            depths = [d[t:] for d, t in zip(depths, take, strict=True)]
-            lead = [n - t for n, t in zip(lead, take, strict=True)]
-        return self._run(new, links, depths, wanted)
+        columns, known = self.columns, [len(t) for t in ledger.tokens]
+        try:
+            while max(lead, default=0) > _PREFILL_CHUNK:
+                take = [min(n, _PREFILL_CHUNK) for n in lead]
+                self._run(
+                    [row[:t] for row, t in zip(new, take, strict=True)],
+                    [link[:t] for link, t in zip(links, take, strict=True)],
+                    [d[:t] for d, t in zip(depths, take, strict=True)],
+                    [0] * self.num_rows,
+                )
+                new = [row[t:] for row, t in zip(new, take, strict=True)]
+                links = [link[t:] for link, t in zip(links, take, strict=True)]
+                depths = [d[t:] for d, t in zip(depths, take, strict=True)]
+                lead = [n - t for n, t in zip(lead, take, strict=True)]
+            return self._run(new, links, depths, wanted)
+        except BaseException:
+            self._forget(columns, known)  # the chunks that went ahead, too
+            raise
+
+    def _forget(self, columns: int, known: list[int]) -> None:
+        """Back to ``columns`` cache columns and ``known[b]`` provisional tokens per row."""
+        ledger = self._ledger
+        self._layers.apply(lambda t: t[..., :columns, :] if t.shape[-2] > columns else t)
+        self._valid = self._valid[:, :columns]
+        for b, count in enumerate(known):
+            del ledger.tokens[b][count:], ledger.parents[b][count:], ledger.depths[b][count:]
+            del self._columns[b][count:]
 
     def _run(
         self,
@@ -405,21 +419,16 @@ class HFSession(LedgerSession):
             kwargs = {self.owner._cache_argument: self._cache, "use_cache": True}
             if self.owner._keeps_logits:
                 kwargs["logits_to_keep"] = max(keep, 1)
-            try:
-                output = self.owner.model(
-                    input_ids=ids.to(self._device),
-                    attention_mask=mask.to(self._device),
-                    position_ids=positions.to(self._device),
-                    **kwargs,
-                )
-            except BaseException:
-                # A layer may have appended its columns before the failure.
-                self._layers.apply(lambda t: t[..., :start, :] if t.shape[-2] > start else t)
-                raise
+            # A failure here (even after some layers appended) is undone by extend.
+            output = self.owner.model(
+                input_ids=ids.to(self._device),
+                attention_mask=mask.to(self._device),
+                position_ids=positions.to(self._device),
+                **kwargs,
+            )
             self.owner.forwards += 1
             self.owner.positions += batch * width
             if self._layers.columns() != start + width:
-                self._layers.apply(lambda t: t[..., :start, :])
                 raise TypeError(
                     "the model did not append its new keys and values to the cache it was given: "
                     "HFModel needs a model that updates a transformers Cache"
