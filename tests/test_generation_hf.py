@@ -158,6 +158,14 @@ def test_session_arguments_are_checked_by_name(models, call, argument, fragment)
     assert session.lengths == [3, 2]
 
 
+def test_what_is_not_a_causal_lm_or_a_tokenizer_is_refused(models):
+    target, _ = models
+    with pytest.raises(TypeError, match="causal LM with an output head"):
+        HFModel(target.model)  # the base model: hidden states, no logits
+    with pytest.raises(TypeError, match="tokenizer must be None or have encode and decode"):
+        HFModel(target, tokenizer=3)
+
+
 @pytest.mark.parametrize("bad", [[["a"]], [[1.5], []], 5, [None, []]])
 def test_session_token_types_are_checked(models, bad):
     target, _ = models
@@ -332,10 +340,13 @@ def test_a_bad_request_ends_alone_with_isolate(models, mode, bad, shape):
 
 def test_a_model_with_logits_of_the_wrong_shape_is_named(models):
     _, draft = models
-    with pytest.raises(specaccept.InputError, match=r"target session\.extend returned shape"):
+    with pytest.raises(
+        specaccept.InputError, match=r"target\.session\.extend returned shape"
+    ) as error:
         specaccept.generate(
             HFModel(poisoned("shape")), HFModel(draft), [MARK], k=2, max_new_tokens=4
         )
+    assert error.value.argument == "target"
 
 
 def test_empty_and_too_long_prompts_end_alone_with_isolate(models):

@@ -1124,7 +1124,7 @@ class StubModel:
         return self
 
     def get_output_embeddings(self):
-        return None
+        return type("Head", (), {"weight": np.zeros((7, 4))})()
 
 
 @pytest.mark.parametrize("model", [object(), 5, "gpt2", None])
@@ -1193,3 +1193,143 @@ def test_array_interface_numpy_refuses_is_an_input_error_naming_the_argument():
 
     with pytest.raises(OwnValueError):
         as_numpy(Raises(), "x")
+
+
+# --------------------------------------------------------------------------
+# generate: session models whose sessions answer wrongly are named
+# --------------------------------------------------------------------------
+
+
+class SessionModel:
+    """A session model over ``Uniform`` whose ``session()`` can be replaced by a hostile one."""
+
+    vocab_size = 5
+
+    def __init__(self, opened=None):
+        self.opened = opened
+
+    def session(self, prefixes):
+        from specaccept.generation import StatelessSession
+
+        if self.opened is not None:
+            return self.opened(prefixes)
+        return StatelessSession(Uniform(), prefixes)
+
+
+@pytest.mark.parametrize("which", ["target", "draft"])
+@pytest.mark.parametrize(
+    ("opened", "error", "fragment"),
+    [
+        (lambda prefixes: None, TypeError, r"session must return a Session"),
+        (lambda prefixes: object(), TypeError, r"session must return a Session"),
+        (
+            lambda prefixes: __import__("specaccept").generation.StatelessSession(
+                Uniform(), prefixes[:1]
+            ),
+            InputError,
+            r"session of 1 rows for 2 prompts",
+        ),
+        (
+            lambda prefixes: __import__("specaccept").generation.StatelessSession(
+                Uniform(vocab=6), prefixes
+            ),
+            InputError,
+            r"over 6 tokens, the model 5",
+        ),
+    ],
+)
+def test_a_session_model_answering_wrongly_is_named(which, opened, error, fragment):
+    models = {"target": SessionModel(), "draft": SessionModel()}
+    models[which] = SessionModel(opened)
+    with pytest.raises(error, match=fragment) as caught:
+        run(**models, prompts=[[1], [2, 3]])
+    assert which in str(caught.value)
+    if error is InputError:
+        assert caught.value.argument == which
+
+
+def test_session_models_run_the_loop():
+    out = run(target=SessionModel(), draft=SessionModel(), prompts=[[1], [2, 3]], tree=[2])
+    assert [len(t) for t in out.tokens] == [4, 4]
+
+
+class FlakyProposer:
+    """A Drafter that raises, or answers out of the vocabulary, for sequences that
+    start with 3 (a prompt's mark: what is generated does not change it)."""
+
+    vocab_size = 5
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def propose(self, sequences, k, rng, greedy):
+        tokens = np.zeros((len(sequences), k), dtype=np.int64)
+        bad = [s[0] == 3 for s in sequences]
+        if any(bad):
+            if self.mode == "raise":
+                raise RuntimeError("poisoned request")
+            tokens[bad] = 7
+        return tokens, np.full((len(sequences), k, 5), 0.2)
+
+
+@pytest.mark.parametrize("mode", ["raise", "outside"])
+@pytest.mark.parametrize("randomness", [dict(rng=0), dict(rng=None, seed=3)])
+def test_a_drafter_failing_for_one_request_ends_it_alone_with_isolate(mode, randomness):
+    prompts = [[1, 2], [3, 4], [0]]
+    out = run(draft=FlakyProposer(mode), prompts=prompts, errors="isolate", **randomness)
+    assert set(out.errors) == {1} and out.stop_reasons[1] == "error"
+    assert [len(t) for t in out.tokens] == [4, 0, 4]
+    with pytest.raises(RuntimeError if mode == "raise" else InputError) as error:
+        run(draft=FlakyProposer(mode), prompts=prompts, **randomness)
+    if mode == "outside" and "seed" in randomness:
+        assert error.value.row == 1 and "request row 1" in str(error.value)
+
+
+def test_a_prompt_token_past_the_vocabulary_is_named_before_any_model_call():
+    class Counting(Uniform):
+        calls = 0
+
+        def next_token_probs(self, sequences, num_positions):
+            Counting.calls += 1
+            return super().next_token_probs(sequences, num_positions)
+
+    with pytest.raises(InputError, match=r"prompts\[1\]\[1\] = 5 is outside the vocabulary") as e:
+        run(target=Counting(), prompts=[[1], [2, 5]])
+    assert (e.value.argument, e.value.index, e.value.row) == ("prompts", (1, 1), 1)
+    assert Counting.calls == 0
+    out = run(prompts=[[1], [2, 5]], errors="isolate")
+    assert list(out.errors) == [1] and len(out.tokens[0]) == 4
+
+
+def test_recording_pads_to_the_widest_step_not_k(tmp_path):
+    from specaccept._lab import load_steps
+
+    out = run(k=2**62, max_new_tokens=3, record=tmp_path / "a.npz")
+    ids, p, q, counts = load_steps(str(tmp_path / "a.npz"))
+    assert ids.shape[1] == 2 and p.shape[1] == 3 and q.shape[1] == 2
+    assert counts.sum() == out.stats.total_draft_tokens
+
+
+@pytest.mark.parametrize(
+    ("record", "fragment"),
+    [
+        ("a\0b.npz", "NUL"),
+        ("x" * 300 + ".npz", "longer than"),
+        ("no/such/folder/a.npz", "does not exist"),
+        (".", "is a folder"),
+    ],
+)
+def test_a_record_path_that_cannot_be_written_is_refused_before_any_model_call(
+    tmp_path, record, fragment
+):
+    path = record if record == "." else str(tmp_path / record)
+    with pytest.raises(InputError, match=fragment) as error:
+        run(record=path)
+    assert error.value.argument == "record"
+
+
+@pytest.mark.parametrize("kwargs", [dict(k=0), dict(max_new_tokens=1)])
+def test_a_recorded_run_that_drafted_nothing_is_refused(tmp_path, kwargs):
+    with pytest.raises(InputError, match="verified no drafted token") as error:
+        run(record=tmp_path / "a.npz", **kwargs)
+    assert error.value.argument == "record"

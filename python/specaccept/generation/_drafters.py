@@ -203,7 +203,8 @@ class ModelDrafter:
         """The draft session, opened (and prefilled) at its first use: a run that
         never drafts (``k = 0``) never runs the draft model."""
         if self._tracked is None:
-            self._tracked = TrackedSession(self._open([[] for _ in sequences]), "draft")
+            opened = self._open([[] for _ in sequences])
+            self._tracked = TrackedSession(opened, "draft", len(sequences), self.vocab_size)
         return self._tracked
 
     @property
@@ -300,7 +301,10 @@ class ModelDrafter:
             depth[n] = depth[shape[n]] + 1
             children[shape[n]].append(n)
         tokens = np.zeros((rows, nodes), dtype=np.int64)
-        probs = np.zeros((rows, nodes, vocab))
+        try:
+            probs = np.zeros((rows, nodes, vocab))
+        except MemoryError:
+            raise too_large(rows, nodes, vocab, "tree") from None
         alive = np.array([[depth[n] <= depths[b] for n in range(nodes)] for b in range(rows)])
         errors: dict[int, Exception] = {}
         # The session's provisional index of each fed node, and the row scored after it.
@@ -382,12 +386,14 @@ class ModelDrafter:
 class ProposeDrafter:
     """A user's :class:`Drafter` in the loop: ``propose`` on copies of the
     sequences; with ``seed=``, each request alone with a Generator of its own key
-    and offset (docs/spec.md section 12)."""
+    and offset and its own greedy flag (docs/spec.md section 12.3). With
+    ``isolate``, a proposal that raises or answers wrongly is retried row by row
+    (seeded: it already is), and the rows whose proposal fails alone end."""
 
     space = "probs"
 
-    def __init__(self, drafter: Any, vocab_size: int):
-        self.drafter, self.vocab_size = drafter, vocab_size
+    def __init__(self, drafter: Any, vocab_size: int, isolate: bool):
+        self.drafter, self.vocab_size, self.isolate = drafter, vocab_size, isolate
 
     def _one(self, sequences, k, rng, greedy):
         proposal = self.drafter.propose([list(s) for s in sequences], k, rng, greedy)
@@ -400,24 +406,51 @@ class ProposeDrafter:
         if proposal[1] is None:
             raise TypeError("draft.propose must return (tokens, probs): probs is None")
         probs = model_probs(proposal[1], (len(sequences), k, self.vocab_size), "draft.propose")
-        return tokens, probs
+        return tokens, np.asarray(probs, dtype=np.float64)
 
     def propose(self, sequences, counts, sampling, uniforms, generator=None, keys=None) -> Chain:
         rows, width = len(sequences), max(counts, default=0)
-        greedy = bool(sampling.greedy.all())
+        tokens = np.zeros((rows, width), dtype=np.int64)
+        try:
+            probs = np.zeros((rows, width, self.vocab_size))
+        except MemoryError:
+            raise too_large(rows, width, self.vocab_size) from None
+        errors: dict[int, Exception] = {}
         if keys is None:
-            tokens, probs = self._one(sequences, width, generator, greedy)
+            try:
+                tokens[:], probs[:] = self._one(
+                    sequences, width, generator, bool(sampling.greedy.all())
+                )
+            except Exception:
+                if not self.isolate or rows <= 1:
+                    raise
+                alone = range(rows)  # retried row by row, with the same Generator
+            else:
+                alone = range(0)
+            requests = [(b, generator) for b in alone]
         else:
-            parts = [
-                self._one([s], width, np.random.default_rng([int(key), int(step)]), greedy)
-                for s, key, step in zip(sequences, keys[0], keys[1], strict=True)
+            requests = [
+                (b, np.random.default_rng([int(keys[0][b]), int(keys[1][b])])) for b in range(rows)
             ]
-            if not parts:
-                return Chain([], None, {}, self.space)
-            tokens = np.concatenate([t for t, _ in parts])
-            probs = np.concatenate([p for _, p in parts])
-        drafted = [tokens[b, : counts[b]].tolist() for b in range(rows)]
-        return Chain(drafted, probs, {}, self.space)
+        for b, rng in requests:
+            try:
+                tokens[b : b + 1], probs[b : b + 1] = self._one(
+                    [sequences[b]], width, rng, bool(sampling.greedy[b])
+                )
+            except InputError as error:
+                if not self.isolate:
+                    raise InputError(
+                        f"request row {b}: {error}", argument=error.argument, row=b
+                    ) from None
+                errors[b] = error
+            except Exception as error:
+                if not self.isolate:
+                    raise
+                errors[b] = error
+        if keys is None and requests and len(errors) == rows:
+            raise next(iter(errors.values()))
+        drafted = [[] if b in errors else tokens[b, : counts[b]].tolist() for b in range(rows)]
+        return Chain(drafted, probs, errors, self.space)
 
     def advance(self, sequences, failed) -> None:
         pass
@@ -436,16 +469,17 @@ def _subtree(children: list[list[int]], node: int) -> list[int]:
     return out
 
 
-def fits(rows: int, width: int, vocab: int) -> None:
+def fits(rows: int, width: int, vocab: int, what: str = "k") -> None:
     """Draft rows ``[rows, width, V]`` must fit in memory: checked before any draw."""
     if rows * width * vocab * 8 > sys.maxsize:
-        raise too_large(rows, width, vocab)
+        raise too_large(rows, width, vocab, what)
 
 
-def too_large(batch: int, width: int, vocab: int) -> MemoryError:
-    """Draft scores ``[B, k, V]`` this process cannot hold, naming the argument the
-    size comes from (``k``, or ``draft.vocab_size`` when ``V`` is the larger)."""
-    name = "k" if width >= vocab else "draft.vocab_size"
+def too_large(batch: int, width: int, vocab: int, what: str = "k") -> MemoryError:
+    """Draft scores ``[B, width, V]`` this process cannot hold, naming the argument the
+    size comes from: ``what`` (``k``, or ``tree`` for a tree's nodes), or
+    ``draft.vocab_size`` when ``V`` is the larger."""
+    name = what if width >= vocab else "draft.vocab_size"
     return MemoryError(
         f"{name}: drafting {width} tokens over a vocabulary of {vocab} for {batch} rows needs "
         f"a buffer of {batch * width * vocab} values, which cannot be allocated"
@@ -458,7 +492,7 @@ def drafting_for(draft: Any, kind: str, prompts: list[list[int]], vocab: int, is
     if kind == "lookup":
         return _LookupDrafting(draft)
     if kind == "propose":
-        return ProposeDrafter(draft, vocab)
+        return ProposeDrafter(draft, vocab, isolate)
     if kind == "session":
         return ModelDrafter(draft.session, vocab, getattr(draft, "scores", None), prompts, isolate)
     return ModelDrafter(

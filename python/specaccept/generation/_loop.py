@@ -256,6 +256,8 @@ def _context(model: Any, name: str) -> int | None:
         return None
     if isinstance(limit, (bool, np.bool_)) or not isinstance(limit, (int, np.integer)):
         raise TypeError(f"{name}.max_length must be None or an int, got {type(limit).__name__}")
+    if limit < 1:
+        raise InputError(f"{name}.max_length must be >= 1, got {limit}", argument=name)
     return int(limit)
 
 
@@ -461,6 +463,18 @@ def generate(
             result.stop_reasons[b] = "max_new_tokens"
         elif context is not None and len(seq) >= context:
             result.stop_reasons[b] = "context"
+        elif any(token >= vocab for token in seq):
+            i = next(i for i, token in enumerate(seq) if token >= vocab)
+            error = InputError(
+                f"prompts[{b}][{i}] = {seq[i]} is outside the vocabulary [0, {vocab})",
+                argument="prompts",
+                index=(b, i),
+                row=b,
+            )
+            if not isolate:
+                raise error
+            result.errors[b] = error
+            result.stop_reasons[b] = "error"
         else:
             live.append(b)
     if not live:
@@ -475,7 +489,7 @@ def generate(
         if target_kind == "session"
         else StatelessSession(target, empty, "target")
     )
-    scorer = TrackedSession(session, "target")
+    scorer = TrackedSession(session, "target", len(live), vocab)
     drafter = drafting_for(draft, draft_kind, prompts_live, vocab, isolate)
     # What the verifier reads: logits (verify_logits) for chains whose target
     # gives logits and whose drafter gives logits or nothing; else probabilities.
@@ -507,7 +521,7 @@ def generate(
             target_logits=target_logits,
             deterministic=draft_kind == "lookup",
         ),
-        recorder=None if record_path is None else Recorder(record_path, k, draft_kind == "lookup"),
+        recorder=None if record_path is None else Recorder(record_path, draft_kind == "lookup"),
     )
     total = max_new_tokens * batch
     while run.live:
@@ -663,9 +677,8 @@ class _Run:
             return _Drafted(feed, links, wanted, depths, failed, tree=tree)
         counts = [min(settings.k, room - 1) for room in rooms]
         width = max(counts)
-        uniforms = self._draft_uniforms(
-            keys, rows, width, sampled and width > 0 and not settings.deterministic
-        )
+        samples_ours = not settings.deterministic and not isinstance(drafter, ProposeDrafter)
+        uniforms = self._draft_uniforms(keys, rows, width, sampled and width > 0 and samples_ours)
         if isinstance(drafter, ProposeDrafter):
             generator = settings.randomness.generator
             chain = drafter.propose(seqs, counts, sampling, uniforms, generator, keys)
@@ -683,14 +696,15 @@ class _Run:
 
     def _draft_uniforms(self, keys: Any, rows: int, width: int, needed: bool) -> np.ndarray | None:
         """The draft uniforms ``[rows, width]`` (``None`` when nothing is sampled),
-        with a size past memory named ``k``."""
-        fits(rows, width, self.settings.vocab)
+        with a size past memory named ``k`` (or ``tree``)."""
+        what = "k" if self.settings.branching is None else "tree"
+        fits(rows, width, self.settings.vocab, what)
         if not needed:
             return None
         try:
             return self.settings.randomness.draft_uniforms(keys, (rows, width))
         except MemoryError:
-            raise too_large(rows, width, self.settings.vocab) from None
+            raise too_large(rows, width, self.settings.vocab, what) from None
 
     def _keep(self, verified: Any, order: list[int], failed: dict[int, Exception]) -> list[int]:
         """Appends each row's emitted tokens (stopping at ``eos_token_id``,

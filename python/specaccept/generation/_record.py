@@ -17,33 +17,44 @@ __all__ = ["Recorder", "check_path"]
 
 
 def check_path(record: Any) -> str | None:
-    """``record`` as a path whose folder exists (checked before any model call)."""
+    """``record`` as a path a file can be written at (checked before any model call:
+    a NUL byte, a missing or unwritable folder, a folder as the file)."""
     if record is None:
         return None
-    if not isinstance(record, (str, os.PathLike)):
+    if not isinstance(record, (str, bytes, os.PathLike)):
         raise TypeError(f"record must be None or a path, got {type(record).__name__}")
     path = os.fspath(record)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    if "\0" in path:
+        raise InputError("record: a path cannot hold a NUL character", argument="record")
+    folder = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(folder):
         raise InputError(f"record: the folder {folder} does not exist", argument="record")
     if os.path.isdir(path):
         raise InputError(f"record: {path} is a folder, not a file", argument="record")
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"record: the folder {folder} is not writable", argument="record")
+    try:
+        longest = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        longest = 255
+    if len(os.fsencode(os.path.basename(path))) > longest:
+        raise InputError(
+            f"record: the file name is longer than the {longest} bytes the folder allows",
+            argument="record",
+        )
     return path
 
 
 class Recorder:
-    """The steps of a run, padded to ``k`` drafts (``num_draft_tokens`` per step);
-    ``deterministic``: the drafter has no draft rows (prompt lookup), and the file
-    none either."""
+    """The steps of a run, each at its own width, padded to the widest drafted step
+    when saved (``num_draft_tokens`` per row); ``deterministic``: the drafter has no
+    draft rows (prompt lookup), and the file none either."""
 
-    def __init__(self, path: str, k: int, deterministic: bool):
-        self.path, self.k, self.deterministic = path, k, deterministic
-        self.ids: list[np.ndarray] = []
-        self.target: list[np.ndarray] = []
-        self.draft: list[np.ndarray] = []
-        self.counts: list[np.ndarray] = []
+    def __init__(self, path: str, deterministic: bool):
+        self.path, self.deterministic = path, deterministic
+        self.steps: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]] = []
 
     def add(
         self,
@@ -52,35 +63,40 @@ class Recorder:
         draft_probs: np.ndarray | None,
         counts: np.ndarray,
     ) -> None:
-        rows, width = ids.shape
-        vocab = target_probs.shape[-1]
-        padded_ids = np.zeros((rows, self.k), dtype=np.int64)
-        padded_ids[:, :width] = ids
-        target = np.zeros((rows, self.k + 1, vocab), dtype=np.float32)
-        target[:, : width + 1] = target_probs[:, : width + 1]
-        self.ids.append(padded_ids)
-        self.target.append(target)
-        self.counts.append(np.asarray(counts, dtype=np.int64))
-        if not self.deterministic:
-            # A step where no row drafted has no draft rows: zeros, never read.
-            draft = np.zeros((rows, self.k, vocab), dtype=np.float32)
-            if draft_probs is not None:
-                draft[:, :width] = draft_probs[:, :width]
-            self.draft.append(draft)
+        width = ids.shape[1]
+        target = np.asarray(target_probs[:, : width + 1], dtype=np.float32)
+        draft = None if draft_probs is None else np.asarray(draft_probs[:, :width], np.float32)
+        self.steps.append((np.asarray(ids, np.int64), target, draft, np.asarray(counts, np.int64)))
 
     def save(self) -> None:
-        if not self.ids:
+        if not any(counts.any() for _, _, _, counts in self.steps):
             raise InputError(
-                "record: the run verified no drafted step, so there is nothing to record "
-                "(max_new_tokens too small, or every row ended at once)",
+                "record: the run verified no drafted token, so there is nothing to record "
+                "(k = 0, max_new_tokens too small, or no draft proposed)",
                 argument="record",
             )
+        rows = sum(ids.shape[0] for ids, _, _, _ in self.steps)
+        width = max(ids.shape[1] for ids, _, _, _ in self.steps)
+        vocab = self.steps[0][1].shape[-1]
+        ids_all = np.zeros((rows, width), dtype=np.int64)
+        target_all = np.zeros((rows, width + 1, vocab), dtype=np.float32)
+        draft_all = None if self.deterministic else np.zeros((rows, width, vocab), np.float32)
+        counts_all = np.zeros(rows, dtype=np.int64)
+        row = 0
+        for ids, target, draft, counts in self.steps:
+            n, w = ids.shape
+            ids_all[row : row + n, :w] = ids
+            target_all[row : row + n, : w + 1] = target
+            if draft_all is not None and draft is not None:
+                draft_all[row : row + n, :w] = draft
+            counts_all[row : row + n] = counts
+            row += n
         arrays: dict[str, Any] = {
-            "draft_token_ids": np.concatenate(self.ids),
-            "target_probs": np.concatenate(self.target),
-            "num_draft_tokens": np.concatenate(self.counts),
+            "draft_token_ids": ids_all,
+            "target_probs": target_all,
+            "num_draft_tokens": counts_all,
         }
-        if not self.deterministic:
-            arrays["draft_probs"] = np.concatenate(self.draft)
+        if draft_all is not None:
+            arrays["draft_probs"] = draft_all
         with open(self.path, "wb") as file:
             np.savez(file, **arrays)

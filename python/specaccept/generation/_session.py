@@ -297,13 +297,14 @@ class Ledger:
         self.parents = [list(self.parents[r]) for r in rows]
         self.depths = [list(self.depths[r]) for r in rows]
 
-    def path(self, b: int, index: int) -> list[int]:
-        """The provisional indices from the committed end down to ``index`` (root first)."""
-        chain = []
-        while index >= 0:
-            chain.append(index)
-            index = self.parents[b][index]
-        return chain[::-1]
+
+def _path(tokens: list[int], parents: list[int], index: int) -> list[int]:
+    """The provisional tokens from the committed end down to ``index`` (root first)."""
+    chain = []
+    while index >= 0:
+        chain.append(tokens[index])
+        index = parents[index]
+    return chain[::-1]
 
 
 class LedgerSession:
@@ -345,55 +346,58 @@ class StatelessSession(LedgerSession):
         self.calls = 0
 
     def extend(self, tokens: Any, parents: Any = None, *, scored: Any = None) -> np.ndarray:
+        """Only the scored tokens are asked for: a row whose scored tokens follow one
+        another in one ``next_token_probs(sequences, count)`` call per distinct
+        count, the others node by node (``num_positions = 1``)."""
         ledger = self._ledger
         new, links, depths = ledger.check(tokens, parents)
         wanted = ledger.check_scored(scored, new)
-        width = max((len(row) for row in new), default=0)
-        out = np.zeros((self.num_rows, width, self.vocab_size))
-        chains: dict[int, list[int]] = {}
-        nodes: list[tuple[int, int]] = []
+        keep = max(wanted, default=0)
+        try:
+            scores = np.zeros((self.num_rows, keep, self.vocab_size))
+        except MemoryError:
+            raise MemoryError(
+                f"{self.name}.vocab_size: scores [{self.num_rows}, {keep}, {self.vocab_size}] "
+                "cannot be allocated"
+            ) from None
+        chains: dict[int, list[tuple[int, list[int]]]] = {}
+        nodes: list[tuple[int, int, list[int]]] = []
         for b, row in enumerate(new):
-            start = len(ledger.tokens[b])
-            chain = all(
-                link == start + i - 1 for i, link in enumerate(links[b])
-            ) and ledger.parents[b] == list(range(-1, start - 1))
-            if chain and row:
-                chains.setdefault(len(row), []).append(b)
+            if not wanted[b]:
+                continue
+            every = ledger.tokens[b] + row
+            every_link = ledger.parents[b] + links[b]
+            last = len(every) - 1
+            first = last - wanted[b] + 1
+            committed = self._sequences[b]
+            if all(every_link[i] == i - 1 for i in range(first + 1, last + 1)):
+                chains.setdefault(wanted[b], []).append(
+                    (b, committed + _path(every, every_link, last))
+                )
             else:
-                nodes += [(b, i) for i in range(len(row))]
+                nodes += [
+                    (b, i - first, committed + _path(every, every_link, i))
+                    for i in range(first, last + 1)
+                ]
         method = f"{self.name}.next_token_probs"
-        for count, rows in chains.items():
-            sequences = [self._sequences[b] + ledger.tokens[b] + new[b] for b in rows]
+        for count, group in chains.items():
             answer = model_probs(
-                self.model.next_token_probs(sequences, count),
-                (len(rows), count, self.vocab_size),
+                self.model.next_token_probs([seq for _, seq in group], count),
+                (len(group), count, self.vocab_size),
                 method,
             )
             self.calls += 1
-            out[rows, :count] = answer
+            scores[[b for b, _ in group], :count] = answer
         if nodes:
-            sequences = []
-            for b, i in nodes:
-                every = ledger.tokens[b] + new[b]
-                links_b = ledger.parents[b] + links[b]
-                index, path = len(ledger.tokens[b]) + i, []
-                while index >= 0:
-                    path.append(every[index])
-                    index = links_b[index]
-                sequences.append(self._sequences[b] + path[::-1])
             answer = model_probs(
-                self.model.next_token_probs(sequences, 1),
+                self.model.next_token_probs([seq for _, _, seq in nodes], 1),
                 (len(nodes), 1, self.vocab_size),
                 method,
             )
             self.calls += 1
-            for (b, i), row in zip(nodes, answer[:, 0], strict=True):
-                out[b, i] = row
+            for (b, j, _), row in zip(nodes, answer[:, 0], strict=True):
+                scores[b, j] = row
         ledger.record(new, links, depths)
-        keep = max(wanted, default=0)
-        scores = np.zeros((self.num_rows, keep, self.vocab_size))
-        for b, (count, row) in enumerate(zip(wanted, new, strict=True)):
-            scores[b, :count] = out[b, len(row) - count : len(row)]
         return scores
 
     def commit(self, keep: Any) -> None:
@@ -422,10 +426,36 @@ class TrackedSession:
     whose call still raises are returned as errors (their tokens not fed).
     """
 
-    def __init__(self, session: Any, name: str):
-        self.session, self.name = session, name
-        self.vocab_size = int(session.vocab_size)
-        rows = int(session.num_rows)
+    def __init__(self, session: Any, name: str, rows: int, vocab_size: int):
+        """``session`` as ``name``'s ``session(prefixes)`` returned it for ``rows``
+        empty prefixes, checked: a ``TypeError`` or ``InputError`` naming ``name``."""
+        method = f"{name}.session"
+        missing = [
+            m for m in ("extend", "commit", "select") if not callable(getattr(session, m, None))
+        ]
+        if missing:
+            raise TypeError(
+                f"{method} must return a Session (with extend, commit and select), got "
+                f"{type(session).__name__}"
+            )
+        scores = getattr(session, "scores", None)
+        if scores not in ("logits", "probs"):
+            raise TypeError(f"{method}(...).scores must be 'logits' or 'probs', got {scores!r:.40}")
+        count = getattr(session, "num_rows", None)
+        if isinstance(count, (bool, np.bool_)) or not isinstance(count, (int, np.integer)):
+            raise TypeError(f"{method}(...).num_rows must be an int, got {type(count).__name__}")
+        if count != rows:
+            raise InputError(
+                f"{method} returned a session of {count} rows for {rows} prompts", argument=name
+            )
+        vocab = getattr(session, "vocab_size", None)
+        if vocab != vocab_size or isinstance(vocab, bool):
+            raise InputError(
+                f"{method} returned a session over {vocab!r:.40} tokens, the model {vocab_size}",
+                argument=name,
+            )
+        self.session, self.name, self.vocab_size = session, name, vocab_size
+        self._scores = str(scores)
         self.cached = [0] * rows  # opened empty
         self.fed_tokens: list[list[int]] = [[] for _ in range(rows)]
         self.fed_parents: list[list[int]] = [[] for _ in range(rows)]
@@ -433,7 +463,7 @@ class TrackedSession:
 
     @property
     def scores(self) -> str:
-        return str(self.session.scores)
+        return self._scores
 
     def pending(self, b: int, sequence: list[int]) -> list[int]:
         """The tokens of ``sequence`` the session has not committed (at least the last)."""
@@ -452,7 +482,7 @@ class TrackedSession:
         rows, vocab = len(tokens), self.vocab_size
         wanted = [len(t) for t in tokens] if scored is None else scored
         shape = (rows, max(wanted, default=0), vocab)
-        method = f"{self.name} session.extend"
+        method = f"{self.name}.session.extend"
         try:
             scores = model_probs(self.session.extend(tokens, parents, scored=wanted), shape, method)
             self.forwards += 1

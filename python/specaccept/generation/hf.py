@@ -55,6 +55,9 @@ _COMPACT_SHARE = 0.5
 _COMPACT_MIN_COLUMNS = 32
 #: Unscored chain tokens (a prompt) per forward call.
 _PREFILL_CHUNK = 256
+#: A chain row with more (query, ancestor) pairs than this has its mask set by
+#: slices rather than pair by pair (the cost of a long prompt stays linear).
+_LOOP_MASK_ENTRIES = 256
 
 
 def _chain_lead(known: int, links: list[int], unscored: int) -> int:
@@ -163,12 +166,22 @@ class HFModel:
                 "custom 4-D mask: load it with attn_implementation='sdpa' (or 'eager')",
                 argument="model",
             )
+        embeddings = model.get_output_embeddings()
+        if embeddings is None or getattr(embeddings, "weight", None) is None:
+            raise TypeError(
+                f"model must be a causal LM with an output head (a ...ForCausalLM), got "
+                f"{type(model).__name__}, which has none"
+            )
+        if tokenizer is not None and not (
+            callable(getattr(tokenizer, "encode", None))
+            and callable(getattr(tokenizer, "decode", None))
+        ):
+            raise TypeError(
+                f"tokenizer must be None or have encode and decode, got {type(tokenizer).__name__}"
+            )
         self.model = model.eval()
         self.tokenizer = tokenizer
-        embeddings = model.get_output_embeddings()
-        self.vocab_size = int(
-            embeddings.weight.shape[0] if embeddings is not None else config.vocab_size
-        )
+        self.vocab_size = int(embeddings.weight.shape[0])
         self.max_length = _context(config)
         parameters = _forward_parameters(model)
         self._cache_argument = "cache" if "cache" in parameters else "past_key_values"
@@ -243,6 +256,8 @@ class HFModel:
                     argument="sequences",
                     row=b,
                 )
+        if not rows:
+            return np.zeros((0, num_positions, self.vocab_size), dtype=np.float32)
         session = HFSession(self, [[] for _ in rows])
         logits = session.extend(rows, scored=[num_positions] * len(rows))
         with torch.inference_mode():
@@ -386,16 +401,29 @@ class HFSession(LedgerSession):
         start = self.columns
         ids = torch.zeros((batch, width), dtype=torch.long)
         positions = torch.zeros((batch, width), dtype=torch.long)
+        # Who attends to what: (row, query, column) triples, and for long chains
+        # (a prompt) slices of the mask set at once.
         rows_i, query_i, column_i = [], [], []
+        chains = []
         for b, row in enumerate(new):
             known, pad = len(ledger.tokens[b]), width - len(row)
-            columns = self._columns[b] + [start + pad + i for i in range(len(row))]
             every_link = ledger.parents[b] + links[b]
             if row:
                 ids[b, pad:] = torch.tensor(row, dtype=torch.long)
                 positions[b, pad:] = torch.tensor(
                     [ledger.committed[b] + d for d in depths[b]], dtype=torch.long
                 )
+            if len(row) * (known + len(row)) > _LOOP_MASK_ENTRIES and all(
+                link == i - 1 for i, link in enumerate(every_link)
+            ):
+                # A chain from the committed end: every earlier provisional token is
+                # an ancestor of every new one; among the new ones, a lower triangle.
+                chains.append((b, pad))
+                rows_i += [b] * pad
+                query_i += list(range(pad))
+                column_i += [start + q for q in range(pad)]
+                continue
+            columns = self._columns[b] + [start + pad + i for i in range(len(row))]
             for q in range(width):
                 # A token attends to its provisional ancestors and to itself; a
                 # padding query (q < pad) to itself only.
@@ -414,6 +442,13 @@ class HFSession(LedgerSession):
             allowed = torch.zeros((batch, width, start + width), dtype=torch.bool)
             allowed[:, :, :start] = self._valid.cpu()[:, None, :]
             allowed[rows_i, query_i, column_i] = True
+            for b, pad in chains:
+                earlier = torch.tensor(self._columns[b], dtype=torch.long)
+                if len(earlier):
+                    allowed[b, pad:, earlier] = True
+                allowed[b, pad:, start + pad :] = torch.ones(
+                    (width - pad, width - pad), dtype=torch.bool
+                ).tril()
             mask = torch.zeros((batch, 1, width, start + width), dtype=self._dtype)
             mask.masked_fill_(~allowed[:, None], torch.finfo(self._dtype).min)
             kwargs = {self.owner._cache_argument: self._cache, "use_cache": True}
