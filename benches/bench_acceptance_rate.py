@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 import specaccept
-from specaccept._bench import median_of_runs
+from harness import median_of_runs
 
 SHAPES = [(1, 5, 128256), (64, 5, 128256)]
 QUICK_SHAPES = [(1, 5, 32000), (8, 5, 32000)]

@@ -26,7 +26,7 @@ import platform
 
 import numpy as np
 import specaccept
-from specaccept._bench import cpu_model, median_of_runs, read_bandwidth
+from harness import cpu_model, median_of_runs, read_bandwidth
 
 
 def ngram_gain(k_values: list[int], steps: int, seed: int) -> list[tuple[int, float, float]]:
@@ -40,8 +40,8 @@ def ngram_gain(k_values: list[int], steps: int, seed: int) -> list[tuple[int, fl
         token, block = 0.0, 0.0
         for start in rng.integers(8, len(ids) - 8, size=steps):
             args = drafted_block(target, draft, ids[int(start) - 8 : int(start)], k, rng)
-            token += specaccept.expected_num_accepted(*args, method="token")[0]
-            block += specaccept.expected_num_accepted(*args, method="block")[0]
+            token += specaccept.lab.expected_num_accepted(*args, method="token")[0]
+            block += specaccept.lab.expected_num_accepted(*args, method="block")[0]
         rows.append((k, token / steps, block / steps))
     return rows
 

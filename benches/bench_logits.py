@@ -37,7 +37,7 @@ from functools import partial
 
 import numpy as np
 import specaccept
-from specaccept._bench import median_of_runs
+from harness import median_of_runs
 
 SHAPES = [(64, 5, 128256), (1, 5, 151936)]
 QUICK_SHAPES = [(8, 5, 32000), (1, 5, 32000)]

@@ -35,7 +35,7 @@ from functools import partial
 import ml_dtypes
 import numpy as np
 import specaccept
-from specaccept._bench import (
+from harness import (
     PROB_BYTES,
     bytes_read,
     cpu_model,

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 import specaccept
-from specaccept._bench import median_of_runs, read_bandwidth
+from harness import median_of_runs, read_bandwidth
 
 CHAIN_K = 6
 # Root 0 -> 1, 2; 1 -> 3 -> 5; 2 -> 4 -> 6: six drafted nodes, depth 3.
@@ -98,8 +98,8 @@ def ngram_gain(blocks: int, seed: int) -> list[tuple[str, float, float]]:
         for start in rng.integers(8, len(ids) - 8, size=blocks):
             tree = drafted_tree(target, draft, ids[int(start) - 8 : int(start)], parents, rng)
             args = (tree[0], np.array(parents), tree[1], tree[2])
-            token += specaccept.expected_num_accepted_tree(*args, method="token")[0]
-            traversal += specaccept.expected_num_accepted_tree(*args, method="traversal")[0]
+            token += specaccept.lab.expected_num_accepted_tree(*args, method="token")[0]
+            traversal += specaccept.lab.expected_num_accepted_tree(*args, method="traversal")[0]
         rows.append((name, token / blocks, traversal / blocks))
     return rows
 

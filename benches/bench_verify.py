@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from specaccept._bench import main
+from harness import main
 
 if __name__ == "__main__":
     quick = "--quick" in sys.argv[1:]

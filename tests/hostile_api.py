@@ -24,7 +24,7 @@ SETUP = r'''
 import copy, json, math, os, subprocess, sys
 import numpy as np
 import specaccept as sa
-from specaccept import generation, ngram, reference
+from specaccept import generation, lab, ngram, reference
 from specaccept.compat import flashinfer, vllm
 
 B, K, V = 2, 3, 5
@@ -312,16 +312,16 @@ CASES: dict[str, tuple[str, str]] = {
         "ok|MemoryError",
     ),
     "expected_num_accepted_tree: valid": (
-        "e = sa.expected_num_accepted_tree(np.array([[0, 1, 2]]), np.array([-1, 0, 1]), "
+        "e = lab.expected_num_accepted_tree(np.array([[0, 1, 2]]), np.array([-1, 0, 1]), "
         "np.full((1, 3, 3), 1 / 3), method='traversal')\nassert 0 <= e[0] <= 2",
         "ok",
     ),
     "expected_num_accepted_tree: bad parent": (
-        "sa.expected_num_accepted_tree(np.array([[0, 1]]), np.array([-1, 5]), np.full((1, 2, 3), 1 / 3))",
+        "lab.expected_num_accepted_tree(np.array([[0, 1]]), np.array([-1, 5]), np.full((1, 2, 3), 1 / 3))",
         "ValueError",
     ),
     "expected_num_accepted_tree: too deep": (
-        "n = 400\nsa.expected_num_accepted_tree(np.zeros((1, n), np.int64), np.arange(-1, n - 1), "
+        "n = 400\nlab.expected_num_accepted_tree(np.zeros((1, n), np.int64), np.arange(-1, n - 1), "
         "np.full((1, n, 2), 0.5))",
         "ValueError",
     ),
@@ -388,16 +388,16 @@ CASES: dict[str, tuple[str, str]] = {
         "ok|MemoryError",
     ),
     "expected_num_accepted: valid": (
-        "e = sa.expected_num_accepted(IDS(), P(), Q(), method='block')\nassert e.shape == (2,)",
+        "e = lab.expected_num_accepted(IDS(), P(), Q(), method='block')\nassert e.shape == (2,)",
         "ok",
     ),
     "expected_num_accepted: bad method": (
-        "sa.expected_num_accepted(IDS(), P(), method=1)",
+        "lab.expected_num_accepted(IDS(), P(), method=1)",
         "TypeError",
     ),
-    "expected_num_accepted: shape": ("sa.expected_num_accepted(IDS(), P()[:, :2])", "ValueError"),
+    "expected_num_accepted: shape": ("lab.expected_num_accepted(IDS(), P()[:, :2])", "ValueError"),
     "expected_num_accepted: id >= V": (
-        "sa.expected_num_accepted(np.full((2, 3), 99), P())",
+        "lab.expected_num_accepted(np.full((2, 3), 99), P())",
         "ValueError",
     ),
     "verify: errors None": ("sa.verify(IDS(), P(), rng=0, errors=None)", "TypeError"),
@@ -1976,6 +1976,37 @@ CASES.update(
             " errors='isolate', rng=0)\nassert list(g.errors) == [0]",
             "ok",
         ),
+        "load_steps: valid": (
+            "import tempfile\nf = tempfile.mktemp(suffix='.npz')\n"
+            "np.savez(f, draft_token_ids=IDS(), target_probs=P(), draft_probs=Q())\n"
+            "ids, p, q, counts = lab.load_steps(f)\nassert ids.shape == (2, 3) and counts is None",
+            "ok",
+        ),
+        "load_steps: missing file": ("lab.load_steps('/no/such/steps.npz')", "ValueError"),
+        "load_steps: not an npz": (
+            "import tempfile\nf = tempfile.mktemp()\nopen(f, 'w').write('text')\nlab.load_steps(f)",
+            "ValueError",
+        ),
+        "load_steps: one array": (
+            "import tempfile\nf = tempfile.mktemp(suffix='.npy')\nnp.save(f, P())\nlab.load_steps(f)",
+            "ValueError",
+        ),
+        "load_steps: no target_probs": (
+            "import tempfile\nf = tempfile.mktemp(suffix='.npz')\nnp.savez(f, draft_token_ids=IDS())\n"
+            "lab.load_steps(f)",
+            "ValueError",
+        ),
+        "load_steps: float ids": (
+            "import tempfile\nf = tempfile.mktemp(suffix='.npz')\n"
+            "np.savez(f, draft_token_ids=IDS() * 1.0, target_probs=P())\nlab.load_steps(f)",
+            "ValueError",
+        ),
+        "load_steps: pickled objects": (
+            "import tempfile\nf = tempfile.mktemp(suffix='.npz')\n"
+            "np.savez(f, draft_token_ids=np.array([object()]), target_probs=P())\nlab.load_steps(f)",
+            "ValueError",
+        ),
+        "load_steps: path int": ("lab.load_steps(5)", "TypeError|ValueError"),
         "PromptLookup: max_ngram 0": ("sa.PromptLookup(max_ngram=0)", "ValueError"),
         "PromptLookup: min_ngram above max_ngram": (
             "sa.PromptLookup(max_ngram=1, min_ngram=2)",
@@ -2396,29 +2427,29 @@ CASES.update(
         ),
         # --- compare_methods -------------------------------------------------------------
         "compare_methods: valid": (
-            "c = sa.compare_methods(w(IDS()), w(P()), w(Q()), samples=3)\n"
+            "c = lab.compare_methods(w(IDS()), w(P()), w(Q()), samples=3)\n"
             "assert [r.name for r in c.results] == ['token', 'block', 'typical']",
             "ok",
         ),
         "compare_methods: one-hot drafts, ragged": (
-            "sa.compare_methods(w(IDS()), w(P()), None, num_draft_tokens=w(np.array([0, 3])),"
+            "lab.compare_methods(w(IDS()), w(P()), None, num_draft_tokens=w(np.array([0, 3])),"
             " samples=2, methods=['token', ('synthetic', {'acceptance_rate': 0.5})])",
             "ok",
         ),
         "compare_methods: bad probabilities": (
-            "p = P(); p[0, 0, 0] = np.nan\nsa.compare_methods(IDS(), p, Q(), samples=2)",
+            "p = P(); p[0, 0, 0] = np.nan\nlab.compare_methods(IDS(), p, Q(), samples=2)",
             "ValueError",
         ),
         "compare_methods: methods a dict": (
-            "sa.compare_methods(IDS(), P(), Q(), methods={'token': {}})",
+            "lab.compare_methods(IDS(), P(), Q(), methods={'token': {}})",
             "TypeError",
         ),
         "compare_methods: samples 10**12": (
-            "sa.compare_methods(IDS(), P(), Q(), samples=10**12)",
+            "lab.compare_methods(IDS(), P(), Q(), samples=10**12)",
             "ValueError|MemoryError",
         ),
         "compare_methods: broadcast 2**40 steps": (
-            "sa.compare_methods(huge_ids(2**40, 1), np.broadcast_to(P(1, 1)[0], (2**40, 2, 5)),"
+            "lab.compare_methods(huge_ids(2**40, 1), np.broadcast_to(P(1, 1)[0], (2**40, 2, 5)),"
             " samples=2)",
             "MemoryError",
         ),

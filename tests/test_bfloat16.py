@@ -10,7 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 import specaccept as sa
-from specaccept import reference
+from specaccept import lab, reference
 from specaccept.compat import flashinfer, vllm
 
 BF16 = ml_dtypes.bfloat16
@@ -139,15 +139,15 @@ def test_primitives_and_expectations() -> None:
     assert np.array_equal(sa.acceptance_rate(pk, q), reference.acceptance_rate(pk, q))
     for method in ("token", "block"):
         assert np.array_equal(
-            sa.expected_num_accepted(ids, p, q, method=method),
-            sa.expected_num_accepted(ids, _f32(p), _f32(q), method=method),
+            lab.expected_num_accepted(ids, p, q, method=method),
+            lab.expected_num_accepted(ids, _f32(p), _f32(q), method=method),
         )
     parents = np.array([-1, 0, 0, 1])
     tree_ids = ids[:, :4] if ids.shape[1] >= 4 else np.concatenate([ids, ids[:, :1]], axis=1)
     tp, tq = p[:, :4], _bf16(np.concatenate([q, q[:, :1]], axis=1))
     assert np.array_equal(
-        sa.expected_num_accepted_tree(tree_ids, parents, tp, tq),
-        sa.expected_num_accepted_tree(tree_ids, parents, _f32(tp), _f32(tq)),
+        lab.expected_num_accepted_tree(tree_ids, parents, tp, tq),
+        lab.expected_num_accepted_tree(tree_ids, parents, _f32(tp), _f32(tq)),
     )
 
 

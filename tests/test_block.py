@@ -217,7 +217,7 @@ def test_the_worked_example_of_the_paper():
     target = np.tile([1 / 3, 2 / 3], (4, 3, 1))
     draft = np.tile([2 / 3, 1 / 3], (4, 2, 1))
     for method, value in (("token", 10 / 9), ("block", 11 / 9)):
-        got = specaccept.expected_num_accepted(ids, target, draft, method=method)
+        got = specaccept.lab.expected_num_accepted(ids, target, draft, method=method)
         assert float(weights @ got) == pytest.approx(value, abs=1e-12)
 
 
@@ -382,7 +382,7 @@ def test_expected_num_accepted_matches_monte_carlo(seed):
         k: (np.repeat(v, reps, axis=0) if isinstance(v, np.ndarray) else v) for k, v in case.items()
     }
     for method in ("token", "block"):
-        exact = specaccept.expected_num_accepted(**case, method=method)
+        exact = specaccept.lab.expected_num_accepted(**case, method=method)
         got = specaccept.verify(**tiled, rng=rng, method=method).num_accepted.reshape(-1, reps)
         spread = got.std(axis=1) / np.sqrt(reps)
         # Events rarer than 20 / reps may go unseen (and leave no spread): each
@@ -402,8 +402,8 @@ def test_block_expects_at_least_as_many_on_random_rows(seed):
     blocks = np.array(list(itertools.product(range(vocab), repeat=k)))
     weights = np.prod(q[np.arange(k), blocks], axis=1)
     target, draft = np.tile(p, (len(blocks), 1, 1)), np.tile(q, (len(blocks), 1, 1))
-    token = weights @ specaccept.expected_num_accepted(blocks, target, draft, method="token")
-    block = weights @ specaccept.expected_num_accepted(blocks, target, draft, method="block")
+    token = weights @ specaccept.lab.expected_num_accepted(blocks, target, draft, method="token")
+    block = weights @ specaccept.lab.expected_num_accepted(blocks, target, draft, method="block")
     assert block >= token - 1e-12
     if k >= 2:
         assert block > token  # strictly, on these mixed rows
@@ -420,8 +420,8 @@ def test_block_expects_more_on_the_builtin_ngram_models():
     token, block = [], []
     for start in starts:
         args = drafted_block(target, draft, ids[int(start) - 8 : int(start)], k, rng)
-        token.append(specaccept.expected_num_accepted(*args, method="token")[0])
-        block.append(specaccept.expected_num_accepted(*args, method="block")[0])
+        token.append(specaccept.lab.expected_num_accepted(*args, method="token")[0])
+        block.append(specaccept.lab.expected_num_accepted(*args, method="block")[0])
     gain = np.array(block) - np.array(token)
     # Paired over the same drafts: the mean gain is above zero by 4 standard errors.
     assert gain.mean() > 4 * gain.std() / np.sqrt(steps), (np.mean(token), np.mean(block))

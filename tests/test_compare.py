@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import specaccept as sa
 from scipy import stats
-from specaccept import reference
+from specaccept import lab, reference
 
 # Intervals checked at this level so that a correct implementation fails one
 # run in a million (the seeds are fixed, so a pass is reproducible).
@@ -30,7 +30,7 @@ def _toy_model():
 
 def test_the_toy_model_of_the_block_paper() -> None:
     ids, p, q = _toy_model()
-    c = sa.compare_methods(ids, p, q, methods=["token", "block"], samples=400, confidence=STRICT)
+    c = lab.compare_methods(ids, p, q, methods=["token", "block"], samples=400, confidence=STRICT)
     assert c["token"].expected_accepted == pytest.approx(10 / 9, abs=1e-12)
     assert c["block"].expected_accepted == pytest.approx(11 / 9, abs=1e-12)
     for name in ("token", "block"):
@@ -45,7 +45,7 @@ def test_the_toy_model_of_the_block_paper() -> None:
 
 def test_the_lossy_methods_on_the_toy_model() -> None:
     ids, p, q = _toy_model()
-    c = sa.compare_methods(
+    c = lab.compare_methods(
         ids,
         p,
         q,
@@ -94,7 +94,7 @@ def test_the_closed_form_tv_matches_simulation(method: str, params: dict) -> Non
     q0 = np.array([0.1, 0.2, 0.2, 0.3, 0.2])
     rows = 60_000
     observed = _first_token_law(method, p0, q0, rows, **params)
-    from specaccept._compare import _next_token_tv, _typical_part, _typical_threshold
+    from specaccept.lab._compare import _next_token_tv, _typical_part, _typical_threshold
 
     if method == "typical":
         kept = p0 > _typical_threshold(p0, params)
@@ -117,7 +117,7 @@ def test_deterministic_drafts_and_ragged_steps() -> None:
     ids = p[:, :4].argmax(-1)
     ids[::3, 1] = 0
     counts = rng.integers(0, 5, 20)
-    c = sa.compare_methods(
+    c = lab.compare_methods(
         ids,
         p,
         None,
@@ -164,7 +164,7 @@ def test_deterministic_drafts_and_ragged_steps() -> None:
 def test_bad_arguments(kwargs, error) -> None:
     ids, p, q = _toy_model()
     with pytest.raises(error):
-        sa.compare_methods(ids, p, q, **kwargs)
+        lab.compare_methods(ids, p, q, **kwargs)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -209,12 +209,14 @@ def test_cli_check_prints_both_distributions_and_a_p_value():
     assert "follows the target's distribution" in out
 
 
-def test_cli_bench_prints_its_table(tmp_path):
-    out = run_cli("bench", "--budget", "0.005", "--out", str(tmp_path / "b.json"))
-    assert "numpy us" in out and "floor 1t us" in out
-    assert (tmp_path / "b.json").exists() and (tmp_path / "b.csv").exists()
+def test_cli_demo_records_steps_the_laboratory_reads(tmp_path):
+    path = tmp_path / "steps.npz"
+    out = run_cli("demo", "--max-new-tokens", "12", "--samples", "4", "--record", str(path))
+    assert "== sampled decoding (4 continuations in one batch)" in out
+    compared = run_cli("compare", "--from", str(path), "--samples", "5")
+    assert "| token | lossless |" in compared and "| block | lossless |" in compared
 
 
-@pytest.mark.parametrize("command", ["demo", "check", "bench", "example"])
+@pytest.mark.parametrize("command", ["demo", "check", "compare", "example"])
 def test_cli_help_on_each_subcommand(command):
     assert "usage: python -m specaccept" in run_cli(command, "--help")

@@ -383,7 +383,7 @@ def test_a_row_stops_at_the_models_context(models):
 
 
 def test_recorded_steps_load_in_the_laboratory(models, tmp_path):
-    from specaccept._lab import load_steps
+    from specaccept.lab import load_steps
 
     target, draft = models
     path = tmp_path / "steps.npz"
@@ -404,7 +404,7 @@ def test_recorded_steps_load_in_the_laboratory(models, tmp_path):
         assert (q[s, np.arange(k), ids[s, :k]] > 0).all(), "each draft has mass in its row"
     # The recorded rows are the ones verified: the run's accepted drafts agree with
     # their exact expectation within 5 standard errors (fails by chance with p < 1e-6).
-    expected = specaccept.expected_num_accepted(ids, p, q, num_draft_tokens=counts)
+    expected = specaccept.lab.expected_num_accepted(ids, p, q, num_draft_tokens=counts)
     second = np.zeros_like(expected)
     for s in range(ids.shape[0]):
         survive, moments = 1.0, 0.0
@@ -416,5 +416,5 @@ def test_recorded_steps_load_in_the_laboratory(models, tmp_path):
     variance = float((second - expected**2).sum())
     gap = out.stats.num_accepted_tokens - expected.sum()
     assert abs(gap) < 5 * np.sqrt(variance)
-    comparison = specaccept.compare_methods(ids, p, q, num_draft_tokens=counts, samples=4)
+    comparison = specaccept.lab.compare_methods(ids, p, q, num_draft_tokens=counts, samples=4)
     assert comparison["token"].mean_accepted > 0

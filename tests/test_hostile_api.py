@@ -101,7 +101,7 @@ def test_every_public_function_is_in_the_matrix() -> None:
     import inspect
 
     import specaccept
-    from specaccept import generation, ngram, reference
+    from specaccept import generation, lab, ngram, reference
     from specaccept.compat import flashinfer, vllm
 
     sources = "\n".join(source for source, _ in CASES.values())
@@ -113,6 +113,7 @@ def test_every_public_function_is_in_the_matrix() -> None:
         (reference, "reference."),
         (ngram, "ngram."),
         (generation, "generation."),
+        (lab, "lab."),
     ):
         for name in module.__all__:
             value = getattr(module, name)

@@ -228,7 +228,7 @@ def test_accepted_prefix_length(accepted, counts):
 )
 def test_expected_num_accepted(ids, p, q, method):
     result = holds_the_rule(
-        lambda: specaccept.expected_num_accepted(ids, p, q, method=method), ids, p, q
+        lambda: specaccept.lab.expected_num_accepted(ids, p, q, method=method), ids, p, q
     )
     if result is not None:
         k = np.asarray(ids).shape[1]

@@ -639,12 +639,14 @@ def test_a_drafter_that_modifies_its_sequences_does_not_change_the_run():
         (["check", "--samples", str(10**11)], "--samples"),
         (["check", "--show", "-5"], "--show"),
         (["check", "--k", str(2**62)], "--k"),
-        (["bench", "--budget", "-1"], "--budget"),
-        (["bench", "--budget", "nan"], "--budget"),
-        (["bench", "--budget", "inf"], "--budget"),
-        (["bench", "--out", "/dev/null/results.json"], "--out"),
-        (["bench", "--out", "."], "--out"),
-        (["bench", "--plot", "/dev/null/plot.png"], "--plot"),
+        (["demo", "--temperature", "-1"], "--temperature"),
+        (["demo", "--top-p", "nan"], "--top-p"),
+        (["demo", "--record", "/dev/null/steps.npz"], "--record"),
+        (["demo", "--record", "."], "--record"),
+        (["demo", "--tree", "2,0"], "--tree"),
+        (["demo", "--tree", "a"], "--tree"),
+        (["demo", "--model", "gpt"], "--model"),
+        (["bench"], "bench"),
         (["--bogus"], "--bogus"),
     ],
 )
@@ -1302,7 +1304,7 @@ def test_a_prompt_token_past_the_vocabulary_is_named_before_any_model_call():
 
 
 def test_recording_pads_to_the_widest_step_not_k(tmp_path):
-    from specaccept._lab import load_steps
+    from specaccept.lab import load_steps
 
     out = run(k=2**62, max_new_tokens=3, record=tmp_path / "a.npz")
     ids, p, q, counts = load_steps(str(tmp_path / "a.npz"))

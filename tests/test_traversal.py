@@ -187,7 +187,7 @@ def test_expected_num_accepted_tree_matches_monte_carlo(seed, method):
     del case["uniforms"], case["recovery_uniforms"]
     reps = 20_000
     nodes = case["node_token_ids"].shape[1]
-    exact = specaccept.expected_num_accepted_tree(
+    exact = specaccept.lab.expected_num_accepted_tree(
         case["node_token_ids"],
         case["parent_ids"],
         case["target_probs"],
@@ -228,7 +228,7 @@ def test_expected_num_accepted_tree_is_the_exact_law_on_markov_trees():
             law = np.array([float(v) for v in draft(prefixes[parent])])
             law[earlier] = 0.0
             q[node] = law / law.sum()
-        expected = specaccept.expected_num_accepted_tree(
+        expected = specaccept.lab.expected_num_accepted_tree(
             np.array([ids]), PARENTS, p[None], q[None], method="traversal"
         )[0]
         total += float(weight) * expected
@@ -246,8 +246,8 @@ def test_traversal_expects_more_on_the_builtin_ngram_models():
     for start in rng.integers(8, len(ids) - 8, size=900):
         tree = drafted_tree(target, draft, ids[int(start) - 8 : int(start)], parents, rng)
         args = (tree[0], parents, tree[1], tree[2])
-        token = specaccept.expected_num_accepted_tree(*args, method="token")[0]
-        traversal = specaccept.expected_num_accepted_tree(*args, method="traversal")[0]
+        token = specaccept.lab.expected_num_accepted_tree(*args, method="token")[0]
+        traversal = specaccept.lab.expected_num_accepted_tree(*args, method="traversal")[0]
         gain.append(traversal - token)
     gain = np.array(gain)
     # Paired over the same trees: above zero by 4 standard errors.

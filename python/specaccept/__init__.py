@@ -6,6 +6,7 @@ target model exactly. The work runs in Rust over NumPy buffers read in place;
 :mod:`specaccept.reference` is the pure-Python oracle it matches token for token.
 """
 
+from . import lab  # noqa: F401  (specaccept.lab: the verifier laboratory)
 from ._api import (
     RngLike,
     acceptance_mask,
@@ -15,9 +16,7 @@ from ._api import (
     verify,
     verify_greedy,
 )
-from ._compare import MethodComparison, MethodResult, compare_methods
 from ._errors import InputError
-from ._expectation import expected_num_accepted, expected_num_accepted_tree
 from ._logits import verify_logits
 from ._result import TreeVerification, Verification
 from ._stats import (
@@ -48,8 +47,6 @@ __all__ = [
     "Generation",
     "InputError",
     "LanguageModel",
-    "MethodComparison",
-    "MethodResult",
     "PromptLookup",
     "RngLike",
     "TreeVerification",
@@ -59,10 +56,7 @@ __all__ = [
     "acceptance_rate",
     "accepted_prefix_length",
     "best_num_draft_tokens",
-    "compare_methods",
     "counter_uniforms",
-    "expected_num_accepted",
-    "expected_num_accepted_tree",
     "expected_speedup",
     "expected_tokens_per_step",
     "generate",

@@ -206,55 +206,6 @@ def _bisect(done: Any, low: int, high: int) -> int:
     return low
 
 
-def chi_square_sf(statistic: float, dof: int) -> float:
-    """``P(X >= statistic)`` for ``X`` chi-square with ``dof`` degrees of freedom.
-
-    The regularized upper incomplete gamma function ``Q(dof/2, statistic/2)``, by
-    its series below ``a + 1`` and its continued fraction above (Numerical Recipes
-    6.2), so the command-line check needs no SciPy.
-
-    Examples
-    --------
-    >>> from specaccept._stats import chi_square_sf
-    >>> round(chi_square_sf(3.841458820694124, 1), 6)   # the 5% point of chi2(1)
-    0.05
-    """
-    if dof < 1:
-        raise InputError(f"dof must be >= 1, got {dof}", argument="dof")
-    if statistic <= 0:
-        return 1.0
-    a, x = dof / 2.0, statistic / 2.0
-    log_prefix = -x + a * math.log(x) - math.lgamma(a)
-    if x < a + 1.0:  # P by its series, Q = 1 - P
-        term = total = 1.0 / a
-        n = a
-        for _ in range(10_000):
-            n += 1.0
-            term *= x / n
-            total += term
-            if abs(term) < abs(total) * 1e-16:
-                break
-        return max(0.0, 1.0 - total * math.exp(log_prefix))
-    # Q by Lentz's continued fraction.
-    tiny = 1e-300
-    b = x + 1.0 - a
-    c, d = 1.0 / tiny, 1.0 / b
-    h = d
-    for i in range(1, 10_000):
-        an = -i * (i - a)
-        b += 2.0
-        d = an * d + b
-        d = tiny if abs(d) < tiny else d
-        c = b + an / c
-        c = tiny if abs(c) < tiny else c
-        d = 1.0 / d
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-16:
-            break
-    return math.exp(log_prefix) * h
-
-
 def _counts(x: Any, name: str) -> np.ndarray:
     from ._arrays import as_numpy
 

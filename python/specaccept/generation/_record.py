@@ -1,5 +1,5 @@
 """``generate(..., record=path)``: the verified steps of a run, saved in the
-``.npz`` layout :func:`specaccept.compare_methods` and ``python -m specaccept
+``.npz`` layout :func:`specaccept.lab.compare_methods` and ``python -m specaccept
 compare --from`` read (docs/spec.md section 6.6): one logged step per row per
 chain step, as probabilities (the target's rows after temperature, top-k and
 top-p; the draft's rows the drafts were drawn from)."""

@@ -76,7 +76,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 import specaccept
 from specaccept import reference
 

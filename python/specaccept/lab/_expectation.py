@@ -12,9 +12,9 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._arrays import float_array, int_array
-from ._errors import InputError
-from ._options import as_method
+from .._arrays import float_array, int_array
+from .._errors import InputError
+from .._options import as_method
 
 __all__ = ["expected_num_accepted", "expected_num_accepted_tree"]
 
@@ -61,7 +61,7 @@ def expected_num_accepted(
     >>> p = np.tile([1 / 3, 2 / 3], (4, 3, 1))
     >>> q = np.tile([2 / 3, 1 / 3], (4, 2, 1))
     >>> weights = np.array([4, 2, 2, 1]) / 9                # their draft probabilities
-    >>> [round(float(weights @ specaccept.expected_num_accepted(ids, p, q, method=m)), 6)
+    >>> [round(float(weights @ specaccept.lab.expected_num_accepted(ids, p, q, method=m)), 6)
     ...  for m in ("token", "block")]                      # 10/9 and 11/9
     [1.111111, 1.222222]
     """
@@ -210,8 +210,8 @@ def expected_num_accepted_tree(
     >>> ids, parents = np.array([[0, 0, 1]]), np.array([-1, 0, 1])    # a chain of 2
     >>> p = np.tile([1 / 3, 2 / 3], (1, 3, 1))
     >>> q = np.tile([2 / 3, 1 / 3], (1, 3, 1))
-    >>> tree = specaccept.expected_num_accepted_tree(ids, parents, p, q, method="traversal")
-    >>> chain = specaccept.expected_num_accepted(ids[:, 1:], p, q[:, 1:], method="block")
+    >>> tree = specaccept.lab.expected_num_accepted_tree(ids, parents, p, q, method="traversal")
+    >>> chain = specaccept.lab.expected_num_accepted(ids[:, 1:], p, q[:, 1:], method="block")
     >>> bool(np.isclose(tree[0], chain[0]))
     True
     """

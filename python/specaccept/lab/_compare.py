@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._api import verify
-from ._arrays import float_array, int_array
-from ._errors import InputError
+from .._api import verify
+from .._arrays import float_array, int_array
+from .._errors import InputError
+from .._options import CHAIN_METHODS, LOSSY_METHODS, TYPICAL_DELTA, TYPICAL_EPSILON
 from ._expectation import expected_num_accepted
-from ._options import CHAIN_METHODS, LOSSY_METHODS, TYPICAL_DELTA, TYPICAL_EPSILON
 
 __all__ = ["MethodComparison", "MethodResult", "compare_methods"]
 
@@ -270,7 +270,7 @@ def compare_methods(
     >>> ids = np.array([[0, 0]] * 4 + [[0, 1]] * 2 + [[1, 0]] * 2 + [[1, 1]])
     >>> p = np.tile([1 / 3, 2 / 3], (9, 3, 1))
     >>> q = np.tile([2 / 3, 1 / 3], (9, 2, 1))
-    >>> c = specaccept.compare_methods(ids, p, q, methods=["token", "block"], samples=20)
+    >>> c = specaccept.lab.compare_methods(ids, p, q, methods=["token", "block"], samples=20)
     >>> [round(c[m].expected_accepted * 9, 6) for m in ("token", "block")]   # 10/9, 11/9
     [10.0, 11.0]
     """
