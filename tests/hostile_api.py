@@ -24,7 +24,7 @@ SETUP = r'''
 import copy, json, math, os, subprocess, sys
 import numpy as np
 import specaccept as sa
-from specaccept import generation, lab, ngram, reference
+from specaccept import generation, lab, lossy, ngram, reference
 from specaccept.compat import flashinfer, vllm
 
 B, K, V = 2, 3, 5
@@ -2333,8 +2333,8 @@ CASES.update(
             "ok",
         ),
         "verify: typical, float16 strided": (
-            "ok_ver(sa.verify(w(IDS()), w(P().astype(np.float16)[:, :, ::-1]), method='typical',"
-            " epsilon=0.5, delta=2.0, rng=0))",
+            "ok_ver(sa.verify(w(IDS()), w(P().astype(np.float16)[:, :, ::-1]),"
+            " method=lossy.Typical(epsilon=0.5, delta=2.0), rng=0))",
             "ok",
         ),
         "verify: typical, a zero row": (
@@ -2345,12 +2345,11 @@ CASES.update(
             "p = P(); p[0, 0, 4] = np.nan\nsa.verify(IDS(), p, method='typical', rng=0)",
             "ValueError",
         ),
-        "verify: typical, epsilon inf": (
-            "sa.verify(IDS(), P(), method='typical', epsilon=np.inf, rng=0)",
-            "ValueError",
-        ),
-        "verify: typical, delta list": (
-            "sa.verify(IDS(), P(), method='typical', delta=[0.3], rng=0)",
+        "lossy.Typical: epsilon inf": ("lossy.Typical(epsilon=np.inf)", "ValueError"),
+        "lossy.Typical: delta list": ("lossy.Typical(delta=[0.3])", "TypeError"),
+        "lossy.Typical: epsilon 10**400": ("lossy.Typical(epsilon=10**400)", "ValueError"),
+        "verify: a (name, parameters) pair as method": (
+            "sa.verify(IDS(), P(), method=('typical', {'epsilon': 0.1}), rng=0)",
             "TypeError",
         ),
         "verify: typical, broadcast 2**40 rows": (
@@ -2365,35 +2364,30 @@ CASES.update(
             "ok",
         ),
         "verify: synthetic": (
-            "ok_ver(sa.verify(w(IDS()), w(P()), method='synthetic', acceptance_rate=w(np.array("
-            "[0.5, 0.2, 0.9])), seeds=[1, 2], offsets=0))",
+            "ok_ver(sa.verify(w(IDS()), w(P()), method=lossy.Synthetic(rate=w(np.array("
+            "[0.5, 0.2, 0.9]))), seeds=[1, 2], offsets=0))",
             "ok",
         ),
         "verify: synthetic without a rate": (
             "sa.verify(IDS(), P(), method='synthetic', rng=0)",
             "ValueError",
         ),
-        "verify: synthetic rate NaN": (
-            "sa.verify(IDS(), P(), method='synthetic', acceptance_rate=np.nan, rng=0)",
+        "lossy.Synthetic: rate NaN": ("lossy.Synthetic(rate=np.nan)", "ValueError"),
+        "lossy.Synthetic: rates 2-D": ("lossy.Synthetic(rate=np.ones((3, 1)))", "TypeError"),
+        "lossy.Synthetic: rates of objects": ("lossy.Synthetic(rate=[None, 1, 2])", "TypeError"),
+        "lossy.Synthetic: rate str": ("lossy.Synthetic(rate='high')", "TypeError"),
+        "verify: synthetic rates for another K": (
+            "sa.verify(IDS(), P(), method=lossy.Synthetic(rate=[0.5, 0.5]), rng=0)",
             "ValueError",
         ),
-        "verify: synthetic rates 2-D": (
-            "sa.verify(IDS(), P(), method='synthetic', acceptance_rate=np.ones((3, 1)), rng=0)",
+        "lossy.Synthetic: huge rate array": (
+            "lossy.Synthetic(rate=np.broadcast_to(0.5, (2**30,)))",
             "ValueError",
-        ),
-        "verify: synthetic rates of objects": (
-            "sa.verify(IDS(), P(), method='synthetic', acceptance_rate=[None, 1, 2], rng=0)",
-            "TypeError",
-        ),
-        "verify: synthetic huge rate array": (
-            "sa.verify(IDS(), P(), method='synthetic',"
-            " acceptance_rate=np.broadcast_to(0.5, (2**40,)), rng=0)",
-            "ValueError|MemoryError",
         ),
         "vllm.verify: synthetic with rates": (
             "r = vllm.verify(w(np.array([1, 2, 3])), [2, 1], w(probs(3, 5)), None,"
-            " w(np.array([4, 4])), rejection_sample_method='synthetic', acceptance_rate=0.5,"
-            " rng=0)\nassert r.output_token_ids.shape == (2, 3)",
+            " w(np.array([4, 4])), rejection_sample_method='synthetic',"
+            " method=lossy.Synthetic(rate=0.5), rng=0)\nassert r.output_token_ids.shape == (2, 3)",
             "ok",
         ),
         "reference.verify: typical": (
@@ -2433,7 +2427,7 @@ CASES.update(
         ),
         "compare_methods: one-hot drafts, ragged": (
             "lab.compare_methods(w(IDS()), w(P()), None, num_draft_tokens=w(np.array([0, 3])),"
-            " samples=2, methods=['token', ('synthetic', {'acceptance_rate': 0.5})])",
+            " samples=2, methods=['token', lossy.Synthetic(rate=0.5)])",
             "ok",
         ),
         "compare_methods: bad probabilities": (

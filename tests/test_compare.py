@@ -13,6 +13,7 @@ import pytest
 import specaccept as sa
 from scipy import stats
 from specaccept import lab, reference
+from specaccept.lossy import Synthetic, Typical
 
 # Intervals checked at this level so that a correct implementation fails one
 # run in a million (the seeds are fixed, so a pass is reproducible).
@@ -49,7 +50,7 @@ def test_the_lossy_methods_on_the_toy_model() -> None:
         ids,
         p,
         q,
-        methods=["typical", ("synthetic", {"acceptance_rate": 0.5})],
+        methods=["typical", Synthetic(rate=0.5)],
         samples=400,
         confidence=STRICT,
     )
@@ -59,7 +60,7 @@ def test_the_lossy_methods_on_the_toy_model() -> None:
     # the first token follows q: TV(q, p) = 1/3.
     assert typical.expected_accepted == typical.mean_accepted == 2.0
     assert typical.tv_distance == pytest.approx(1 / 3)
-    synthetic = c["synthetic(acceptance_rate=0.5)"]
+    synthetic = c["synthetic(rate=0.5)"]
     assert synthetic.expected_accepted == pytest.approx(0.5 + 0.25)
     low, high = synthetic.accepted_interval
     assert low <= synthetic.expected_accepted <= high
@@ -68,7 +69,7 @@ def test_the_lossy_methods_on_the_toy_model() -> None:
     assert table.count("**lossy**") == 2 and "lossless" not in table
 
 
-def _first_token_law(method: str, p0, q0, rows: int, **params) -> np.ndarray:
+def _first_token_law(method, p0, q0, rows: int) -> np.ndarray:
     """Monte Carlo: drafts x_0 ~ q_0, the method's first emitted token."""
     ids = np.random.default_rng(1).choice(p0.size, p=q0, size=(rows, 1))
     result = sa.verify(
@@ -78,35 +79,29 @@ def _first_token_law(method: str, p0, q0, rows: int, **params) -> np.ndarray:
         method=method,
         seeds=np.arange(rows),
         offsets=0,
-        **params,
     )
     return np.bincount(result.output_token_ids[:, 0], minlength=p0.size)
 
 
-@pytest.mark.parametrize(
-    ("method", "params"),
-    [("typical", dict(epsilon=0.2, delta=0.3)), ("synthetic", dict(acceptance_rate=0.4))],
-)
-def test_the_closed_form_tv_matches_simulation(method: str, params: dict) -> None:
+@pytest.mark.parametrize("method", [Typical(epsilon=0.2, delta=0.3), Synthetic(rate=0.4)])
+def test_the_closed_form_tv_matches_simulation(method) -> None:
     # The law behind the reported TV, checked against 60,000 simulated steps
     # (chi-square, alpha = 1e-6): a wrong closed form would disagree.
     p0 = np.array([0.42, 0.3, 0.15, 0.08, 0.05])
     q0 = np.array([0.1, 0.2, 0.2, 0.3, 0.2])
     rows = 60_000
-    observed = _first_token_law(method, p0, q0, rows, **params)
+    observed = _first_token_law(method, p0, q0, rows)
     from specaccept.lab._compare import _next_token_tv, _typical_part, _typical_threshold
 
-    if method == "typical":
-        kept = p0 > _typical_threshold(p0, params)
-        law = np.where(kept, q0, 0) + (1 - q0[kept].sum()) * _typical_part(p0, params)
+    if isinstance(method, Typical):
+        kept = p0 > _typical_threshold(p0, method)
+        law = np.where(kept, q0, 0) + (1 - q0[kept].sum()) * _typical_part(p0, method)
     else:
         law = 0.4 * q0 + 0.6 * p0
     mask = law > 0
     assert observed[~mask].sum() == 0
     assert stats.chisquare(observed[mask], law[mask] * rows).pvalue > 1e-6
-    tv = _next_token_tv(
-        method, params, np.array([[0]]), np.stack([p0, p0])[None], q0[None, None], [1]
-    )
+    tv = _next_token_tv(method, np.array([[0]]), np.stack([p0, p0])[None], q0[None, None], [1])
     assert tv[0] == pytest.approx(0.5 * np.abs(law - p0).sum())
     assert tv[0] > 0.01
 
@@ -128,7 +123,7 @@ def test_deterministic_drafts_and_ragged_steps() -> None:
             "token",
             "block",
             "typical",
-            ("synthetic", {"acceptance_rate": [0.9, 0.8, 0.7, 0.6]}),
+            Synthetic(rate=[0.9, 0.8, 0.7, 0.6]),
         ],
     )
     for r in c.results:
@@ -152,9 +147,10 @@ def test_deterministic_drafts_and_ragged_steps() -> None:
         (dict(methods=[]), TypeError),
         (dict(methods=["medusa"]), ValueError),
         (dict(methods=["synthetic"]), ValueError),
-        (dict(methods=[("typical", {"alpha": 1})]), ValueError),
+        (dict(methods=[("typical", {"epsilon": 0.1})]), TypeError),
         (dict(methods=["token", "token"]), ValueError),
-        (dict(methods=[("typical", {"epsilon": -1})]), ValueError),
+        (dict(methods=["typical", Typical()]), ValueError),
+        (dict(methods=[Synthetic(rate=[0.5])]), ValueError),  # one rate for K = 2
         (dict(samples=1), ValueError),
         (dict(samples=2.5), TypeError),
         (dict(confidence=1.0), ValueError),

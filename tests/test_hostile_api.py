@@ -101,7 +101,7 @@ def test_every_public_function_is_in_the_matrix() -> None:
     import inspect
 
     import specaccept
-    from specaccept import generation, lab, ngram, reference
+    from specaccept import generation, lab, lossy, ngram, reference
     from specaccept.compat import flashinfer, vllm
 
     sources = "\n".join(source for source, _ in CASES.values())
@@ -114,6 +114,7 @@ def test_every_public_function_is_in_the_matrix() -> None:
         (ngram, "ngram."),
         (generation, "generation."),
         (lab, "lab."),
+        (lossy, "lossy."),
     ):
         for name in module.__all__:
             value = getattr(module, name)

@@ -14,6 +14,7 @@ import specaccept as sa
 from scipy import stats
 from specaccept import reference
 from specaccept.compat import vllm
+from specaccept.lossy import Synthetic, Typical
 
 ALPHA = 1e-6  # false-failure rate of each chi-square test (the draws are fixed by seeds)
 
@@ -35,8 +36,7 @@ def _accepted_lengths(rate, num_draft: int, rows: int = 40_000) -> np.ndarray:
     result = sa.verify(
         np.broadcast_to(ids, (rows, num_draft)),
         np.broadcast_to(p, (rows, num_draft + 1, 6)),
-        method="synthetic",
-        acceptance_rate=rate,
+        method=Synthetic(rate),
         seeds=np.arange(rows),
         offsets=3,
     )
@@ -77,8 +77,7 @@ def test_synthetic_next_token_is_drawn_from_the_target_row() -> None:
         np.zeros((rows, 1), np.int64),
         np.broadcast_to(p, (rows, 2, 4)),
         np.broadcast_to(q, (rows, 1, 4)),
-        method="synthetic",
-        acceptance_rate=0.0,
+        method=Synthetic(0.0),
         seeds=np.arange(rows),
         offsets=0,
     )
@@ -89,8 +88,7 @@ def test_synthetic_next_token_is_drawn_from_the_target_row() -> None:
     ones = sa.verify(
         np.zeros((5, 1), np.int64),
         np.broadcast_to(p, (5, 2, 4)),
-        method="synthetic",
-        acceptance_rate=1.0,
+        method=Synthetic(1.0),
         rng=0,
     )
     assert (ones.num_accepted == 1).all()
@@ -126,7 +124,7 @@ def test_typical_rule_on_hand_made_rows() -> None:
     r = sa.verify(np.array([[0]]), at, method="typical", rng=0)
     assert r.num_accepted[0] == 0
     # delta = 0 makes the threshold 0: every drafted token with p > 0 is kept.
-    r = sa.verify(np.array([[1, 2]]), p, method="typical", delta=0.0, rng=0)
+    r = sa.verify(np.array([[1, 2]]), p, method=Typical(delta=0.0), rng=0)
     assert r.num_accepted[0] == 2
 
 
@@ -167,12 +165,11 @@ def test_typical_matches_the_reference(kwargs: dict, draft: str) -> None:
     counts = np.array([4, 0, 2, 4, 1, 3, 4, 4, 0, 2, 3, 4])
     greedy = np.arange(12) % 5 == 0
     common = dict(
-        method="typical",
+        method=Typical(**kwargs),
         num_draft_tokens=counts,
         seeds=np.arange(12),
         offsets=1,
         greedy=greedy,
-        **kwargs,
     )
     qq = q if draft == "probs" else None
     got = sa.verify(ids, p, qq, **common)
@@ -188,7 +185,7 @@ def test_typical_matches_the_reference(kwargs: dict, draft: str) -> None:
 def test_synthetic_matches_the_reference() -> None:
     ids, p, q = _problem(10, 3, 20, seed=4)
     for rate in (0.0, 0.5, [0.9, 0.1, 1.0], 1.0):
-        common = dict(method="synthetic", acceptance_rate=rate, seeds=np.arange(10), offsets=2)
+        common = dict(method=Synthetic(rate), seeds=np.arange(10), offsets=2)
         got = sa.verify(ids, p, q, **common)
         want = reference.verify(ids, p, q, **common)
         assert np.array_equal(got.output_token_ids, want.output_token_ids)
@@ -223,12 +220,12 @@ def test_vllm_layer_takes_the_lossy_methods() -> None:
         draft,
         bonus,
         rejection_sample_method="synthetic",
-        acceptance_rate=1.0,
+        method=Synthetic(rate=1.0),
         rng=0,
     )
     assert synthetic.output_token_ids.tolist() == [[*ids[b], 7 + b] for b in range(3)]
     never = vllm.rejection_sample(
-        flat, [2, 2, 2], target, draft, bonus, method="synthetic", acceptance_rate=0.0, rng=0
+        flat, [2, 2, 2], target, draft, bonus, method=Synthetic(0.0), rng=0
     )
     assert (never[:, 1:] == -1).all()
     typical = vllm.verify(flat, [2, 2, 2], target, draft, bonus, method="typical", rng=0)
@@ -236,28 +233,52 @@ def test_vllm_layer_takes_the_lossy_methods() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "error", "argument"),
+    ("make", "error", "argument"),
     [
-        (dict(method="typical", epsilon=-0.1), ValueError, "epsilon"),
-        (dict(method="typical", delta=float("nan")), ValueError, "delta"),
-        (dict(method="typical", epsilon=True), TypeError, None),
-        (dict(method="typical", delta="0.3"), TypeError, None),
-        (dict(method="synthetic"), ValueError, "acceptance_rate"),
-        (dict(method="synthetic", acceptance_rate=1.5), ValueError, "acceptance_rate"),
-        (dict(method="synthetic", acceptance_rate=[0.5, -0.1, 0.5]), ValueError, "acceptance_rate"),
-        (dict(method="synthetic", acceptance_rate=[0.5, 0.5]), ValueError, "acceptance_rate"),
-        (dict(method="synthetic", acceptance_rate="high"), TypeError, None),
-        (dict(method="synthetic", acceptance_rate=np.nan), ValueError, "acceptance_rate"),
-        (dict(method="token", epsilon=0.1), ValueError, "epsilon"),
-        (dict(method="block", acceptance_rate=0.5), ValueError, "acceptance_rate"),
-        (dict(method="medusa"), ValueError, "method"),
+        (lambda: Typical(epsilon=-0.1), ValueError, "epsilon"),
+        (lambda: Typical(delta=float("nan")), ValueError, "delta"),
+        (lambda: Typical(epsilon=True), TypeError, None),
+        (lambda: Typical(delta="0.3"), TypeError, None),
+        (lambda: Typical(epsilon=10**400), ValueError, "epsilon"),
+        (lambda: Synthetic(rate=1.5), ValueError, "rate"),
+        (lambda: Synthetic(rate=[0.5, -0.1, 0.5]), ValueError, "rate"),
+        (lambda: Synthetic(rate="high"), TypeError, None),
+        (lambda: Synthetic(rate=np.nan), ValueError, "rate"),
+        (lambda: Synthetic(rate=np.ones((2, 2))), TypeError, None),
+        (lambda: Synthetic(rate=[None]), TypeError, None),
     ],
 )
-def test_bad_lossy_arguments(kwargs, error, argument) -> None:
+def test_lossy_values_are_checked_when_made(make, error, argument) -> None:
+    with pytest.raises(error) as caught:
+        make()
+    if argument is not None:
+        assert caught.value.argument == argument
+
+
+def test_lossy_values_are_frozen_and_shown_as_their_label() -> None:
+    assert repr(Typical()) == "typical(epsilon=0.09, delta=0.3)"
+    assert repr(Synthetic(0.6)) == "synthetic(rate=0.6)"
+    assert repr(Synthetic([0.9, 0.5])) == "synthetic(rate=[0.9, 0.5])"
+    assert Typical() == Typical(0.09, 0.3) and hash(Synthetic([0.5])) == hash(Synthetic((0.5,)))
+    with pytest.raises(AttributeError):
+        Typical().epsilon = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("method", "error", "argument"),
+    [
+        ("synthetic", ValueError, "method"),
+        (Synthetic(rate=[0.5, 0.5]), ValueError, "method"),  # two rates for K = 3
+        ("medusa", ValueError, "method"),
+        (("typical", {"epsilon": 0.1}), TypeError, None),
+        (0.5, TypeError, None),
+    ],
+)
+def test_bad_methods(method, error, argument) -> None:
     ids, p, q = _problem(2, 3, 5)
     for verify in (sa.verify, reference.verify):
         with pytest.raises(error) as caught:
-            verify(ids, p, q, rng=0, **kwargs)
+            verify(ids, p, q, rng=0, method=method)
         if argument is not None:
             assert caught.value.argument == argument, (verify, caught.value)
 
@@ -269,8 +290,8 @@ def test_bad_lossy_arguments(kwargs, error, argument) -> None:
     "method",
     [
         dict(method="typical"),
-        dict(method="typical", epsilon=0.02, delta=0.5),
-        dict(method="synthetic", acceptance_rate=[0.8, 0.5, 0.3]),
+        dict(method=Typical(epsilon=0.02, delta=0.5)),
+        dict(method=Synthetic(rate=[0.8, 0.5, 0.3])),
     ],
     ids=str,
 )

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import specaccept
-from specaccept import _api, _logits, _result, _stats, _threads, _tree, reference
+from specaccept import _api, _logits, _result, _stats, _threads, _tree, lossy, reference
 from specaccept.compat import flashinfer, vllm
 from specaccept.generation import _drafters, _loop
 
@@ -27,7 +27,8 @@ PUBLIC_FUNCTIONS = [
 
 
 @pytest.mark.parametrize(
-    "module", [_api, _logits, _result, _stats, _threads, _tree, vllm, flashinfer, _loop, _drafters]
+    "module",
+    [_api, _logits, _result, _stats, _threads, _tree, vllm, flashinfer, _loop, _drafters, lossy],
 )
 def test_docstring_examples_run(module):
     result = doctest.testmod(module, optionflags=doctest.NORMALIZE_WHITESPACE)

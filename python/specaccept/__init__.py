@@ -6,7 +6,7 @@ target model exactly. The work runs in Rust over NumPy buffers read in place;
 :mod:`specaccept.reference` is the pure-Python oracle it matches token for token.
 """
 
-from . import lab  # noqa: F401  (specaccept.lab: the verifier laboratory)
+from . import lab, lossy  # noqa: F401  (subpackages: the laboratory, the lossy methods)
 from ._api import (
     RngLike,
     acceptance_mask,

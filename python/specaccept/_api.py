@@ -17,8 +17,13 @@ from ._errors import InputError
 from ._options import as_greedy, chain_rule, isolating, out_buffers
 from ._result import Verification, finish
 from ._uniforms import CounterLike, RngLike, draw_missing, draw_uniforms
+from .lossy import Synthetic, Typical
+
+#: What ``method=`` takes: a method's name, or a :mod:`specaccept.lossy` value.
+Method = Literal["token", "block", "typical"] | Typical | Synthetic
 
 __all__ = [
+    "Method",
     "RngLike",
     "acceptance_mask",
     "acceptance_rate",
@@ -44,10 +49,7 @@ def verify(
     out: Verification | tuple[npt.NDArray[np.int64], ...] | None = None,
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
-    method: Literal["token", "block", "typical", "synthetic"] = "token",
-    epsilon: float | None = None,
-    delta: float | None = None,
-    acceptance_rate: float | npt.ArrayLike | None = None,
+    method: Method = "token",
 ) -> Verification:
     """Verify drafted tokens against the target model (speculative sampling).
 
@@ -117,7 +119,7 @@ def verify(
         and every other row gets exactly the tokens it gets in a batch without
         the bad rows (given the same uniforms: pass ``uniforms`` or one Generator
         per row to make a row's draws its own). Shape errors still raise.
-    method : ``"token"`` or ``"block"``
+    method : ``"token"``, ``"block"``, or a lossy method
         How sampled rows decide their accepted prefix. ``"token"`` (default):
         position by position, stopping at the first rejection. ``"block"``:
         block verification (Sun et al., ICLR 2025), which decides the prefix of
@@ -131,18 +133,16 @@ def verify(
         verified by argmax either way. See docs/spec.md section 2.6.
 
         Two **lossy** methods, for comparison and load tests only (their output
-        does not follow the target; docs/methods.md): ``"typical"``, Medusa's
-        typical acceptance (Cai et al., 2024): ``x_t`` is accepted iff
+        does not follow the target; docs/methods.md), as :mod:`specaccept.lossy`
+        values: ``lossy.Typical(epsilon=0.09, delta=0.3)`` (or ``"typical"``),
+        Medusa's typical acceptance (Cai et al., 2024): ``x_t`` is accepted iff
         ``p_t(x_t) / S > min(epsilon, delta * exp(-H))`` with ``S`` the row's
         sum and ``H`` the entropy of ``p_t / S``, and the next token is drawn
         from the row at the stop restricted to the entries at or above that
-        threshold (docs/spec.md section 2.7). ``"synthetic"``: position ``t`` is
-        accepted iff ``u_t < acceptance_rate[t]``, whatever the probabilities,
-        and the next token is drawn from the target row at the stop (section 2.8).
-    epsilon, delta : float, optional
-        Typical acceptance's parameters (defaults ``0.09`` and ``0.3``, Medusa's).
-    acceptance_rate : float or array ``[K]``, optional
-        Synthetic acceptance's rate per position (a scalar for every position).
+        threshold (docs/spec.md section 2.7). ``lossy.Synthetic(rate)``:
+        position ``t`` is accepted iff ``u_t < rate[t]``, whatever the
+        probabilities, and the next token is drawn from the target row at the
+        stop (section 2.8).
 
     Returns
     -------
@@ -177,10 +177,10 @@ def verify(
     """
     convert = like_converter(like)
     isolate = isolating(errors)
-    if method == "token" and epsilon is None and delta is None and acceptance_rate is None:
+    if method == "token":
         rule: Any = None  # the serving loop's case: nothing to normalise
     else:
-        rule = chain_rule(method, epsilon, delta, acceptance_rate, _num_draft(draft_token_ids))
+        rule = chain_rule(method, _num_draft(draft_token_ids))
     greedy_rows = as_greedy(greedy)
     buffers = out_buffers(out)
     ids, u, ru, draws = draft_token_ids, uniforms, recovery_uniforms, None

@@ -8,6 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _native
+from ._api import Method
 from ._arrays import as_numpy, float_array, int_array, like_converter
 from ._errors import InputError
 from ._options import chain_rule, isolating
@@ -85,10 +86,7 @@ def verify_logits(
     offsets: CounterLike = None,
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
-    method: Literal["token", "block", "typical", "synthetic"] = "token",
-    epsilon: float | None = None,
-    delta: float | None = None,
-    acceptance_rate: float | npt.ArrayLike | None = None,
+    method: Method = "token",
     draft_token_probs: npt.ArrayLike | None = None,
 ) -> Verification:
     """Verify drafted tokens from logits, with the engine's sampling transform.
@@ -141,12 +139,9 @@ def verify_logits(
         transform on all its rows (the screen and the top-k candidate path,
         which prove token decisions, are not used), and, going down from the
         last position, transforms one more pair of rows per step. The **lossy**
-        ``"typical"`` and ``"synthetic"`` (with ``epsilon``/``delta`` and
-        ``acceptance_rate``) apply :func:`verify`'s rules to the transformed
-        target rows; typical reads every target row up to the stop, and neither
-        reads the draft logits.
-    epsilon, delta, acceptance_rate
-        As for :func:`verify`.
+        :mod:`specaccept.lossy` values (``Typical``, ``Synthetic``) apply
+        :func:`verify`'s rules to the transformed target rows; typical reads
+        every target row up to the stop, and neither reads the draft logits.
     draft_token_probs : float array ``[B, K]``, optional
         The drafter's own ``q_t(x_t)``: the probability it sampled each draft
         with (it has it: it drew ``x_t`` from that row). The token rule then
@@ -173,7 +168,7 @@ def verify_logits(
     convert = like_converter(like)
     isolate = isolating(errors)
     ids = int_array(draft_token_ids, "draft_token_ids")
-    rule = chain_rule(method, epsilon, delta, acceptance_rate, ids.shape[1] if ids.ndim == 2 else 0)
+    rule = chain_rule(method, ids.shape[1] if ids.ndim == 2 else 0)
     target = float_array(target_logits, "target_logits")
     draft = None if draft_logits is None else float_array(draft_logits, "draft_logits")
     if ids.ndim != 2:

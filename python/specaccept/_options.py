@@ -1,5 +1,5 @@
 """The verifiers' arguments that are not arrays of values: ``greedy=``,
-``errors=`` and ``out=``, normalised once for every entry point."""
+``errors=``, ``out=`` and ``method=``, normalised once for every entry point."""
 
 from __future__ import annotations
 
@@ -27,11 +27,9 @@ __all__ = [
 CHAIN_METHODS = ("token", "block")
 
 #: The lossy methods of ``verify`` and the vLLM layer (docs/spec.md sections 2.7,
-#: 2.8): their output does not follow the target distribution.
+#: 2.8): their output does not follow the target distribution. Their values are
+#: :mod:`specaccept.lossy`'s; ``"typical"`` is a shorthand for ``Typical()``.
 LOSSY_METHODS = ("typical", "synthetic")
-
-#: Medusa's defaults of typical acceptance (vLLM's former defaults).
-TYPICAL_EPSILON, TYPICAL_DELTA = 0.09, 0.3
 
 #: The verification methods of trees (``verify_tree``): ``"token"`` (top-down
 #: multi-round rejection sampling) and ``"traversal"`` (leaves first, path rates).
@@ -60,74 +58,31 @@ def as_method(method: Any, methods: tuple[str, ...] = CHAIN_METHODS, name: str =
     return method
 
 
-def chain_rule(method: Any, epsilon: Any, delta: Any, acceptance_rate: Any, num_draft: int) -> Any:
-    """``method=`` with its parameters, as the native layer takes it: ``"token"``,
-    ``"block"``, ``("typical", epsilon, delta)`` or ``("synthetic", rates [K])``.
-    A parameter given to a method that has none is an :class:`InputError`."""
-    rule = as_method(method, CHAIN_METHODS + LOSSY_METHODS)
-    for name, value, owner in (
-        ("epsilon", epsilon, "typical"),
-        ("delta", delta, "typical"),
-        ("acceptance_rate", acceptance_rate, "synthetic"),
-    ):
-        if value is not None and rule != owner:
-            raise InputError(
-                f"{name} applies to method={owner!r}, not method={rule!r}", argument=name
-            )
-    if rule == "typical":
-        return (
-            "typical",
-            _non_negative(TYPICAL_EPSILON if epsilon is None else epsilon, "epsilon"),
-            _non_negative(TYPICAL_DELTA if delta is None else delta, "delta"),
-        )
-    if rule == "synthetic":
-        if acceptance_rate is None:
-            raise InputError(
-                "acceptance_rate: method='synthetic' needs it (a rate in [0, 1], or one per "
-                "draft position)",
-                argument="acceptance_rate",
-            )
-        return ("synthetic", _rates(acceptance_rate, num_draft))
-    return rule
+def chain_rule(method: Any, num_draft: int, methods: tuple[str, ...] = CHAIN_METHODS) -> Any:
+    """``method=`` as the native layer takes it: ``"token"``, ``"block"``,
+    ``("typical", epsilon, delta)`` or ``("synthetic", rates [K])``. A string names
+    a method without parameters (``"typical"`` is ``lossy.Typical()``); the lossy
+    methods with parameters are :mod:`specaccept.lossy` values."""
+    from .lossy import Synthetic, Typical
 
-
-def _non_negative(value: Any, name: str) -> float:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    number = float(value)
-    if not (np.isfinite(number) and number >= 0):
-        raise InputError(f"{name} must be a finite number >= 0, got {number!r}", argument=name)
-    return number
-
-
-def _rates(acceptance_rate: Any, num_draft: int) -> np.ndarray:
-    """The synthetic rates as a float64 array ``[K]`` (a scalar: the same at every position)."""
-    if isinstance(acceptance_rate, (bool, np.bool_)):
-        raise TypeError("acceptance_rate must be a number or an array of numbers, got bool")
-    rates = as_numpy(acceptance_rate, "acceptance_rate")
-    if isinstance(rates, (int, float, np.number)):
-        rates = np.full(num_draft, float(rates))
-    elif isinstance(rates, (list, tuple)):
-        if not all(
-            isinstance(a, (int, float, np.number)) and not isinstance(a, (bool, np.bool_))
-            for a in rates
-        ):
-            raise TypeError("acceptance_rate must be a number or a sequence of numbers")
-        rates = np.asarray(rates, dtype=np.float64)
-    if not isinstance(rates, np.ndarray) or rates.dtype.kind not in "fiu":
+    if isinstance(method, Typical):
+        return ("typical", method.epsilon, method.delta)
+    if isinstance(method, Synthetic):
+        return ("synthetic", method.rates(num_draft))
+    if not isinstance(method, str):
         raise TypeError(
-            "acceptance_rate must be a number or an array of numbers, got "
-            f"{type(acceptance_rate).__name__}"
+            f"method must be one of {(*methods, 'typical')} or a specaccept.lossy value "
+            f"(Typical, Synthetic), got {type(method).__name__}"
         )
-    if rates.ndim == 0:
-        rates = np.full(num_draft, float(rates))
-    if rates.shape != (num_draft,):
+    if method == "typical":
+        default = Typical()
+        return ("typical", default.epsilon, default.delta)
+    if method == "synthetic":
         raise InputError(
-            f"acceptance_rate: has shape {rates.shape}, expected ({num_draft},) (one per draft "
-            "position) or a scalar",
-            argument="acceptance_rate",
+            "method='synthetic' needs a rate: method=specaccept.lossy.Synthetic(rate=...)",
+            argument="method",
         )
-    return np.ascontiguousarray(rates, dtype=np.float64)
+    return as_method(method, (*methods, "typical"))
 
 
 def isolating(errors: Any) -> bool:

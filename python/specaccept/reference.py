@@ -631,9 +631,6 @@ def verify(
     like=None,
     errors="raise",
     method="token",
-    epsilon=None,
-    delta=None,
-    acceptance_rate=None,
 ) -> Verification:
     """Reference of :func:`specaccept.verify`: the same arguments, the same result.
 
@@ -644,7 +641,7 @@ def verify(
     isolate = _isolating(errors)
     # Types of every argument first, then shapes, then values row by row.
     ids = _ints(draft_token_ids, "draft_token_ids")
-    rule = chain_rule(method, epsilon, delta, acceptance_rate, ids.shape[1] if ids.ndim == 2 else 0)
+    rule = chain_rule(method, ids.shape[1] if ids.ndim == 2 else 0)
     p = _floats(target_probs, "target_probs")
     q = None if draft_probs is None else _floats(draft_probs, "draft_probs")
     counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
@@ -681,15 +678,6 @@ def verify(
     vocab = _chain_shapes(p, "target_probs", q, "draft_probs", counts, u, ru, batch, num_draft)
     greedy_rows = _greedy_rows(greedy, batch)
     _out_shapes(buffers, batch, num_draft)
-    if isinstance(rule, tuple) and rule[0] == "synthetic":
-        for t, rate in enumerate(rule[1].tolist()):
-            if not 0.0 <= rate <= 1.0:
-                raise _bad(
-                    f"acceptance_rate[{t}] = {rate!r}: an acceptance rate must lie in [0, 1]",
-                    "acceptance_rate",
-                    (t,),
-                )
-
     source = "draft_token_ids [B, K]"
     output_token_ids = _full((batch, num_draft + 1), -1, np.int64, "output_token_ids", source)
     num_accepted = _full((batch,), 0, np.int64, "num_accepted", source)
@@ -1332,9 +1320,6 @@ def verify_logits(
     like=None,
     errors="raise",
     method="token",
-    epsilon=None,
-    delta=None,
-    acceptance_rate=None,
     draft_token_probs=None,
 ) -> Verification:
     """Reference of :func:`specaccept.verify_logits`: the transform, row by row, then
@@ -1342,7 +1327,7 @@ def verify_logits(
     like_converter(like)
     isolate = _isolating(errors)
     ids = _ints(draft_token_ids, "draft_token_ids")
-    rule = chain_rule(method, epsilon, delta, acceptance_rate, ids.shape[1] if ids.ndim == 2 else 0)
+    rule = chain_rule(method, ids.shape[1] if ids.ndim == 2 else 0)
     block = rule == "block"
     logits = _floats(target_logits, "target_logits")
     given_q = None if draft_token_probs is None else _floats(draft_token_probs, "draft_token_probs")

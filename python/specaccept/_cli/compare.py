@@ -18,6 +18,7 @@ from typing import Any
 from .._errors import InputError
 from ..lab import MethodComparison, compare_methods
 from ..lab._steps import NPZ_ARRAYS, builtin_steps, builtin_trees, load_steps
+from ..lossy import Synthetic, Typical
 from .progress import progress_bar
 
 
@@ -70,13 +71,9 @@ def _ks(text: str) -> list[int]:
 
 
 def _methods(args: argparse.Namespace) -> list[Any]:
-    methods: list[Any] = [
-        "token",
-        "block",
-        ("typical", {"epsilon": args.epsilon, "delta": args.delta}),
-    ]
+    methods: list[Any] = ["token", "block", Typical(epsilon=args.epsilon, delta=args.delta)]
     if args.synthetic is not None:
-        methods.append(("synthetic", {"acceptance_rate": args.synthetic}))
+        methods.append(Synthetic(rate=args.synthetic))
     return methods
 
 

@@ -37,9 +37,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import _native
+from .._api import Method
 from .._arrays import as_numpy, float_array, int_array, like_converter
 from .._errors import InputError
-from .._options import CHAIN_METHODS, LOSSY_METHODS, as_greedy, as_method, chain_rule, isolating
+from .._options import as_greedy, chain_rule, isolating
 from .._result import Verification, finish
 from .._uniforms import CounterLike, as_generator, draw_uniforms, seeded
 
@@ -81,11 +82,8 @@ def verify(
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
-    method: Literal["token", "block", "typical", "synthetic"] = "token",
+    method: Method = "token",
     rejection_sample_method: str | None = None,
-    epsilon: float | None = None,
-    delta: float | None = None,
-    acceptance_rate: float | npt.ArrayLike | None = None,
 ) -> Verification:
     """Verify a step in vLLM's flat layout; the full :class:`~specaccept.Verification`.
 
@@ -123,15 +121,13 @@ def verify(
         is the target's argmax, emit the argmax at the first mismatch.
     like : array or tensor, optional
         The framework of the results, as for :func:`specaccept.verify`.
-    method : ``"token"`` or ``"block"``
-        As for :func:`specaccept.verify`: token-by-token or block verification.
+    method : ``"token"``, ``"block"`` or a :mod:`specaccept.lossy` value
+        As for :func:`specaccept.verify` (a per-position synthetic rate has one
+        value per position of the longest request, ``[max_k]``).
     rejection_sample_method : ``"standard"``, ``"block"`` or ``"synthetic"``, optional
         vLLM's name of the same option (its ``SpeculativeConfig``):
         ``"standard"`` is ``method="token"``; ``"synthetic"`` (a load generator,
-        lossy) needs ``acceptance_rate``.
-    epsilon, delta, acceptance_rate
-        The lossy methods' parameters, as for :func:`specaccept.verify`
-        (``acceptance_rate``: a scalar or one per position ``[max_k]``).
+        lossy) takes its rate from ``method=lossy.Synthetic(rate=...)``.
     errors : ``"raise"`` or ``"isolate"``
         As for :func:`specaccept.verify`; an isolated request's error is in
         ``result.errors[b]`` (``b`` the request; its ``index`` is into the flat
@@ -157,7 +153,7 @@ def verify(
     named = _method(method, rejection_sample_method)
     ids = int_array(draft_token_ids, "draft_token_ids")
     counts = _counts(num_draft_tokens)
-    rule = chain_rule(named, epsilon, delta, acceptance_rate, _max_count(counts, ids))
+    rule = chain_rule(named, _max_count(counts, ids))
     target = float_array(target_probs, "target_probs")
     draft = None if draft_probs is None else float_array(draft_probs, "draft_probs")
     bonus = int_array(as_numpy(bonus_token_ids, "bonus_token_ids"), "bonus_token_ids")
@@ -223,11 +219,8 @@ def rejection_sample(
     offsets: CounterLike = None,
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
-    method: Literal["token", "block", "typical", "synthetic"] = "token",
+    method: Method = "token",
     rejection_sample_method: str | None = None,
-    epsilon: float | None = None,
-    delta: float | None = None,
-    acceptance_rate: float | npt.ArrayLike | None = None,
 ) -> Any:
     """vLLM's ``rejection_sample``: ``output_token_ids [B, max_spec_len + 1]``, int32.
 
@@ -258,9 +251,6 @@ def rejection_sample(
         greedy=greedy,
         method=method,
         rejection_sample_method=rejection_sample_method,
-        epsilon=epsilon,
-        delta=delta,
-        acceptance_rate=acceptance_rate,
     )
     ids = result.output_token_ids.astype(np.int32)
     convert = like_converter(like)
@@ -271,11 +261,11 @@ def rejection_sample(
 VLLM_METHODS = {"standard": "token", "block": "block", "synthetic": "synthetic"}
 
 
-def _method(method: Any, rejection_sample_method: Any) -> str:
-    """``method=`` or vLLM's ``rejection_sample_method=``, as one of ours."""
-    rule = as_method(method, CHAIN_METHODS + LOSSY_METHODS)
+def _method(method: Any, rejection_sample_method: Any) -> Any:
+    """``method=`` or vLLM's ``rejection_sample_method=``, as one method (a name or
+    a :mod:`specaccept.lossy` value)."""
     if rejection_sample_method is None:
-        return rule
+        return method
     names = "'standard', 'block' or 'synthetic'"
     if not isinstance(rejection_sample_method, str):
         raise TypeError(
@@ -287,12 +277,21 @@ def _method(method: Any, rejection_sample_method: Any) -> str:
             argument="rejection_sample_method",
         )
     named = VLLM_METHODS[rejection_sample_method]
-    if method != "token" and named != rule:
-        raise InputError(
-            f"method={method!r} and rejection_sample_method={rejection_sample_method!r} disagree",
-            argument="rejection_sample_method",
-        )
-    return named
+    given = getattr(method, "name", method)  # a lossy value's method name
+    if isinstance(given, str) and given == named:
+        return method
+    if isinstance(method, str) and method == "token":
+        if named == "synthetic":
+            raise InputError(
+                "rejection_sample_method='synthetic' needs its rate: "
+                "method=specaccept.lossy.Synthetic(rate=...)",
+                argument="method",
+            )
+        return named
+    raise InputError(
+        f"method={method!r} and rejection_sample_method={rejection_sample_method!r} disagree",
+        argument="rejection_sample_method",
+    )
 
 
 def parse_output(output_token_ids: npt.ArrayLike, vocab_size: int) -> list[list[int]]:

@@ -33,7 +33,8 @@ import numpy.typing as npt
 from .._api import verify
 from .._arrays import float_array, int_array
 from .._errors import InputError
-from .._options import CHAIN_METHODS, LOSSY_METHODS, TYPICAL_DELTA, TYPICAL_EPSILON
+from .._options import CHAIN_METHODS
+from ..lossy import Synthetic, Typical
 from ._expectation import expected_num_accepted
 
 __all__ = ["MethodComparison", "MethodResult", "compare_methods"]
@@ -147,55 +148,42 @@ class MethodComparison:
         return out.getvalue()
 
 
-def _method_specs(methods: Any) -> list[tuple[str, str, dict[str, Any]]]:
-    """``methods`` as ``(label, name, kwargs)`` triples, checked."""
+def _method_specs(methods: Any) -> list[tuple[str, Any]]:
+    """``methods`` as ``(label, method)`` pairs, checked: a method is ``"token"``,
+    ``"block"``, ``"typical"`` (``lossy.Typical()``) or a :mod:`specaccept.lossy`
+    value; its label is its name or the value's repr."""
     if isinstance(methods, str) or not isinstance(methods, Sequence) or not methods:
         raise TypeError(
-            "methods must be a non-empty sequence of method names or (name, {parameters}) pairs"
+            "methods must be a non-empty sequence of method names or specaccept.lossy values"
         )
-    specs = []
+    specs: list[tuple[str, Any]] = []
     for item in methods:
-        if isinstance(item, str):
-            name, params = item, {}
-        elif (
-            isinstance(item, (tuple, list))
-            and len(item) == 2
-            and isinstance(item[0], str)
-            and isinstance(item[1], dict)
-        ):
-            name, params = item[0], dict(item[1])
-        else:
-            raise TypeError(f"methods: {item!r:.60} is not a name or a (name, {{parameters}}) pair")
-        if name not in CHAIN_METHODS + LOSSY_METHODS:
+        if isinstance(item, (Typical, Synthetic)):
+            specs.append((repr(item), item))
+            continue
+        if not isinstance(item, str):
+            raise TypeError(
+                f"methods: {item!r:.60} is not a method name or a specaccept.lossy value"
+            )
+        if item == "typical":
+            specs.append((repr(Typical()), Typical()))
+        elif item in CHAIN_METHODS:
+            specs.append((item, item))
+        elif item == "synthetic":
             raise InputError(
-                f"methods: {name!r} is not one of {CHAIN_METHODS + LOSSY_METHODS}",
+                "methods: 'synthetic' needs a rate: specaccept.lossy.Synthetic(rate=...)",
                 argument="methods",
             )
-        allowed = {"typical": {"epsilon", "delta"}, "synthetic": {"acceptance_rate"}}.get(
-            name, set()
-        )
-        unknown = set(params) - allowed
-        if unknown:
+        else:
             raise InputError(
-                f"methods: {name!r} takes no parameter {sorted(unknown)}", argument="methods"
+                f"methods: {item!r:.40} is not one of {(*CHAIN_METHODS, 'typical')} "
+                "or a specaccept.lossy value",
+                argument="methods",
             )
-        if name == "typical":
-            params.setdefault("epsilon", TYPICAL_EPSILON)
-            params.setdefault("delta", TYPICAL_DELTA)
-        if name == "synthetic" and "acceptance_rate" not in params:
-            raise InputError("methods: 'synthetic' needs an acceptance_rate", argument="methods")
-        shown = ", ".join(f"{k}={_show(v)}" for k, v in params.items())
-        specs.append((f"{name}({shown})" if shown else name, name, params))
-    labels = [label for label, _, _ in specs]
+    labels = [label for label, _ in specs]
     if len(set(labels)) != len(labels):
         raise InputError("methods: a method is listed twice", argument="methods")
     return specs
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return "[" + ", ".join(f"{float(v):g}" for v in np.ravel(value)) + "]"
-    return f"{float(value):g}"
 
 
 def compare_methods(
@@ -226,11 +214,11 @@ def compare_methods(
     target_probs : float array ``[N, K+1, V]``
     draft_probs : float array ``[N, K, V]``, optional
         The laws the drafts were sampled from; ``None`` for deterministic drafts.
-    methods : sequence of names or ``(name, {parameters})`` pairs
-        Of ``"token"``, ``"block"`` (lossless), ``"typical"`` (``epsilon``,
-        ``delta``; defaults Medusa's) and ``"synthetic"`` (``acceptance_rate``,
-        required), all **lossy** but the first two. Default: token, block and
-        typical with its defaults.
+    methods : sequence of method names or :mod:`specaccept.lossy` values
+        ``"token"``, ``"block"`` (lossless), ``"typical"`` (``lossy.Typical()``,
+        Medusa's defaults), ``lossy.Typical(epsilon, delta)`` and
+        ``lossy.Synthetic(rate)``, all **lossy** but the first two. Default:
+        token, block and typical.
     num_draft_tokens : int array ``[N]``, optional
         Drafts per step, as for :func:`verify`.
     samples : int
@@ -307,7 +295,7 @@ def compare_methods(
         ) from None
     total_runs = len(specs) * int(samples)
     results = []
-    for m, (label, name, params) in enumerate(specs):
+    for m, (label, method) in enumerate(specs):
         # Per step: the sums of the accepted counts and of their squares (O(N) memory).
         total = np.zeros(steps)
         squares = np.zeros(steps)
@@ -321,8 +309,7 @@ def compare_methods(
                 num_draft_tokens=counts,
                 seeds=seeds,
                 offsets=offsets,
-                method=name,  # type: ignore[arg-type]
-                **params,
+                method=method,
             )
             accepted = result.num_accepted.astype(np.float64)
             if r == 0:
@@ -331,20 +318,20 @@ def compare_methods(
             squares += accepted * accepted
             if progress is not None:
                 progress(m * int(samples) + r + 1, total_runs)
-        expected = _expected(name, params, ids, p, q, counts, k_rows, first)
+        expected = _expected(method, ids, p, q, counts, k_rows, first)
         mean = float(total.sum()) / (steps * samples) if steps else 0.0
         # Within-step variance: the interval of the mean over runs around the
         # mean of the steps' expectations.
         step_means = total / samples
         variances = np.maximum(squares - samples * step_means**2, 0.0) / (samples - 1)
         half = z * math.sqrt(float(variances.sum()) / samples) / steps if steps else 0.0
-        tv = _next_token_tv(name, params, ids, p, q, k_rows)
+        tv = _next_token_tv(method, ids, p, q, k_rows)
         tv_half = z * float(tv.std(ddof=1)) / math.sqrt(steps) if steps > 1 else 0.0
         results.append(
             MethodResult(
                 method=label,
-                name=name,
-                lossless=name in CHAIN_METHODS,
+                name=getattr(method, "name", method),
+                lossless=isinstance(method, str),
                 mean_accepted=mean,
                 accepted_interval=(mean - half, mean + half),
                 expected_accepted=float(expected.mean()) if steps else 0.0,
@@ -361,29 +348,30 @@ def compare_methods(
     return MethodComparison(results, steps, int(samples), float(confidence), meta)
 
 
-def _expected(name, params, ids, p, q, counts, k_rows, first_run) -> np.ndarray:
+def _expected(method, ids, p, q, counts, k_rows, first_run) -> np.ndarray:
     """Each step's exact expectation of the accepted drafts over the uniforms."""
-    if name in CHAIN_METHODS:
-        return expected_num_accepted(ids, p, q, method=name, num_draft_tokens=counts)
-    if name == "typical":
+    if isinstance(method, str):
+        named: Any = method  # "token" or "block"
+        return expected_num_accepted(ids, p, q, method=named, num_draft_tokens=counts)
+    if isinstance(method, Typical):
         return first_run  # decided without the uniforms: every run is the expectation
-    rates = np.broadcast_to(np.asarray(params["acceptance_rate"], dtype=np.float64), ids.shape[1:])
+    rates = method.rates(ids.shape[1])
     survive = np.concatenate([[1.0], np.cumprod(rates)])  # P(n >= j) = prod_{t<j} a_t
     cumulative = np.cumsum(survive[1:])  # E[n | k] = sum_{j=1..k} P(n >= j)
     return np.array([cumulative[k - 1] if k > 0 else 0.0 for k in k_rows])
 
 
-def _next_token_tv(name, params, ids, p, q, k_rows) -> np.ndarray:
+def _next_token_tv(method, ids, p, q, k_rows) -> np.ndarray:
     """Per step, TV between the method's first-token law and ``p_0 / sum(p_0)``."""
     steps, vocab = ids.shape[0], p.shape[-1]
     tv = np.zeros(steps)
-    if name in CHAIN_METHODS:
+    if isinstance(method, str):
         return tv  # lossless
     for s in range(steps):
         p0 = np.asarray(p[s, 0], dtype=np.float64)
         p0 = p0 / p0.sum()
         if k_rows[s] == 0:
-            law = _typical_part(p0, params) if name == "typical" else p0
+            law = _typical_part(p0, method) if isinstance(method, Typical) else p0
         else:
             if q is None:
                 q0 = np.zeros(vocab)
@@ -391,24 +379,24 @@ def _next_token_tv(name, params, ids, p, q, k_rows) -> np.ndarray:
             else:
                 q0 = np.asarray(q[s, 0], dtype=np.float64)
                 q0 = q0 / q0.sum()
-            if name == "typical":
-                kept = p0 > _typical_threshold(p0, params)
+            if isinstance(method, Typical):
+                kept = p0 > _typical_threshold(p0, method)
                 stay = float(q0[kept].sum())
-                law = np.where(kept, q0, 0.0) + (1.0 - stay) * _typical_part(p0, params)
+                law = np.where(kept, q0, 0.0) + (1.0 - stay) * _typical_part(p0, method)
             else:
-                a0 = float(np.ravel(np.asarray(params["acceptance_rate"], dtype=np.float64))[0])
+                a0 = float(method.rates(ids.shape[1])[0])
                 law = a0 * q0 + (1.0 - a0) * p0
         tv[s] = 0.5 * float(np.abs(law - p0).sum())
     return tv
 
 
-def _typical_threshold(p0: np.ndarray, params: dict[str, Any]) -> float:
+def _typical_threshold(p0: np.ndarray, method: Typical) -> float:
     nonzero = p0[(p0 > 0) & (p0 < 1)]
     entropy = float(-(nonzero * np.log(nonzero)).sum())
-    return min(float(params["epsilon"]), float(params["delta"]) * math.exp(-entropy))
+    return min(method.epsilon, method.delta * math.exp(-entropy))
 
 
-def _typical_part(p0: np.ndarray, params: dict[str, Any]) -> np.ndarray:
+def _typical_part(p0: np.ndarray, method: Typical) -> np.ndarray:
     """``p0`` without its entries below the typical threshold, renormalised."""
-    part = np.where(p0 >= _typical_threshold(p0, params), p0, 0.0)
+    part = np.where(p0 >= _typical_threshold(p0, method), p0, 0.0)
     return part / part.sum() if part.sum() > 0 else p0
