@@ -1976,6 +1976,33 @@ CASES.update(
             " errors='isolate', rng=0)\nassert list(g.errors) == [0]",
             "ok",
         ),
+        "verify_tree: one Generator per row": (
+            "gs = [np.random.default_rng(b) for b in range(2)]\n"
+            "r = sa.verify_tree(w(np.array([[0, 1, 2], [0, 3, 4]])), w(np.array([-1, 0, 0])),"
+            " w(probs(2, 3, 5)), w(probs(2, 3, 5, seed=1)), rng=gs)\n"
+            "assert r.output_token_ids.shape[0] == 2",
+            "ok",
+        ),
+        "verify_tree: Generators for another batch": (
+            "sa.verify_tree(np.array([[0, 1, 2]]), np.array([-1, 0, 0]), probs(1, 3, 5),"
+            " rng=[np.random.default_rng(), np.random.default_rng()])",
+            "ValueError",
+        ),
+        "verify_tree: a seed among the Generators": (
+            "sa.verify_tree(np.array([[0, 1, 2]]), np.array([-1, 0, 0]), probs(1, 3, 5), rng=[7])",
+            "TypeError",
+        ),
+        "vllm.rejection_sample: isolate": (
+            "t = probs(3, 5); t[0] = np.nan\n"
+            "r = vllm.rejection_sample(w(np.array([1, 2, 3])), [2, 1], w(t), None,"
+            " w(np.array([4, 4])), rng=0, errors='isolate')\nassert r[0].tolist() == [-1, -1, -1]",
+            "ok",
+        ),
+        "vllm.rejection_sample: errors bogus": (
+            "vllm.rejection_sample(np.array([1]), [1], probs(1, 5), None, np.array([4]),"
+            " errors='bogus')",
+            "ValueError",
+        ),
         "load_steps: valid": (
             "import tempfile\nf = tempfile.mktemp(suffix='.npz')\n"
             "np.savez(f, draft_token_ids=IDS(), target_probs=P(), draft_probs=Q())\n"

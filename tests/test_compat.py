@@ -254,3 +254,22 @@ def test_flashinfer_with_torch_tensors_returns_tensors():
     )
     assert isinstance(ids, torch.Tensor) and ids.dtype == torch.int32
     assert ids.tolist() == [[2, 0, -1]] and accepted.tolist() == [1] and emitted.tolist() == [1]
+
+
+def test_rejection_sample_isolates_a_bad_request() -> None:
+    rng = np.random.default_rng(4)
+    counts = [2, 1, 3]
+    target = rng.dirichlet(np.ones(6), size=6)
+    draft = rng.dirichlet(np.ones(6), size=6)
+    ids = rng.integers(0, 6, 6)
+    bonus = np.array([5, 5, 5])
+    bad = target.copy()
+    bad[2] = np.nan  # request 1's only slot
+    kwargs = dict(seeds=[1, 2, 3], offsets=0)
+    isolated = vllm.rejection_sample(ids, counts, bad, draft, bonus, errors="isolate", **kwargs)
+    clean = vllm.rejection_sample(ids, counts, target, draft, bonus, **kwargs)
+    assert (isolated[1] == -1).all()
+    assert isolated[[0, 2]].tolist() == clean[[0, 2]].tolist()
+    assert isolated.dtype == np.int32
+    with pytest.raises(specaccept.InputError, match="target_probs"):
+        vllm.rejection_sample(ids, counts, bad, draft, bonus, **kwargs)

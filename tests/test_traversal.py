@@ -252,11 +252,3 @@ def test_traversal_expects_more_on_the_builtin_ngram_models():
     gain = np.array(gain)
     # Paired over the same trees: above zero by 4 standard errors.
     assert gain.mean() > 4 * gain.std() / np.sqrt(len(gain)), gain.mean()
-
-
-def test_verify_tree_refuses_per_row_generators_without_promising_them():
-    case = random_tree_case(4)
-    del case["uniforms"], case["recovery_uniforms"]
-    with pytest.raises(TypeError) as info:
-        specaccept.verify_tree(**case, rng=[np.random.default_rng(0)] * 4)
-    assert "sequence" not in str(info.value)

@@ -302,3 +302,31 @@ def test_bad_values_in_rows_the_rounds_read_are_named(arg, node, value, layout):
     for impl in (specaccept, reference):
         with pytest.raises(ValueError, match=rf"^{arg}\[0, {node}, 4\] = "):
             impl.verify_tree(**case)
+
+
+def test_one_generator_per_row_makes_a_row_independent_of_the_others() -> None:
+    rng = np.random.default_rng(8)
+    batch, nodes, vocab = 4, 6, 9
+    parents = np.array([-1, 0, 0, 1, 1, 2])
+    ids = rng.integers(0, vocab, (batch, nodes))
+    p = rng.dirichlet(np.ones(vocab), (batch, nodes))
+    q = rng.dirichlet(np.ones(vocab), (batch, nodes))
+
+    def generators():
+        return [np.random.default_rng(100 + b) for b in range(batch)]
+
+    for method in ("token", "traversal"):
+        together = specaccept.verify_tree(ids, parents, p, q, rng=generators(), method=method)
+        want = reference.verify_tree(ids, parents, p, q, rng=generators(), method=method)
+        assert together.output_token_ids.tolist() == want.output_token_ids.tolist()
+        for b in range(batch):
+            alone = specaccept.verify_tree(
+                ids[b : b + 1], parents, p[b : b + 1], q[b : b + 1],
+                rng=[np.random.default_rng(100 + b)], method=method,
+            )  # fmt: skip
+            assert alone.output_token_ids[0].tolist() == together.output_token_ids[b].tolist()
+    with pytest.raises(specaccept.InputError, match="one per row") as error:
+        specaccept.verify_tree(ids, parents, p, q, rng=generators()[:3])
+    assert error.value.argument == "rng"
+    with pytest.raises(TypeError, match=r"rng\[1\]"):
+        specaccept.verify_tree(ids, parents, p, q, rng=[np.random.default_rng(), 5, 6, 7])

@@ -12,7 +12,7 @@ from ._arrays import float_array, int_array, like_converter
 from ._errors import InputError
 from ._options import TREE_METHODS, as_greedy, as_method
 from ._result import TreeVerification
-from ._uniforms import CounterLike, SeedLike, as_generator, draw_uniforms, seeded
+from ._uniforms import CounterLike, RngLike, draw, seeded
 
 __all__ = ["verify_tree"]
 
@@ -25,7 +25,7 @@ def verify_tree(
     *,
     uniforms: npt.ArrayLike | None = None,
     recovery_uniforms: npt.ArrayLike | None = None,
-    rng: SeedLike = None,
+    rng: RngLike = None,
     seeds: CounterLike = None,
     offsets: CounterLike = None,
     greedy: bool | npt.ArrayLike = False,
@@ -62,8 +62,11 @@ def verify_tree(
         Entry ``c`` is used when child ``c`` is tried. Drawn from ``rng`` if missing.
     recovery_uniforms : float array ``[B]``, optional
         The draw of the replacement or bonus token. Drawn from ``rng`` if missing.
-    rng : None, int or Generator
-        Draws ``uniforms = g.random((B, N))`` then ``recovery_uniforms = g.random(B)``.
+    rng : None, int, Generator, or a sequence of ``B`` Generators
+        Draws ``uniforms = g.random((B, N))`` then ``recovery_uniforms = g.random(B)``;
+        with one Generator per row, row ``b`` draws its ``N`` uniforms then its
+        recovery uniform from ``rng[b]``, so its result does not depend on the
+        other rows (as for :func:`verify`).
     seeds, offsets : int arrays ``[B]`` (``offsets`` also one int), optional
         Counter-based uniforms instead of ``uniforms``/``recovery_uniforms``/``rng``:
         ``counter_uniforms(seeds, offsets, N)``, so node ``c``'s draw is Philox
@@ -122,10 +125,13 @@ def verify_tree(
     if counter is not None:
         u, ru = counter
     elif (u is None or ru is None) and greedy_rows is not True:
-        g = as_generator(rng, per_row=False)
-        source = "node_token_ids [B, N]"
-        u = draw_uniforms(g, ids.size, ids.shape, source) if u is None else u
-        ru = draw_uniforms(g, ids.shape[0], None, source) if ru is None else ru
+        # One Generator: g.random((B, N)) then g.random(B); B Generators: row b
+        # draws its N uniforms, then its recovery uniform, from rng[b] (section 4.3).
+        batch, nodes = ids.shape
+        drawn_u, drawn_ru = draw(
+            rng, batch, nodes, None, u is None, ru is None, "node_token_ids [B, N]"
+        )
+        u, ru = (drawn_u if u is None else u), (drawn_ru if ru is None else ru)
     result = _native.verify_tree(ids, parents, target, draft, u, ru, greedy_rows, rule)
     if convert is not None:
         result = tuple(convert(a) for a in result)

@@ -79,8 +79,10 @@ def draw(
     counts: np.ndarray | None,
     need_uniforms: bool,
     need_recovery: bool,
+    source: str = "draft_token_ids [B, K]",
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Draws the missing uniforms from ``rng`` in the order docs/spec.md fixes."""
+    """Draws the missing uniforms from ``rng`` in the order docs/spec.md fixes
+    (``source``: where their count comes from, for a ``MemoryError``)."""
     if isinstance(rng, Sequence) and not isinstance(rng, (str, bytes)):
         if len(rng) != batch:
             raise InputError(
@@ -92,8 +94,8 @@ def draw(
                 raise TypeError(
                     f"rng[{b}] must be a numpy.random.Generator, got {type(g).__name__}"
                 )
-        uniforms = _zeros((batch, num_draft)) if need_uniforms else None
-        recovery = _zeros((batch,)) if need_recovery else None
+        uniforms = _zeros((batch, num_draft), source) if need_uniforms else None
+        recovery = _zeros((batch,), source) if need_recovery else None
         for b, g in enumerate(rng):
             k = num_draft if counts is None else int(counts[b])
             if not 0 <= k <= num_draft:
@@ -108,20 +110,20 @@ def draw(
     split = batch * num_draft
     if need_uniforms and need_recovery:
         # One call, the same stream as g.random((B, K)) then g.random(B).
-        drawn = draw_uniforms(g, split + batch)
+        drawn = draw_uniforms(g, split + batch, None, source)
         return drawn[:split].reshape(batch, num_draft), drawn[split:]
-    uniforms = draw_uniforms(g, split, (batch, num_draft)) if need_uniforms else None
-    recovery = draw_uniforms(g, batch) if need_recovery else None
+    uniforms = draw_uniforms(g, split, (batch, num_draft), source) if need_uniforms else None
+    recovery = draw_uniforms(g, batch, None, source) if need_recovery else None
     return uniforms, recovery
 
 
-def _zeros(shape: tuple[int, ...]) -> np.ndarray:
+def _zeros(shape: tuple[int, ...], source: str) -> np.ndarray:
     try:
         return np.zeros(shape)
     except (MemoryError, ValueError):
         raise MemoryError(
             f"uniforms: {shape} float64 uniforms drawn from rng cannot be allocated; "
-            "the size comes from draft_token_ids [B, K]"
+            f"the size comes from {source}"
         ) from None
 
 

@@ -444,7 +444,9 @@ def _seeded(seeds, offsets, batch, num_positions, uniforms, recovery_uniforms, r
 # --------------------------------------------------------------------------
 
 
-def _draw_uniforms(rng, batch, num_draft, counts, uniforms, recovery_uniforms):
+def _draw_uniforms(
+    rng, batch, num_draft, counts, uniforms, recovery_uniforms, source="draft_token_ids [B, K]"
+):
     if uniforms is not None and recovery_uniforms is not None:
         return uniforms, recovery_uniforms
     if isinstance(rng, Sequence) and not isinstance(rng, (str, bytes)):
@@ -459,8 +461,8 @@ def _draw_uniforms(rng, batch, num_draft, counts, uniforms, recovery_uniforms):
                 raise TypeError(f"rng[{b}] must be a numpy.random.Generator")
         if counts is not None:
             _shape(counts, "num_draft_tokens", (batch,))
-        new_uniforms = _random_zeros((batch, num_draft))
-        new_recovery = _random_zeros((batch,))
+        new_uniforms = _random_zeros((batch, num_draft), source)
+        new_recovery = _random_zeros((batch,), source)
         for b, g in enumerate(rng):
             k = num_draft if counts is None else int(counts[b])
             if not 0 <= k <= num_draft:
@@ -472,21 +474,21 @@ def _draw_uniforms(rng, batch, num_draft, counts, uniforms, recovery_uniforms):
     else:
         g = _generator(rng)
         # One stream for the batch: all acceptance uniforms, then the recovery uniforms.
-        new_uniforms = _random(g, (batch, num_draft)) if uniforms is None else None
-        new_recovery = _random(g, batch) if recovery_uniforms is None else None
+        new_uniforms = _random(g, (batch, num_draft), source) if uniforms is None else None
+        new_recovery = _random(g, batch, source) if recovery_uniforms is None else None
     return (
         new_uniforms if uniforms is None else uniforms,
         new_recovery if recovery_uniforms is None else recovery_uniforms,
     )
 
 
-def _random_zeros(shape: tuple[int, ...]) -> np.ndarray:
+def _random_zeros(shape: tuple[int, ...], source: str) -> np.ndarray:
     try:
         return np.zeros(shape)
     except (MemoryError, ValueError):
         raise MemoryError(
             f"uniforms: {shape} float64 uniforms drawn from rng cannot be allocated; "
-            "the size comes from draft_token_ids [B, K]"
+            f"the size comes from {source}"
         ) from None
 
 
@@ -1028,10 +1030,7 @@ def verify_tree(
     if counter is not None:
         u, ru = counter
     elif (u is None or ru is None) and not all_greedy:
-        g = _generator(rng)
-        source = "node_token_ids [B, N]"
-        u = _random(g, (batch, nodes), source) if u is None else u
-        ru = _random(g, batch, source) if ru is None else ru
+        u, ru = _draw_uniforms(rng, batch, nodes, None, u, ru, "node_token_ids [B, N]")
     # Every shape before any loop: the loops below are as long as the arrays.
     vocab = p.shape[2]
     _shape(parents, "parent_ids", (batch, nodes))

@@ -219,13 +219,16 @@ def rejection_sample(
     offsets: CounterLike = None,
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
+    errors: Literal["raise", "isolate"] = "raise",
     method: Method = "token",
     rejection_sample_method: str | None = None,
 ) -> Any:
     """vLLM's ``rejection_sample``: ``output_token_ids [B, max_spec_len + 1]``, int32.
 
     The arguments are those of :func:`verify`. Each row holds the accepted drafts,
-    the recovered or bonus token, then ``PLACEHOLDER_TOKEN_ID`` (-1).
+    the recovered or bonus token, then ``PLACEHOLDER_TOKEN_ID`` (-1). With
+    ``errors="isolate"`` a request with a bad value is set aside: its row is all
+    ``-1`` (call :func:`verify` for the errors themselves).
 
     Examples
     --------
@@ -249,6 +252,7 @@ def rejection_sample(
         seeds=seeds,
         offsets=offsets,
         greedy=greedy,
+        errors=errors,
         method=method,
         rejection_sample_method=rejection_sample_method,
     )
