@@ -14,11 +14,12 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ndarray::{s, Array1, Array2, Array3, Axis};
-use specaccept::chain::{self, ChainInputs, ChainOutputs, Greedy, Method};
+use specaccept::chain::{self, ChainInputs, ChainOutputs};
 use specaccept::error::RowErrors;
 use specaccept::logits;
+use specaccept::method::Method;
 use specaccept::threads;
-use specaccept::view::{FloatView, IntView};
+use specaccept::view::{FloatView, Greedy, IntView};
 
 struct Batch {
     ids: Array2<i64>,
@@ -132,17 +133,17 @@ fn exp(c: &mut Criterion) {
     group.sample_size(50);
     group.throughput(Throughput::Elements(v as u64));
     group.bench_function(BenchmarkId::new("exact_f64", v), |bench| {
-        bench.iter(|| logits::exact_pass(&logits, 0.8, &mut w).expect("a valid row"))
+        bench.iter(|| logits::exact::exact_pass(&logits, 0.8, &mut w).expect("a valid row"))
     });
     group.bench_function(BenchmarkId::new("screen_f32", v), |bench| {
-        bench.iter(|| logits::screen_pass(&logits, 0.8).expect("an f32 row"))
+        bench.iter(|| logits::screen::screen_pass(&logits, 0.8).expect("an f32 row"))
     });
     // A draw from the row: the certified pass, and the exact pass with its draw.
     let mut u = 0.0f64;
     group.bench_function(BenchmarkId::new("draw_certified", v), |bench| {
         bench.iter(|| {
             u = (u + 0.618_033_988_75) % 1.0;
-            logits::certified_draw(&logits, 0.8, u)
+            logits::certified::certified_draw(&logits, 0.8, u)
         })
     });
     group.finish();

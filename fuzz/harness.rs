@@ -10,15 +10,15 @@
 
 use half::f16;
 use ndarray::{s, Array1, Array2, Array3, ArrayView3, Axis};
-use specaccept::chain::{
-    self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs, Method,
-};
+use specaccept::chain::{self, ChainInputs, ChainOutputs, FlatChainInputs, GreedyIdsInputs};
 use specaccept::error::RowErrors;
 use specaccept::logits::{self, LogitsInputs};
+use specaccept::method::Method;
+use specaccept::prob::Prob;
 use specaccept::rate;
 use specaccept::rule;
 use specaccept::tree::{self, TreeInputs, TreeMethod, TreeOutputs};
-use specaccept::view::{FloatView, IntView, Prob};
+use specaccept::view::{FloatView, Greedy, IntView};
 
 /// Reads the input front to back; past the end it yields zeros.
 struct Bytes<'a>(&'a [u8]);

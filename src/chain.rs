@@ -12,41 +12,16 @@ use crate::checks::{
     RowAt,
 };
 use crate::error::{CoreError, RowErrors};
-use crate::lossy::{self, TypicalRow};
+use crate::lossy::TypicalRow;
 use crate::memory;
+use crate::method::Method;
+use crate::prob::Prob;
 use crate::rule::is_accepted;
 use crate::sample::{
     argmax_of, residual_mass, sample_residual, sample_target, zero_row, SUM_BLOCK,
 };
 use crate::threads;
-pub use crate::view::Greedy;
-use crate::view::{FloatView, IntView, Prob};
-
-/// How the sampled rows of a chain decide their accepted prefix.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub enum Method<'a> {
-    /// Token by token, stopping at the first rejection (docs/spec.md section 2.2).
-    #[default]
-    Token,
-    /// The whole block jointly (Sun et al., 2025; docs/spec.md section 2.6).
-    Block,
-    /// Typical acceptance (Medusa), **lossy**: docs/spec.md section 2.7, `lossy`.
-    Typical { epsilon: f64, delta: f64 },
-    /// Synthetic acceptance at these per-position rates (`[K]`), **lossy**: a
-    /// load generator, docs/spec.md section 2.8, `lossy`.
-    Synthetic(&'a [f64]),
-}
-
-impl Method<'_> {
-    /// Checks the method's own parameters against `K`.
-    pub(crate) fn check(&self, num_draft: usize) -> Result<(), CoreError> {
-        match *self {
-            Method::Token | Method::Block => Ok(()),
-            Method::Typical { epsilon, delta } => lossy::check_typical(epsilon, delta),
-            Method::Synthetic(rates) => lossy::check_rates(rates, num_draft),
-        }
-    }
-}
+use crate::view::{FloatView, Greedy, IntView};
 
 /// The inputs of `verify`, as docs/spec.md section 2.1 names them.
 pub struct ChainInputs<'a, P, Q> {

@@ -2,7 +2,7 @@
 //!
 //! The core (every module but `py`) knows nothing of Python: it reads
 //! [`ndarray`] views in place, writes into caller-provided outputs and returns
-//! [`CoreError`] on bad input. `py` (feature `python`) is the one binding module:
+//! [`error::CoreError`] on bad input. `py` (feature `python`) is the one binding module:
 //! every `#[pyfunction]`, the dtype dispatch and the error mapping.
 //!
 //! Where each number is computed:
@@ -24,8 +24,8 @@
 //!   rows run in parallel.
 //!
 //! Shared by all of them: [`checks`] (the input checks, and where a value
-//! lives so errors can name it), [`view`] (the input views: any dtype, any
-//! strides), [`error`] (the one error type, and what a bad row does to a
+//! lives so errors can name it), [`prob`] (the probability element types and
+//! their loaders), [`view`] (the input views: any dtype, any strides), [`error`] (the one error type, and what a bad row does to a
 //! batch) and [`memory`] (fallible buffers: a size too large is an error, not
 //! an abort). The contract they implement is `docs/spec.md`.
 
@@ -36,7 +36,9 @@ pub mod error;
 pub mod logits;
 pub mod lossy;
 pub mod memory;
+pub mod method;
 pub mod philox;
+pub mod prob;
 pub mod rate;
 pub mod rule;
 pub mod sample;
@@ -47,5 +49,3 @@ pub mod view;
 
 #[cfg(feature = "python")]
 mod py;
-
-pub use error::CoreError;

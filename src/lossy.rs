@@ -15,8 +15,8 @@ use ndarray::ArrayView1;
 use crate::checks::RowAt;
 use crate::error::CoreError;
 use crate::memory;
+use crate::prob::Prob;
 use crate::sample::{canonical_sum, sample, sample_target, zero_row, BufferWeights, TargetWeights};
-use crate::view::Prob;
 
 /// One target row of the typical rule: its canonical sum `S` and the threshold
 /// `min(epsilon, delta * exp(-H))` on the normalised values `p / S`.

@@ -14,17 +14,17 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyList};
 use pyo3::IntoPyObjectExt;
 
-use crate::chain::{
-    self, ChainInputs, ChainOutputs, FlatChainInputs, Greedy, GreedyIdsInputs, Method,
-};
+use crate::chain::{self, ChainInputs, ChainOutputs, FlatChainInputs, GreedyIdsInputs};
 use crate::error::{CoreError, RowErrors};
 use crate::logits::{self, LogitsInputs};
+use crate::method::Method;
 use crate::philox;
+use crate::prob::Prob;
 use crate::rate;
 use crate::rule;
 use crate::threads;
 use crate::tree::{self, TreeInputs, TreeMethod, TreeOutputs};
-use crate::view::{FloatView, IntView, Prob};
+use crate::view::{FloatView, Greedy, IntView};
 
 impl From<CoreError> for PyErr {
     fn from(err: CoreError) -> PyErr {
@@ -479,7 +479,7 @@ fn outputs<'py>(
     Ok((ids, accepted, emitted))
 }
 
-/// `method=` as the Python layer passes it (see `chain::Method`): `"token"`,
+/// `method=` as the Python layer passes it (see `method::Method`): `"token"`,
 /// `"block"`, `("typical", epsilon, delta)` or `("synthetic", rates)` with
 /// `rates` a float64 array `[K]` (kept borrowed while the call runs).
 enum MethodArg<'py> {
@@ -1306,5 +1306,5 @@ mod _native {
     #[pymodule_export]
     const SUM_BLOCK: usize = crate::sample::SUM_BLOCK;
     #[pymodule_export]
-    const SUM_LANES: usize = crate::sample::SUM_LANES;
+    const SUM_LANES: usize = crate::simd::SUM_LANES;
 }

@@ -10,10 +10,11 @@ use ndarray::{ArrayView1, ArrayViewD, ArrayViewMut1, Axis};
 
 use crate::error::CoreError;
 use crate::memory;
+use crate::prob::Prob;
 use crate::sample::{self, Locate, PairWeights, SUM_BLOCK};
 use crate::simd::Overlap;
 use crate::threads;
-use crate::view::{unravel, Prob};
+use crate::view::unravel;
 
 /// Row `row` of the leading axes: errors name `[leading index..., i]`.
 #[derive(Clone, Copy)]

@@ -24,12 +24,12 @@ use ndarray::ArrayView1;
 
 use crate::checks::{bad_probability, Pos, RowAt};
 use crate::error::CoreError;
-use crate::simd::{self, combine_lanes, Kernel, PairOp, Portable, ScaledResidual};
-use crate::view::{Prob, Row};
+use crate::prob::Prob;
+use crate::simd::{self, combine_lanes, Kernel, PairOp, Portable, ScaledResidual, SUM_LANES};
+use crate::view::Row;
 
 /// Elements per block of the canonical summation.
 pub const SUM_BLOCK: usize = 256;
-pub use crate::simd::SUM_LANES;
 
 /// Checks that `row[start..end]` holds finite, non-negative values.
 #[inline]

@@ -10,7 +10,7 @@
 //! non-negative, by keeping the largest bit pattern seen (see [`Prob`]);
 //! `false` sends the caller to the exact, slower check.
 
-use crate::view::Prob;
+use crate::prob::Prob;
 
 /// Accumulators per block of the canonical summation (a power of two).
 pub const SUM_LANES: usize = 16;
@@ -209,156 +209,19 @@ fn add_pair_tail<O: PairOp, P: Prob, Q: Prob>(
 }
 
 #[cfg(target_arch = "x86_64")]
-pub use x86::Load8;
-#[cfg(target_arch = "x86_64")]
 pub(crate) use x86::{has_avx2, Avx2};
-
-/// Elsewhere `Prob` needs nothing more.
-#[cfg(not(target_arch = "x86_64"))]
-pub trait Load8 {}
-#[cfg(not(target_arch = "x86_64"))]
-impl<T> Load8 for T {}
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
     use super::{add_dense_tail, add_pair_tail, combine_lanes, Kernel, PairOp, SUM_LANES};
-    use crate::view::Prob;
+    use crate::prob::Prob;
 
     /// Whether this CPU runs the AVX2 kernels (cached by std after the first call).
     #[inline]
     pub(crate) fn has_avx2() -> bool {
         std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")
-    }
-
-    /// Eight elements at a time into two `f64x4` registers, keeping the
-    /// largest bit pattern seen in `high` (per element type).
-    pub trait Load8: Sized {
-        /// # Safety
-        /// `ptr` points at 8 readable elements; the CPU has AVX2 and F16C.
-        unsafe fn load8(ptr: *const Self, high: &mut __m256i) -> (__m256d, __m256d);
-        /// Eight elements as `f32` (exact for f16, bf16 and f32; f64 rounds).
-        ///
-        /// # Safety
-        /// `ptr` points at 8 readable elements; the CPU has AVX2 and F16C.
-        unsafe fn load8_ps(ptr: *const Self) -> __m256;
-        /// # Safety
-        /// The CPU has AVX2.
-        unsafe fn all_valid(high: __m256i) -> bool;
-    }
-
-    impl Load8 for f32 {
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn load8_ps(ptr: *const f32) -> __m256 {
-            _mm256_loadu_ps(ptr)
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn load8(ptr: *const f32, high: &mut __m256i) -> (__m256d, __m256d) {
-            let raw = _mm256_loadu_si256(ptr.cast());
-            *high = _mm256_max_epu32(*high, raw);
-            let v = _mm256_castsi256_ps(raw);
-            (
-                _mm256_cvtps_pd(_mm256_castps256_ps128(v)),
-                _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v)),
-            )
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn all_valid(high: __m256i) -> bool {
-            let limit = _mm256_set1_epi32(f32::LARGEST_FINITE as i32);
-            _mm256_movemask_epi8(_mm256_cmpeq_epi32(_mm256_max_epu32(high, limit), limit)) == -1
-        }
-    }
-
-    impl Load8 for half::f16 {
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn load8_ps(ptr: *const half::f16) -> __m256 {
-            _mm256_cvtph_ps(_mm_loadu_si128(ptr.cast()))
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn load8(ptr: *const half::f16, high: &mut __m256i) -> (__m256d, __m256d) {
-            let raw = _mm_loadu_si128(ptr.cast());
-            let kept = _mm_max_epu16(_mm256_castsi256_si128(*high), raw);
-            *high = _mm256_castsi128_si256(kept);
-            // VCVTPH2PS is exact (f32 holds every f16) and ignores MXCSR.DAZ.
-            let v = _mm256_cvtph_ps(raw);
-            (
-                _mm256_cvtps_pd(_mm256_castps256_ps128(v)),
-                _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v)),
-            )
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn all_valid(high: __m256i) -> bool {
-            let limit = _mm_set1_epi16(half::f16::LARGEST_FINITE as i16);
-            let low = _mm256_castsi256_si128(high);
-            _mm_movemask_epi8(_mm_cmpeq_epi16(_mm_max_epu16(low, limit), limit)) == 0xffff
-        }
-    }
-
-    impl Load8 for half::bf16 {
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn load8_ps(ptr: *const half::bf16) -> __m256 {
-            let raw = _mm_loadu_si128(ptr.cast());
-            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(raw)))
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn load8(ptr: *const half::bf16, high: &mut __m256i) -> (__m256d, __m256d) {
-            let raw = _mm_loadu_si128(ptr.cast());
-            let kept = _mm_max_epu16(_mm256_castsi256_si128(*high), raw);
-            *high = _mm256_castsi128_si256(kept);
-            // bfloat16 is the high half of an f32: widen and shift, exactly.
-            let v = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(raw)));
-            (
-                _mm256_cvtps_pd(_mm256_castps256_ps128(v)),
-                _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(v)),
-            )
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn all_valid(high: __m256i) -> bool {
-            let limit = _mm_set1_epi16(half::bf16::LARGEST_FINITE as i16);
-            let low = _mm256_castsi256_si128(high);
-            _mm_movemask_epi8(_mm_cmpeq_epi16(_mm_max_epu16(low, limit), limit)) == 0xffff
-        }
-    }
-
-    impl Load8 for f64 {
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn load8_ps(ptr: *const f64) -> __m256 {
-            let (lo, hi) = (_mm256_loadu_pd(ptr), _mm256_loadu_pd(ptr.add(4)));
-            _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo))
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn load8(ptr: *const f64, high: &mut __m256i) -> (__m256d, __m256d) {
-            let (lo, hi) = (_mm256_loadu_pd(ptr), _mm256_loadu_pd(ptr.add(4)));
-            // No unsigned 64-bit max in AVX2: flag values above LARGEST_FINITE as
-            // signed integers (inf, NaN) and below 0 (sign bit set) instead.
-            let limit = _mm256_set1_epi64x(f64::LARGEST_FINITE as i64);
-            let zero = _mm256_setzero_si256();
-            for raw in [_mm256_castpd_si256(lo), _mm256_castpd_si256(hi)] {
-                let bad = _mm256_or_si256(
-                    _mm256_cmpgt_epi64(raw, limit),
-                    _mm256_cmpgt_epi64(zero, raw),
-                );
-                *high = _mm256_or_si256(*high, bad);
-            }
-            (lo, hi)
-        }
-        #[inline]
-        #[target_feature(enable = "avx2,f16c")]
-        unsafe fn all_valid(high: __m256i) -> bool {
-            _mm256_testz_si256(high, high) == 1
-        }
     }
 
     /// The AVX2 kernels. Only reachable through functions compiled with

@@ -20,11 +20,12 @@ use crate::block;
 use crate::checks::{check_gathered, check_token, check_uniform, expect_shape, Pos, RowAt};
 use crate::error::CoreError;
 use crate::memory;
+use crate::prob::Prob;
 use crate::rule::is_accepted;
 use crate::sample::{self, argmax_of, sample_target, zero_row, BufferWeights, SUM_BLOCK};
 use crate::simd::{PairOp, Residual, ScaledResidual};
 use crate::threads;
-use crate::view::{FloatView, Greedy, IntView, Prob};
+use crate::view::{FloatView, Greedy, IntView};
 
 /// The inputs of `verify_tree`.
 pub struct TreeInputs<'a, P, Q> {

@@ -41,8 +41,8 @@ use super::exact::exact_weight;
 use super::screen::{self, max_of, mul_add32};
 use crate::error::CoreError;
 use crate::memory;
+use crate::prob::Prob;
 use crate::sample::SUM_BLOCK;
-use crate::view::Prob;
 
 /// `u = 2^-24`, the unit roundoff of `f32`.
 const U32: f64 = 1.0 / 16_777_216.0;
@@ -811,8 +811,8 @@ mod x86 {
 
     use super::{term, Blocks, Scale, Store, EXP2_POLY};
     use crate::logits::screen::x86::{exp2_arg8, exp2_by8};
+    use crate::prob::Prob;
     use crate::sample::SUM_BLOCK;
-    use crate::view::Prob;
 
     /// `(e, y')` of eight logits (see [`super::term`]; `y' <= 0`, so `|y'|`
     /// is `-y'`: the callers subtract its products), with the operations of

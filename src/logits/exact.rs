@@ -3,9 +3,9 @@
 
 use std::sync::LazyLock;
 
+use crate::prob::Prob;
 use crate::sample::SUM_BLOCK;
 use crate::simd::Kernel;
-use crate::view::Prob;
 
 /// `a * b + c`: one fused operation where the caller runs with FMA enabled
 /// (`FMA = true`), else a product and a sum (never a libm call).

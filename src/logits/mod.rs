@@ -23,37 +23,36 @@
 //! - here: the rule, and on a rejection the residual of the two exact rows,
 //!   sampled; when all are accepted, the bonus row, exact, sampled.
 
-mod certified;
-mod exact;
+pub mod certified;
+pub mod exact;
 mod filters;
-mod screen;
+pub mod screen;
 mod sparse;
 
 use std::cell::RefCell;
 
 use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, Ix1, Ix2};
 
-pub use certified::certified_draw;
 use certified::{Certified, CertifiedScratch};
-pub use exact::exact_pass;
 use exact::{row_exp_sum, row_max};
 use filters::{kth_largest, kth_largest_block_max, top_p_floor, top_p_threshold};
-pub use screen::screen_pass;
 use sparse::{top_k_probability, SparseScratch};
 
 use crate::block;
-use crate::chain::{ChainOutputs, Method};
+use crate::chain::ChainOutputs;
 use crate::checks::{
     check_gathered, check_token, check_uniform, draft_len, expect_shape, Pos, RowAt,
 };
 use crate::error::{show, CoreError, RowErrors};
 use crate::lossy::TypicalRow;
 use crate::memory;
+use crate::method::Method;
+use crate::prob::Prob;
 use crate::rule::is_accepted;
 use crate::sample::{self, BufferWeights, SUM_BLOCK};
 use crate::simd::{PairOp, Residual, ScaledResidual};
 use crate::threads;
-use crate::view::{FloatView, IntView, Prob};
+use crate::view::{FloatView, IntView};
 
 /// The inputs of `verify_logits` (per-row parameters already broadcast to `[B]`).
 pub struct LogitsInputs<'a, P, Q> {
@@ -75,7 +74,7 @@ pub struct LogitsInputs<'a, P, Q> {
     /// `[B, K]` the drafter's own `q_t(x_t)`, or `None`: with them an accepted
     /// position reads no draft row (docs/spec.md section 8.7).
     pub draft_token_probs: Option<FloatView<'a, Ix2>>,
-    /// How sampled rows decide their prefix (see [`crate::chain::Method`]).
+    /// How sampled rows decide their prefix (see [`crate::method::Method`]).
     pub method: Method<'a>,
 }
 

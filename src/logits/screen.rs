@@ -4,7 +4,7 @@
 use ndarray::ArrayView1;
 
 use super::exact::exact_weight;
-use crate::view::Prob;
+use crate::prob::Prob;
 
 /// The screen: a cheap pass that often proves a draft accepted without the
 /// float64 transform of its rows. An accepted position needs only
@@ -333,7 +333,7 @@ pub(super) mod x86 {
     use std::arch::x86_64::*;
 
     use super::{exp2_arg, exp2_screen, SCREEN_POLY};
-    use crate::view::Prob;
+    use crate::prob::Prob;
 
     /// [`super::max_of`]: four running maxima (`max(v, m)` keeps `m` where
     /// `v` is NaN), and a flag of the lanes that met NaN or `+inf` (not less

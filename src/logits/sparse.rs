@@ -25,9 +25,9 @@ use super::filters::{kth_largest, top_p_threshold};
 use super::Params;
 use crate::error::CoreError;
 use crate::memory;
+use crate::prob::Prob;
 use crate::sample::{self, BufferWeights, SUM_BLOCK};
 use crate::simd::{combine_lanes, SUM_LANES};
-use crate::view::Prob;
 
 /// Above this many candidates (many ties at the k-th logit) the dense path
 /// is as cheap.
