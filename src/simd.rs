@@ -420,17 +420,38 @@ mod tests {
     }
 
     /// Every 16-bit pattern through the AVX2 and portable kernels: each value
-    /// summed alone (the others zero), the same sum and the same validity.
+    /// summed alone (the others zero) in a row of exactly `SUM_LANES` elements,
+    /// so it goes through the vector body (`load8`), never the scalar tail; the
+    /// pattern's position cycles over every lane, so both loads of a chunk and
+    /// both halves of each load are used. Same sum, same validity.
     #[cfg(target_arch = "x86_64")]
     fn every_16_bit_pattern<P: Prob>(from_bits: fn(u16) -> P, zero: P) {
-        let all: Vec<P> = (0..=u16::MAX).map(from_bits).collect();
-        for (n, block) in all.chunks(8).enumerate() {
-            for i in 0..8 {
-                let mut row = [zero; 8];
-                row[i] = block[i];
-                let (a, b) = (Portable::dense(&row), Avx2::dense(&row));
+        for bits in 0..=u16::MAX {
+            let mut row = [zero; SUM_LANES];
+            row[usize::from(bits) % SUM_LANES] = from_bits(bits);
+            let (a, b) = (Portable::dense(&row), Avx2::dense(&row));
+            let same = a.0.to_bits() == b.0.to_bits() || (a.0.is_nan() && b.0.is_nan());
+            assert!(same && a.1 == b.1, "dense {bits:#06x}");
+            // Each operand of a pair kernel: max(0, x - 0) and max(0, 0 - x).
+            let zeros = [zero; SUM_LANES];
+            for (p, q) in [(&row, &zeros), (&zeros, &row)] {
+                let (a, b) = (Portable::pair(Residual, p, q), Avx2::pair(Residual, p, q));
                 let same = a.0.to_bits() == b.0.to_bits() || (a.0.is_nan() && b.0.is_nan());
-                assert!(same && a.1 == b.1, "{:#06x}", n * 8 + i);
+                assert!(same && a.1 == b.1, "pair {bits:#06x}");
+            }
+        }
+        // The float32 loads of the screens (`load8_ps`): each lane exact.
+        let all: Vec<P> = (0..=u16::MAX).map(from_bits).collect();
+        for (n, eight) in all.chunks_exact(8).enumerate() {
+            // SAFETY: 8 readable elements; `has_avx2()` was checked by the caller.
+            let v = unsafe { P::load8_ps(eight.as_ptr()) };
+            let mut got = [0.0f32; 8];
+            // SAFETY: `got` holds 8 f32.
+            unsafe { std::arch::x86_64::_mm256_storeu_ps(got.as_mut_ptr(), v) };
+            for (i, (&g, &x)) in got.iter().zip(eight).enumerate() {
+                let want = x.to_f64() as f32;
+                let same = g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan());
+                assert!(same, "load8_ps {:#06x}", n * 8 + i);
             }
         }
     }

@@ -1656,6 +1656,11 @@ CASES.update(
             "reference.verify(ids[:, :3], P(), rng=0, out=(ids, np.zeros(2, np.int64)))",
             "ValueError",
         ),
+        "reference.verify: out stride-0": (
+            "o = np.lib.stride_tricks.as_strided(np.zeros(4, np.int64), (2, 4), (0, 8))\n"
+            "reference.verify(w(IDS()), w(P()), rng=0, out=(o, np.zeros(2, np.int64)))",
+            "ValueError",
+        ),
         "reference.verify: rng str": ("reference.verify(IDS(), P(), rng='x')", "TypeError"),
         "reference.verify_greedy: valid": (
             "r = reference.verify_greedy(np.array([[3, 4, 5]]), np.array([[3, 4, 9, 6]]))\n"
@@ -2088,6 +2093,23 @@ CASES.update(
         "cli: bench --budget -1": ("cli('bench', '--budget', '-1')", "ok"),
         # --- like=, array-likes -----------------------------------------------------------------
         "verify: like int": ("sa.verify(IDS(), P(), rng=0, like=5)", "TypeError"),
+        "verify: like from module torch, torch not importable": (
+            "Fake = type('Tensor', (), {'__module__': 'torch'})\n"
+            "saved = sys.modules.get('torch')\n"
+            "sys.modules['torch'] = None  # import torch raises ImportError\n"
+            "try:\n"
+            "    sa.verify(IDS(), P(), rng=0, like=Fake())\n"
+            "finally:\n"
+            "    if saved is None:\n"
+            "        del sys.modules['torch']\n"
+            "    else:\n"
+            "        sys.modules['torch'] = saved",
+            "TypeError",
+        ),
+        "verify: like from module torch, not a tensor": (
+            "Fake = type('Size', (), {'__module__': 'torch'})\nsa.verify(IDS(), P(), rng=0, like=Fake())",
+            "TypeError",
+        ),
         "verify: memoryview probs": (
             "ok_ver(sa.verify(IDS(), memoryview(P()), rng=0))",
             "ok",
@@ -2523,6 +2545,35 @@ CASES.update(
         ),
         "reference.transform_logits: NaN": (
             "reference.transform_logits(np.array([0.0, np.nan]), 1.0, 0, 1.0)",
+            "ValueError",
+        ),
+        "reference.transform_logits: temperature 0": (
+            "r = reference.transform_logits(np.array([0.0, 2.0, 2.0]), 0.0, 0, 1.0)\n"
+            "assert r == [0.0, 1.0, 0.0], r",
+            "ok",
+        ),
+        "reference.transform_logits: temperature NaN": (
+            "reference.transform_logits(np.array([0.0, 1.0]), float('nan'), 0, 1.0)",
+            "ValueError",
+        ),
+        "reference.transform_logits: temperature subnormal": (
+            "reference.transform_logits(np.array([0.0, 1.0]), 5e-324, 0, 1.0)",
+            "ValueError",
+        ),
+        "reference.transform_logits: temperature str": (
+            "reference.transform_logits(np.array([0.0, 1.0]), 'hot', 0, 1.0)",
+            "TypeError",
+        ),
+        "reference.transform_logits: top_k float": (
+            "reference.transform_logits(np.array([0.0, 1.0]), 1.0, 1.5, 1.0)",
+            "TypeError",
+        ),
+        "reference.transform_logits: top_k -1": (
+            "reference.transform_logits(np.array([0.0, 1.0]), 1.0, -1, 1.0)",
+            "ValueError",
+        ),
+        "reference.transform_logits: top_p 2": (
+            "reference.transform_logits(np.array([0.0, 1.0]), 1.0, 0, 2.0)",
             "ValueError",
         ),
         "ngram.builtin_text": ("assert 'Elliot' in ngram.builtin_text()", "ok"),

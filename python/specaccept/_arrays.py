@@ -137,9 +137,11 @@ def _bfloat16_bits(x: Any) -> np.ndarray | None:
     (through its bits as int16, which DLPack carries), or ``None`` for anything else."""
     if str(getattr(x, "dtype", "")) != "torch.bfloat16" or getattr(x, "requires_grad", False):
         return None  # a tensor requiring grad is refused, as in other dtypes
-    import ml_dtypes
-    import torch
-
+    try:
+        import ml_dtypes
+        import torch
+    except ImportError:
+        return None  # claims torch's dtype without torch: not a tensor we can read
     try:
         bits = np.from_dlpack(x.view(torch.int16))
     except (BufferError, RuntimeError, TypeError, ValueError):
@@ -167,9 +169,16 @@ def like_converter(like: Any) -> Callable[[np.ndarray], Any] | None:
     if like is None or isinstance(like, np.ndarray):
         return None
     if type(like).__module__.split(".")[0] == "torch":
-        import torch
-
-        return torch.from_numpy
+        try:
+            import torch
+        except ImportError as error:
+            raise TypeError(
+                f"like: {type(like).__name__} comes from module {type(like).__module__!r}, "
+                f"but torch cannot be imported ({error}), so results cannot be handed back "
+                "as torch tensors"
+            ) from error
+        if isinstance(like, torch.Tensor):
+            return torch.from_numpy
     namespace = getattr(like, "__array_namespace__", None)
     if namespace is not None:
         # Checked up front, so an unusable like= fails before any work.

@@ -15,6 +15,7 @@ accumulators each) so that both sides round identically.
 from __future__ import annotations
 
 import math
+import numbers
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -50,7 +51,7 @@ SUM_LANES = 16
 
 
 # --------------------------------------------------------------------------
-# Section 1 of SPEC.md: the acceptance rule for one drafted token.
+# docs/spec.md section 1: the acceptance rule for one drafted token.
 # --------------------------------------------------------------------------
 
 
@@ -275,7 +276,7 @@ def _isolating(errors: Any) -> bool:
 
 
 # --------------------------------------------------------------------------
-# Sampling from weights (SPEC.md section 2, step 3) and argmax.
+# Sampling from weights (docs/spec.md section 3) and argmax.
 # --------------------------------------------------------------------------
 
 
@@ -531,8 +532,34 @@ def _out_buffers(out: Any, inputs: dict[str, Any]) -> list[Any] | None:
                 )
         if not arr.flags.writeable:
             raise InputError(f"{name} is read-only; outputs need writeable buffers", argument=name)
+        if _overlaps_itself(arr):
+            raise InputError(
+                f"{name} has elements that share memory (a stride-0 or overlapping view);"
+                " outputs need one element per value",
+                argument=name,
+            )
         seen.append((name, arr))
     return arrays
+
+
+def _overlaps_itself(arr: np.ndarray) -> bool:
+    """Whether two elements of ``arr`` share bytes: with the axes in order of
+    stride, each stride must step past everything the smaller ones reach
+    (conservative, as the native check)."""
+    axes = sorted(
+        (
+            (extent, abs(stride))
+            for extent, stride in zip(arr.shape, arr.strides, strict=True)
+            if extent > 1
+        ),
+        key=lambda axis: axis[1],
+    )
+    reach = arr.itemsize
+    for extent, stride in axes:
+        if stride < reach:
+            return True
+        reach += stride * (extent - 1)
+    return False
 
 
 def _out_shapes(out: list[np.ndarray | None] | None, batch: int, num_draft: int) -> None:
@@ -1262,11 +1289,36 @@ def _per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
     return np.broadcast_to(array, (batch,)) if array.ndim == 0 else array
 
 
+def _check_sampling(temperature: float, top_k: int, top_p: float, index: tuple[int, ...]) -> None:
+    """The sampling parameters of one row (docs/spec.md section 8.1); ``index`` is
+    ``(b,)`` in a batch, ``()`` for one row."""
+    at = "".join(f"[{i}]" for i in index)
+    if not (temperature == 0 or (sys.float_info.min <= temperature and math.isfinite(temperature))):
+        raise _bad(
+            f"temperature{at} = {temperature!r}: a temperature must be 0 or at least "
+            f"{sys.float_info.min!r} (the smallest normal float64)",
+            "temperature",
+            index,
+        )
+    if top_k < 0:
+        raise _bad(f"top_k{at} = {top_k}: top_k must be >= 0", "top_k", index)
+    if not 0 < top_p <= 1:
+        raise _bad(f"top_p{at} = {top_p!r}: top_p must lie in (0, 1]", "top_p", index)
+
+
 def transform_logits(logits, temperature: float, top_k: int, top_p: float, where: str = "logits"):
     """The sampling transform of one logits row, as :func:`specaccept.verify_logits`
     defines it: divide by ``temperature``; softmax; top-k (ties kept), renormalise;
     top-p (decreasing order, ties by lower index; the shortest prefix reaching
-    ``top_p`` plus every entry tied with the last one kept), renormalise."""
+    ``top_p`` plus every entry tied with the last one kept), renormalise. Temperature
+    0 is a greedy row: one-hot at the first largest logit. Parameters outside
+    section 8.1's domains are an error naming them."""
+    for value, name in ((temperature, "temperature"), (top_k, "top_k"), (top_p, "top_p")):
+        integral = isinstance(value, numbers.Integral)
+        if not isinstance(value, numbers.Real) or (name == "top_k" and not integral):
+            kind = "an int" if name == "top_k" else "a real number"
+            raise TypeError(f"{name} must be {kind}, got {type(value).__name__}")
+    _check_sampling(float(temperature), int(top_k), float(top_p), ())
     values = [float(v) for v in logits]
     for i, v in enumerate(values):
         if math.isnan(v) or v == math.inf:
@@ -1275,6 +1327,9 @@ def transform_logits(logits, temperature: float, top_k: int, top_p: float, where
         raise _logit_error(
             where, None, f"{where}] has no finite logit: there is no token to choose"
         )
+    if temperature == 0:  # a greedy row (section 8.3): all mass on the first argmax
+        first = values.index(max(values))
+        return [1.0 if i == first else 0.0 for i in range(len(values))]
     # exp(z_i - max z) for z = l / T, written as exp((l_i - max l) / T): the
     # same numbers, without overflow when T is small.
     top = max(values)
@@ -1369,17 +1424,7 @@ def verify_logits(
 
     def verify_row(b: int) -> None:
         t_b, k_b, p_b = float(temperatures[b]), int(top_ks[b]), float(top_ps[b])
-        if not (t_b == 0 or (sys.float_info.min <= t_b and math.isfinite(t_b))):
-            raise _bad(
-                f"temperature[{b}] = {t_b!r}: a temperature must be 0 or at least "
-                f"{sys.float_info.min!r} (the smallest normal float64)",
-                "temperature",
-                (b,),
-            )
-        if k_b < 0:
-            raise _bad(f"top_k[{b}] = {k_b}: top_k must be >= 0", "top_k", (b,))
-        if not 0 < p_b <= 1:
-            raise _bad(f"top_p[{b}] = {p_b!r}: top_p must lie in (0, 1]", "top_p", (b,))
+        _check_sampling(t_b, k_b, p_b, (b,))
         drafts = _row_drafts(ids, counts, b, num_draft, vocab)
         k = len(drafts)
 
