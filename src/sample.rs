@@ -250,6 +250,59 @@ fn sum_blocks_with<K: Kernel, W: Weights>(
     Ok(total)
 }
 
+/// Writes `out[i] = O(p_i, q_i)` over the row (`out` as long as `p`) and fills
+/// `block_sums` with the canonical block sums of what it wrote: one pass where
+/// [`sum_blocks`] over the written buffer would be a second. Returns the total and
+/// whether every value read is surely finite and non-negative (`false`: the
+/// caller checks exactly; a `-0.0` reads as doubtful but is valid).
+pub(crate) fn store_pair_blocks<O: PairOp, P: Prob, Q: Prob>(
+    op: O,
+    p: &[P],
+    q: &[Q],
+    out: &mut [f64],
+    block_sums: &mut Vec<f64>,
+) -> (f64, bool) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2 and F16C, checked just above.
+        return unsafe { store_pair_blocks_avx2(op, p, q, out, block_sums) };
+    }
+    store_pair_blocks_with::<Portable, O, P, Q>(op, p, q, out, block_sums)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+fn store_pair_blocks_avx2<O: PairOp, P: Prob, Q: Prob>(
+    op: O,
+    p: &[P],
+    q: &[Q],
+    out: &mut [f64],
+    block_sums: &mut Vec<f64>,
+) -> (f64, bool) {
+    store_pair_blocks_with::<simd::Avx2, O, P, Q>(op, p, q, out, block_sums)
+}
+
+#[inline(always)]
+pub(crate) fn store_pair_blocks_with<K: Kernel, O: PairOp, P: Prob, Q: Prob>(
+    op: O,
+    p: &[P],
+    q: &[Q],
+    out: &mut [f64],
+    block_sums: &mut Vec<f64>,
+) -> (f64, bool) {
+    let n = p.len();
+    block_sums.clear();
+    let (mut total, mut surely_valid) = (0.0f64, true);
+    for start in (0..n).step_by(SUM_BLOCK) {
+        let end = (start + SUM_BLOCK).min(n);
+        let (s, ok) = K::pair_store(op, &p[start..end], &q[start..end], &mut out[start..end]);
+        surely_valid &= ok;
+        block_sums.push(s);
+        total += s;
+    }
+    (total, surely_valid)
+}
+
 /// The canonical sum of `w` (the total [`sample`] uses).
 pub(crate) fn canonical_sum<W: Weights>(
     w: &W,

@@ -23,6 +23,14 @@ pub(crate) trait Kernel {
     /// The canonical sum of `O(p_i, q_i)` (`p`, `q` of equal length), and
     /// whether every value of both is surely valid.
     fn pair<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool);
+    /// [`Kernel::pair`], also writing each `O(p_i, q_i)` to `out[i]` (`out` as
+    /// long as `p`): a residual and its canonical sum in one pass.
+    fn pair_store<O: PairOp, P: Prob, Q: Prob>(
+        op: O,
+        p: &[P],
+        q: &[Q],
+        out: &mut [f64],
+    ) -> (f64, bool);
 }
 
 /// What a pair of rows is summed as, elementwise.
@@ -177,6 +185,60 @@ impl Kernel for Portable {
             & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
         (combine_lanes(lanes), ok)
     }
+
+    #[inline(always)]
+    fn pair_store<O: PairOp, P: Prob, Q: Prob>(
+        op: O,
+        p: &[P],
+        q: &[Q],
+        out: &mut [f64],
+    ) -> (f64, bool) {
+        let mut lanes = [0.0f64; SUM_LANES];
+        let mut high_p = [P::Bits::default(); SUM_LANES];
+        let mut high_q = [Q::Bits::default(); SUM_LANES];
+        let (p_chunks, p_tail) = p.as_chunks::<SUM_LANES>();
+        let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
+        let (o_chunks, o_tail) = out.as_chunks_mut::<SUM_LANES>();
+        for ((pc, qc), oc) in p_chunks.iter().zip(q_chunks).zip(o_chunks) {
+            for l in 0..SUM_LANES {
+                high_p[l] = high_p[l].max(pc[l].bits());
+                high_q[l] = high_q[l].max(qc[l].bits());
+                oc[l] = op.apply(pc[l].to_f64(), qc[l].to_f64());
+                lanes[l] += oc[l];
+            }
+        }
+        store_pair_tail::<O, P, Q>(
+            op,
+            &mut lanes,
+            &mut high_p,
+            &mut high_q,
+            p_tail,
+            q_tail,
+            o_tail,
+        );
+        let ok = high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
+            & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+}
+
+/// [`add_pair_tail`], also writing each value to `out`.
+#[inline(always)]
+fn store_pair_tail<O: PairOp, P: Prob, Q: Prob>(
+    op: O,
+    lanes: &mut [f64; SUM_LANES],
+    high_p: &mut [P::Bits; SUM_LANES],
+    high_q: &mut [Q::Bits; SUM_LANES],
+    p_tail: &[P],
+    q_tail: &[Q],
+    out: &mut [f64],
+) {
+    for (l, ((pv, qv), o)) in p_tail.iter().zip(q_tail).zip(out).enumerate() {
+        high_p[l] = high_p[l].max(pv.bits());
+        high_q[l] = high_q[l].max(qv.bits());
+        *o = op.apply(pv.to_f64(), qv.to_f64());
+        lanes[l] += *o;
+    }
 }
 
 /// The last `len % 16` elements go to lanes `0..` in order.
@@ -215,7 +277,9 @@ pub(crate) use x86::{has_avx2, Avx2};
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{add_dense_tail, add_pair_tail, combine_lanes, Kernel, PairOp, SUM_LANES};
+    use super::{
+        add_dense_tail, add_pair_tail, combine_lanes, store_pair_tail, Kernel, PairOp, SUM_LANES,
+    };
     use crate::prob::Prob;
 
     /// Whether this CPU runs the AVX2 kernels (cached by std after the first call).
@@ -238,6 +302,16 @@ mod x86 {
         fn pair<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool) {
             // SAFETY: as above; `p` and `q` have equal lengths (checked shapes).
             unsafe { pair::<O, P, Q>(op, p, q) }
+        }
+        #[inline(always)]
+        fn pair_store<O: PairOp, P: Prob, Q: Prob>(
+            op: O,
+            p: &[P],
+            q: &[Q],
+            out: &mut [f64],
+        ) -> (f64, bool) {
+            // SAFETY: as above; `out` is at least as long as `p` (asserted there).
+            unsafe { pair_store::<O, P, Q>(op, p, q, out) }
         }
     }
 
@@ -296,6 +370,51 @@ mod x86 {
         let mut high_p = [P::Bits::default(); SUM_LANES];
         let mut high_q = [Q::Bits::default(); SUM_LANES];
         add_pair_tail::<O, P, Q>(op, &mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
+        let ok = body_ok
+            & high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
+            & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn pair_store<O: PairOp, P: Prob, Q: Prob>(
+        op: O,
+        p: &[P],
+        q: &[Q],
+        out: &mut [f64],
+    ) -> (f64, bool) {
+        assert!(q.len() == p.len() && out.len() == p.len());
+        let mut acc = [_mm256_setzero_pd(); REGS];
+        let (mut high_p, mut high_q) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        let (p_chunks, p_tail) = p.as_chunks::<SUM_LANES>();
+        let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
+        let (o_chunks, o_tail) = out.as_chunks_mut::<SUM_LANES>();
+        for ((pc, qc), oc) in p_chunks.iter().zip(q_chunks).zip(o_chunks) {
+            let eights = pc.as_chunks::<8>().0.iter().zip(qc.as_chunks::<8>().0);
+            for (r, (p8, q8)) in eights.enumerate() {
+                let (pa, pb) = P::load8(p8.as_ptr(), &mut high_p);
+                let (qa, qb) = Q::load8(q8.as_ptr(), &mut high_q);
+                let (wa, wb) = (op.apply4(pa, qa), op.apply4(pb, qb));
+                _mm256_storeu_pd(oc.as_mut_ptr().add(8 * r), wa);
+                _mm256_storeu_pd(oc.as_mut_ptr().add(8 * r + 4), wb);
+                acc[2 * r] = _mm256_add_pd(acc[2 * r], wa);
+                acc[2 * r + 1] = _mm256_add_pd(acc[2 * r + 1], wb);
+            }
+        }
+        let body_ok = P::all_valid(high_p) & Q::all_valid(high_q);
+        let mut lanes = spill(acc);
+        let mut high_p = [P::Bits::default(); SUM_LANES];
+        let mut high_q = [Q::Bits::default(); SUM_LANES];
+        store_pair_tail::<O, P, Q>(
+            op,
+            &mut lanes,
+            &mut high_p,
+            &mut high_q,
+            p_tail,
+            q_tail,
+            o_tail,
+        );
         let ok = body_ok
             & high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
             & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
@@ -368,6 +487,65 @@ mod tests {
                 "{op}, len {}",
                 p.len()
             );
+        }
+    }
+
+    /// `pair_store` writes `op(p_i, q_i)` and sums them as `pair` does, on both kernels.
+    #[cfg(target_arch = "x86_64")]
+    fn check_store<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) {
+        let want: Vec<u64> = p
+            .iter()
+            .zip(q)
+            .map(|(a, b)| op.apply(a.to_f64(), b.to_f64()).to_bits())
+            .collect();
+        let sum = Portable::pair(op, p, q);
+        type Store<O, P, Q> = fn(O, &[P], &[Q], &mut [f64]) -> (f64, bool);
+        let mut kernels: Vec<Store<O, P, Q>> = vec![Portable::pair_store::<O, P, Q>];
+        if has_avx2() {
+            kernels.push(Avx2::pair_store::<O, P, Q>);
+        }
+        for kernel in kernels {
+            let mut out = vec![f64::NAN; p.len()];
+            let got = kernel(op, p, q, &mut out);
+            assert_eq!(
+                (got.0.to_bits(), got.1),
+                (sum.0.to_bits(), sum.1),
+                "len {}",
+                p.len()
+            );
+            let bits: Vec<u64> = out.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(bits, want, "len {}", p.len());
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn pair_store_writes_and_sums_as_pair() {
+        for (len, seed) in (0..70)
+            .map(|n| (n, n as u64 + 7))
+            .chain([(1000, 5), (1100, 6)])
+        {
+            let (p, q) = rows(len, seed);
+            let q32: Vec<f32> = q.iter().map(|&v| v as f32).collect();
+            let p16: Vec<half::bf16> = p.iter().map(|&v| half::bf16::from_f64(v)).collect();
+            for op in [
+                ScaledResidual(1.0),
+                ScaledResidual(0.3 / 0.7),
+                ScaledResidual(0.0),
+            ] {
+                check_store(op, &p, &q);
+                check_store(op, &p, &q32);
+                check_store(op, &p16, &q32);
+            }
+            // The scale 1 is the residual, bit for bit.
+            let mut a = vec![0.0; len];
+            let mut b = vec![0.0; len];
+            let one = ScaledResidual(1.0);
+            assert_eq!(
+                Portable::pair_store(one, &p, &q32, &mut a).0.to_bits(),
+                Portable::pair_store(Residual, &p, &q32, &mut b).0.to_bits()
+            );
+            assert_eq!(a, b);
         }
     }
 

@@ -6,7 +6,7 @@
 //! the chain's rows, normaliser `S = 1`): child `c` with token `x` is accepted by
 //! the chain rule applied to `P(x) / S` and `q_c(x)` with uniform `u_c`. On
 //! acceptance the walk moves to `c` (`P` := its target row); on rejection
-//! `P := max(0, P / S - q_c)` with `S := sum(P)` in the canonical order (taken as
+//! `P := max(0, P * (1 / S) - q_c)` with `S := sum(P)` in the canonical order (the factor
 //! 0 when `S = 0`) and the next child is tried. When no child is accepted, a
 //! token is sampled from `P` (from the node's target row if `P` sums to 0); at a
 //! leaf, the bonus token is sampled from the leaf's target row. A single-path
@@ -23,7 +23,7 @@ use crate::memory;
 use crate::prob::Prob;
 use crate::rule::is_accepted;
 use crate::sample::{self, argmax_of, sample_target, zero_row, BufferWeights, SUM_BLOCK};
-use crate::simd::{PairOp, Residual, ScaledResidual};
+use crate::simd::{PairOp, ScaledResidual};
 use crate::threads;
 use crate::view::{FloatView, Greedy, IntView};
 
@@ -258,6 +258,8 @@ struct Buffers {
     frames: Vec<Frame>,
     /// The traversal's residual rows, one per stack level (`V` each, as needed).
     levels: Vec<Vec<f64>>,
+    /// Where a traversal round writes before it is swapped into its level.
+    spare: Vec<f64>,
 }
 
 impl Buffers {
@@ -298,6 +300,7 @@ fn verify_rows<P: Prob, Q: Prob>(
         accepted,
         frames,
         levels,
+        spare,
     } = buffers;
     for (i, b) in (first_row..first_row + out.num_accepted.len()).enumerate() {
         // Children in index order, as linked lists: first child, next sibling.
@@ -339,6 +342,7 @@ fn verify_rows<P: Prob, Q: Prob>(
                     scratch,
                     frames,
                     levels,
+                    spare,
                     accepted,
                 )?;
             }
@@ -413,32 +417,35 @@ fn verify_rows<P: Prob, Q: Prob>(
                     taken = Some((child, x));
                     break;
                 }
-                // P := max(0, P / S - q_c), then S := sum(P).
+                // P := max(0, P * (1 / S) - q_c), then S := sum(P), in one pass.
                 let q_row = inputs
                     .draft_probs
                     .as_ref()
                     .map(|dp| dp.slice(s![b, child, ..]));
-                let valid = match scale {
-                    None => {
-                        residual_round(inputs.target_row(b, node), None, q_row, x, next_residual)
-                    }
+                let total = match scale {
+                    None => residual_round(
+                        inputs.target_row(b, node),
+                        None,
+                        q_row,
+                        x,
+                        next_residual,
+                        scratch,
+                    ),
                     Some(total) => residual_round(
                         ArrayView1::from(&residual[..]),
                         Some(total),
                         q_row,
                         x,
                         next_residual,
+                        scratch,
                     ),
                 };
-                if !valid {
+                let Some(total) = total else {
                     let p_row = scale.is_none().then(|| inputs.target_row(b, node));
                     return Err(first_bad_entry(p_row, q_row, b, node, child));
-                }
+                };
                 std::mem::swap(residual, next_residual);
-                scale = Some(sample::canonical_sum(
-                    &BufferWeights { w: residual },
-                    scratch,
-                )?);
+                scale = Some(total);
                 child = next_sibling[child];
             }
             match taken {
@@ -477,106 +484,55 @@ fn verify_rows<P: Prob, Q: Prob>(
     Ok(())
 }
 
-/// One round of the residual, into `next`: `max(0, P_i / S - q_i)`, where
+/// One round of the residual, into `next`: `max(0, P_i * (1 / S) - q_i)`, where
 /// `P` is the node's target row (`S = None`: taken as 1) or the previous
-/// round's residual of sum `S` (0 where `S` is not positive: a residual that
-/// vanished by rounding); `q` is one-hot at `x` when `None`. Returns whether
-/// every `P_i` and `q_i` read is finite and non-negative (the check fused
-/// into the same pass; the caller finds the bad entry for the error).
+/// round's residual of sum `S` (the factor 0 where `S` is not positive: a
+/// residual that vanished by rounding); `q` is one-hot at `x` when `None`. Returns the new
+/// residual's canonical sum (its block sums left in `scratch`), or `None` when a
+/// `P_i` or `q_i` read is not finite and non-negative (the caller names it).
 fn residual_round<A: Prob, Q: Prob>(
     p: ArrayView1<'_, A>,
     scale: Option<f64>,
     q: Option<ArrayView1<'_, Q>>,
     x: usize,
     next: &mut Vec<f64>,
-) -> bool {
+    scratch: &mut Vec<f64>,
+) -> Option<f64> {
     // Every entry is written below: only the length matters.
     next.resize(p.len(), 0.0);
-    let divide = |v: f64| match scale {
-        None => v,
-        Some(total) => normalised(v, total),
-    };
-    if let (Some(ps), Some(qs)) = (p.as_slice(), q.and_then(|q| q.to_slice())) {
-        return round_slices(ps, scale, qs, next);
-    }
+    let op = ScaledResidual(match scale {
+        None => 1.0,
+        Some(total) => factor(1.0, total),
+    });
     let valid = |v: f64| (0.0..=f64::MAX).contains(&v);
+    if let (Some(ps), Some(qs)) = (p.as_slice(), q.and_then(|q| q.to_slice())) {
+        // The round and its sum in one pass.
+        let (total, surely_valid) = sample::store_pair_blocks(op, ps, qs, next, scratch);
+        let ok = surely_valid
+            || (ps.iter().all(|v| valid(v.to_f64())) && qs.iter().all(|v| valid(v.to_f64())));
+        return ok.then_some(total);
+    }
     let mut ok = true;
     match q {
         Some(q) => {
             for ((n, p), q) in next.iter_mut().zip(p.iter()).zip(q.iter()) {
                 let (p, q) = (p.to_f64(), q.to_f64());
                 ok &= valid(p) & valid(q);
-                *n = Residual.apply(divide(p), q);
+                *n = op.apply(p, q);
             }
         }
         None => {
             for (i, (n, p)) in next.iter_mut().zip(p.iter()).enumerate() {
                 let p = p.to_f64();
                 ok &= valid(p);
-                *n = Residual.apply(divide(p), f64::from(u8::from(i == x)));
+                *n = op.apply(p, f64::from(u8::from(i == x)));
             }
         }
     }
-    ok
-}
-
-/// [`residual_round`] on unit-stride rows: AVX2 where the CPU has it.
-fn round_slices<A: Prob, Q: Prob>(p: &[A], scale: Option<f64>, q: &[Q], next: &mut [f64]) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2() {
-        // SAFETY: the CPU supports AVX2 and F16C, checked just above.
-        return unsafe { round_slices_avx2(p, scale, q, next) };
+    if !ok {
+        return None;
     }
-    round_slices_with(p, scale, q, next)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
-fn round_slices_avx2<A: Prob, Q: Prob>(
-    p: &[A],
-    scale: Option<f64>,
-    q: &[Q],
-    next: &mut [f64],
-) -> bool {
-    round_slices_with(p, scale, q, next)
-}
-
-/// The loop of [`round_slices`], with `normalised`'s test hoisted out of it
-/// (the same values) and validity as an OR of per-element flags.
-#[inline(always)]
-fn round_slices_with<A: Prob, Q: Prob>(
-    p: &[A],
-    scale: Option<f64>,
-    q: &[Q],
-    next: &mut [f64],
-) -> bool {
-    let invalid = |v: f64| u64::from(!(0.0..=f64::MAX).contains(&v));
-    let mut bad = 0u64;
-    let rows = next.iter_mut().zip(p).zip(q);
-    match scale {
-        None => {
-            for ((n, p), q) in rows {
-                let (p, q) = (p.to_f64(), q.to_f64());
-                bad |= invalid(p) | invalid(q);
-                *n = Residual.apply(p, q);
-            }
-        }
-        Some(total) if total > 0.0 => {
-            for ((n, p), q) in rows {
-                let (p, q) = (p.to_f64(), q.to_f64());
-                bad |= invalid(p) | invalid(q);
-                *n = Residual.apply(p / total, q);
-            }
-        }
-        Some(_) => {
-            for ((n, p), q) in rows {
-                let (p, q) = (p.to_f64(), q.to_f64());
-                bad |= invalid(p) | invalid(q);
-                *n = Residual.apply(0.0, q);
-            }
-        }
-    }
-    bad == 0
+    sample::canonical_sum(&BufferWeights { w: next }, scratch).ok()
 }
 
 /// The first bad entry in reading order (`p_i`, then `q_i`), for the error.
@@ -586,7 +542,7 @@ fn round_slices_with<A: Prob, Q: Prob>(
 /// node with rate `a` gives it the rate `next_rho(a, Mb(x), q_c(x))` of the path;
 /// a node with no child left is accepted iff its uniform is below its rate (the
 /// root always), and the next token comes from its target weights. A rejected
-/// node is removed: its parent's weights become `max(0, a * w / T - q_c)` (with
+/// node is removed: its parent's weights become `max(0, w * (a / T) - q_c)` (with
 /// one-hot drafts, `w` with `x` zeroed and mass `a * (1 - Mb(x))`), their sum
 /// the new `T`, and its rate `h(S, a)` as in block verification. Returns the
 /// next token; `accepted` holds the path.
@@ -601,6 +557,7 @@ fn traverse_row<P: Prob, Q: Prob>(
     scratch: &mut Vec<f64>,
     frames: &mut Vec<Frame>,
     levels: &mut Vec<Vec<f64>>,
+    spare: &mut Vec<f64>,
     accepted: &mut Vec<(usize, i64)>,
 ) -> Result<usize, CoreError> {
     let token = |c: usize| {
@@ -710,17 +667,16 @@ fn traverse_row<P: Prob, Q: Prob>(
             Some(dp) => {
                 let q_row = dp.slice(s![b, f.node, ..]);
                 let p_row = (!parent.residual).then(|| inputs.target_row(b, parent.node));
-                scaled_round(
+                let mass = scaled_round(
                     p_row,
                     &mut levels[pd],
+                    spare,
+                    scratch,
                     parent.rate,
                     parent.total,
                     q_row,
-                    b,
-                    parent.node,
-                    f.node,
+                    (b, parent.node, f.node),
                 )?;
-                let mass = sample::canonical_sum(&BufferWeights { w: &levels[pd] }, scratch)?;
                 (mass, mass)
             }
         };
@@ -751,26 +707,48 @@ fn copy_row<P: Prob>(
     Ok(())
 }
 
-/// The traversal's residual round: `w_v := max(0, a * (w_v / T) - q_v)`, with
-/// `w` the target row as given when `p` is `Some`. One pass without branches,
-/// the validity of every value read folded in; on a bad value the first one (in
-/// the reference's order: `p_v`, then `q_v`) is named.
+/// The traversal's residual round: `w_v := max(0, w_v * (a / T) - q_v)`, with
+/// `w` the target row as given when `p` is `Some`; returns the new mass (the
+/// canonical sum of `w`). Unit-stride rows take one pass that also sums (`spare`
+/// receives the new weights and is swapped into `w`); a bad value read is named
+/// as the reference reads them (`p_v`, then `q_v`).
 #[allow(clippy::too_many_arguments)]
 fn scaled_round<P: Prob, Q: Prob>(
     p: Option<ArrayView1<'_, P>>,
     w: &mut Vec<f64>,
+    spare: &mut Vec<f64>,
+    scratch: &mut Vec<f64>,
     rate: f64,
     total: f64,
     q: ArrayView1<'_, Q>,
-    b: usize,
-    node: usize,
-    child: usize,
-) -> Result<(), CoreError> {
-    let op = ScaledResidual(rate);
+    at: (usize, usize, usize),
+) -> Result<f64, CoreError> {
+    let (b, node, child) = at;
+    let op = ScaledResidual(factor(rate, total));
     let ok = |v: f64| (0.0..=f64::MAX).contains(&v);
-    // `w / 1` is `w`: the target row as given skips the division, the same bits.
-    let unit = total == 1.0;
-    let share = |v: f64| if unit { v } else { normalised(v, total) };
+    let len = q.len();
+    let bad = || first_bad_entry(p, Some(q), b, node, child);
+    if let Some(qs) = q.as_slice() {
+        memory::reserve(spare, len, "target_probs")?;
+        spare.resize(len, 0.0);
+        let (mass, surely_valid) = match p.as_ref().map(|p| p.as_slice()) {
+            Some(Some(ps)) => sample::store_pair_blocks(op, ps, qs, spare, scratch),
+            Some(None) => {
+                // A strided target row: read it once into `w`, then the round.
+                copy_unchecked(p.as_ref().expect("Some"), w)?;
+                sample::store_pair_blocks(op, &w[..], qs, spare, scratch)
+            }
+            None => sample::store_pair_blocks(op, &w[..], qs, spare, scratch),
+        };
+        let valid = surely_valid
+            || (p.is_none_or(|p| p.iter().all(|v| ok(v.to_f64())))
+                && qs.iter().all(|v| ok(v.to_f64())));
+        if !valid {
+            return Err(bad());
+        }
+        std::mem::swap(w, spare);
+        return Ok(mass);
+    }
     let mut valid = true;
     match p {
         Some(p) => {
@@ -779,22 +757,29 @@ fn scaled_round<P: Prob, Q: Prob>(
             w.extend(p.iter().zip(q.iter()).map(|(pv, qv)| {
                 let (pv, qv) = (pv.to_f64(), qv.to_f64());
                 valid &= ok(pv) & ok(qv);
-                op.apply(share(pv), qv)
+                op.apply(pv, qv)
             }));
         }
         None => {
             for (wv, qv) in w.iter_mut().zip(q.iter()) {
                 let qv = qv.to_f64();
                 valid &= ok(qv);
-                *wv = op.apply(share(*wv), qv);
+                *wv = op.apply(*wv, qv);
             }
         }
     }
-    if valid {
-        Ok(())
-    } else {
-        Err(first_bad_entry(p, Some(q), b, node, child))
+    if !valid {
+        return Err(bad());
     }
+    sample::canonical_sum(&BufferWeights { w }, scratch)
+}
+
+/// `w` := `row` as float64, unchecked (the round that reads it checks).
+fn copy_unchecked<P: Prob>(row: &ArrayView1<'_, P>, w: &mut Vec<f64>) -> Result<(), CoreError> {
+    memory::reserve(w, row.len(), "target_probs")?;
+    w.clear();
+    w.extend(row.iter().map(|v| v.to_f64()));
+    Ok(())
 }
 
 fn first_bad_entry<P: Prob, Q: Prob>(
@@ -821,6 +806,19 @@ fn first_bad_entry<P: Prob, Q: Prob>(
         "target_probs",
         "an entry failed the validity check but none is bad",
     )
+}
+
+/// The factor `a / T` a residual round scales its weights by (docs/spec.md
+/// sections 7.3 and 7.6): 0 when `T` is not positive (a residual that vanished
+/// by rounding). `T = 1` gives `a` itself, so a first round is block
+/// verification's `rho * p` and, at `a = 1`, the token rule's `p`.
+#[inline]
+fn factor(rate: f64, total: f64) -> f64 {
+    if total > 0.0 {
+        rate / total
+    } else {
+        0.0
+    }
 }
 
 /// `P(x) / S`, with `0 / 0` taken as 0 (a residual that vanished by rounding).

@@ -330,3 +330,134 @@ def test_one_generator_per_row_makes_a_row_independent_of_the_others() -> None:
     assert error.value.argument == "rng"
     with pytest.raises(TypeError, match=r"rng\[1\]"):
         specaccept.verify_tree(ids, parents, p, q, rng=[np.random.default_rng(), 5, 6, 7])
+
+
+# --- The residual rounds' arithmetic, to the bit (docs/spec.md sections 7.3, 7.6) ---------
+
+
+def _canonical4(w: list[float]) -> float:
+    # Four weights in one block: lanes 0..3, added pairwise: (w0 + w1) + (w2 + w3).
+    return (w[0] + w[1]) + (w[2] + w[3])
+
+
+def _draw4(w: list[float], u: float) -> int:
+    total = _canonical4(w)
+    cumulative = 0.0
+    for i, v in enumerate(w):
+        cumulative += v
+        if v > 0 and cumulative > u * total:
+            return i
+    return max(i for i, v in enumerate(w) if v > 0)
+
+
+def _second_round(w: list[float], total: float, rate: float, q: list[float], spec: bool):
+    """A later round's weights: the spec's `w * (a / T)` or the plausible `a * (w / T)`."""
+    f = rate / total
+    return [
+        max(0.0, v * f - qv) if spec else max(0.0, rate * (v / total) - qv)
+        for v, qv in zip(w, q, strict=True)
+    ]
+
+
+def _boundary_case(rng, rate: float, updated: bool = False):
+    """Rows over four tokens where the second round's two formulas put the last
+    draw on opposite sides of a recovery uniform; None if this draw found none."""
+    p = rng.dirichlet(np.ones(4))
+    q1 = rng.dirichlet(np.ones(4))
+    q2 = rng.dirichlet(np.ones(4))
+    first = [max(0.0, v * rate - qv) for v, qv in zip(p, q1, strict=True)]
+    s = _canonical4(first)
+    if not s > 0:
+        return None
+    # A traversal node below the root takes the rate h(S, a) = S / ((S + 1) - a)
+    # after its first removal (section 7.6); the root, and the token rule, keep 1.
+    later = s / ((s + 1.0) - rate) if updated else rate
+    spec = _second_round(first, s, later, q2, True)
+    plain = _second_round(first, s, later, q2, False)
+    if spec == plain or not _canonical4(spec) > 0:
+        return None
+    # A uniform at or next to one of the draw's boundaries (the cumulative weights
+    # over the total) under either formula.
+    for w in (spec, plain):
+        for k in (1, 2, 3):
+            edge = sum(w[:k]) / _canonical4(w)
+            for r in (edge, np.nextafter(edge, 1.0), np.nextafter(edge, 0.0)):
+                if 0 <= r < 1 and _draw4(spec, r) != _draw4(plain, r):
+                    return p, q1, q2, float(r), _draw4(spec, r)
+    return None
+
+
+@pytest.mark.parametrize("method", ["token", "traversal"])
+def test_later_rounds_scale_by_one_factor_to_the_bit(method) -> None:
+    # Root 0 with two children (tokens 0 and 1), both rejected, then the draw from
+    # the second round's residual: its weights are P * (1 / S) - q, not P / S - q.
+    # The recovery uniform sits between the two formulas' boundaries, so a kernel
+    # that divides (or the reference, if it did) draws the other token.
+    rng = np.random.default_rng(7)
+    found = 0
+    for _ in range(4000):
+        case = _boundary_case(rng, 1.0)
+        if case is None:
+            continue
+        p, q1, q2, r, expected = case
+        target = np.array([[p, p, p]])
+        draft = np.array([[q1, q1, q2]])
+        ids = np.array([[0, 0, 1]])
+        # Rejected for sure: u just below 1 and q(x) > p(x) (checked below).
+        if not (q1[0] > p[0]):
+            continue
+        first = [max(0.0, a - b) for a, b in zip(p, q1, strict=True)]
+        if not q2[1] > first[1] / _canonical4(first):
+            continue
+        kwargs = dict(
+            uniforms=np.full((1, 3), np.nextafter(1.0, 0.0)),
+            recovery_uniforms=np.array([r]),
+            method=method,
+        )
+        for fn in (specaccept.verify_tree, reference.verify_tree):
+            out = fn(ids, np.array([-1, 0, 0]), target, draft, **kwargs)
+            assert out.num_accepted[0] == 0
+            assert out.output_token_ids[0, 0] == expected, (fn.__module__, p, q1, q2, r)
+        found += 1
+        if found == 20:
+            break
+    assert found == 20
+
+
+def test_traversal_scales_a_later_round_by_its_rate_over_its_total() -> None:
+    # Root -> v -> {c1, c2}: v's rate a < 1; c1 and c2 rejected; v accepted
+    # (u_v = 0), its token drawn from w_v * (a / T) - q_c2.
+    rng = np.random.default_rng(11)
+    found = 0
+    for _ in range(20000):
+        root = rng.dirichlet(np.ones(4))
+        qv = rng.dirichlet(np.ones(4))
+        if not qv[2] > root[2]:
+            continue
+        rate = root[2] / qv[2]  # next_rho(1, p(x_v), q(x_v)), below 1
+        case = _boundary_case(rng, rate, updated=True)
+        if case is None:
+            continue
+        p, q1, q2, r, expected = case
+        target = np.array([[root, p, p, p]])
+        draft = np.array([[qv, qv, q1, q2]])
+        ids = np.array([[0, 2, 0, 1]])
+        # Rejections for sure: each leaf's rate is below 1 and its uniform just below 1.
+        s1 = _canonical4([max(0.0, v * rate - w) for v, w in zip(p, q1, strict=True)])
+        if not (rate * p[0] < q1[0] and s1 > 0):
+            continue
+        out_args = dict(
+            uniforms=np.array([[0.0, 0.0, np.nextafter(1.0, 0.0), np.nextafter(1.0, 0.0)]]),
+            recovery_uniforms=np.array([r]),
+            method="traversal",
+        )
+        native = specaccept.verify_tree(ids, np.array([-1, 0, 1, 1]), target, draft, **out_args)
+        ref = reference.verify_tree(ids, np.array([-1, 0, 1, 1]), target, draft, **out_args)
+        if native.num_accepted[0] != 1:
+            continue  # a leaf was accepted after all (its second-round rate reached 1)
+        assert native.output_token_ids[0].tolist() == [2, expected, -1]
+        assert ref.output_token_ids[0].tolist() == [2, expected, -1]
+        found += 1
+        if found == 10:
+            break
+    assert found == 10

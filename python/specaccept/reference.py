@@ -1104,7 +1104,7 @@ def _traverse_tree_row(p, q, u, ru, ids, children, b: int, vocab: int):
     in index order. A node's state is its rate ``a`` and its target weights ``w`` with
     total ``T`` (``None``: its target row as given, ``T = 1``); a rejected child ``c``
     (token ``x``, draft row ``q_c``) turns them into the residual
-    ``max(0, a * w / T - q_c)`` with ``T = S`` its sum, and ``a`` into
+    ``max(0, w * (a / T) - q_c)`` with ``T = S`` its sum, and ``a`` into
     ``S / ((S + 1) - a)``. The root is always accepted."""
     if u is None or ru is None:
         raise InputError(
@@ -1146,6 +1146,7 @@ def _traverse_tree_row(p, q, u, ru, ids, children, b: int, vocab: int):
             new_total = ptotal * (1.0 - mb_x)
         else:
             weights = []
+            factor = pa / ptotal if ptotal > 0 else 0.0  # a / T
             for v in range(vocab):
                 w_v = (
                     _entry(p[b, parent[0], v], "target_probs", (b, parent[0], v))
@@ -1153,8 +1154,7 @@ def _traverse_tree_row(p, q, u, ru, ids, children, b: int, vocab: int):
                     else pw[v]
                 )
                 q_v = _entry(q[b, node, v], "draft_probs", (b, node, v))
-                share = w_v / ptotal if ptotal > 0 else 0.0
-                weights.append(max(0.0, pa * share - q_v))
+                weights.append(max(0.0, w_v * factor - q_v))
             mass = _canonical_total(weights)
             new_total = mass
         parent[1] = 1.0 if parent[0] == 0 else _block_h(mass, pa)
@@ -1218,13 +1218,14 @@ def _verify_tree_row(p, q, u, ru, ids, children, b, vocab, greedy):
             if _is_accepted(p_x, q_x, u_c):
                 taken = (c, x)
                 break
-            # P = max(0, P / S - q_c), then S = sum(P) in the canonical order.
+            # P = max(0, P * (1 / S) - q_c), then S = sum(P) in the canonical order.
             new = []
+            factor = 1.0 / total if total > 0 else 0.0
             for i in range(vocab):
                 if weights is None:
                     base = _entry(p[b, node, i], "target_probs", (b, node, i))
                 else:
-                    base = weights[i] / total if total > 0 else 0.0
+                    base = weights[i] * factor
                 q_i = (
                     (1.0 if i == x else 0.0)
                     if q is None
