@@ -67,6 +67,17 @@ struct Frame {
     residual: bool,
     total: f64,
     child: usize,
+    /// After its last child's removal, the node's weights are left unwritten:
+    /// `max(0, base * factor - q_child)`, `base` its target row (`on_target`) or
+    /// its level's buffer; they are computed only if the node is accepted.
+    pending: Option<Pending>,
+}
+
+#[derive(Clone, Copy)]
+struct Pending {
+    child: usize,
+    factor: f64,
+    on_target: bool,
 }
 
 /// Where `verify_tree` writes.
@@ -330,7 +341,7 @@ fn verify_rows<P: Prob, Q: Prob>(
         let mut node = 0usize;
         accepted.clear();
         let traversal = !greedy && inputs.method == TreeMethod::Traversal;
-        let next = loop {
+        let next = 'walk: loop {
             if traversal {
                 break traverse_row(
                     inputs,
@@ -422,6 +433,31 @@ fn verify_rows<P: Prob, Q: Prob>(
                     .draft_probs
                     .as_ref()
                     .map(|dp| dp.slice(s![b, child, ..]));
+                if let (Some(q_row), usize::MAX) = (q_row, next_sibling[child]) {
+                    // The last child: its residual is only drawn from, so it is
+                    // summed without being written, and the draw recomputes the
+                    // weights of the one block it lands in (as the chain's residual).
+                    let f = scale.map_or(1.0, |total| factor(1.0, total));
+                    let drawn = match scale {
+                        None => last_draw(inputs.target_row(b, node), q_row, f, recovery, scratch),
+                        Some(_) => {
+                            last_draw(ArrayView1::from(&residual[..]), q_row, f, recovery, scratch)
+                        }
+                    };
+                    let Ok(drawn) = drawn else {
+                        let p_row = scale.is_none().then(|| inputs.target_row(b, node));
+                        return Err(first_bad_entry(p_row, Some(q_row), b, node, child));
+                    };
+                    break 'walk match drawn {
+                        Some(token) => token,
+                        None => sample_row(
+                            inputs.target_row(b, node),
+                            inputs.at(b, node),
+                            recovery,
+                            scratch,
+                        )?,
+                    };
+                }
                 let total = match scale {
                     None => residual_round(
                         inputs.target_row(b, node),
@@ -454,8 +490,10 @@ fn verify_rows<P: Prob, Q: Prob>(
                     node = c;
                 }
                 None => {
+                    // `scratch` holds the last round's block sums, `scale` its total.
+                    let total = scale.expect("a rejected child ran a round");
                     let from_residual =
-                        sample::sample(&BufferWeights { w: residual }, recovery, scratch)?;
+                        sample::search(&BufferWeights { w: residual }, recovery, scratch, total);
                     break match from_residual {
                         Some(token) => token,
                         None => sample_row(
@@ -587,6 +625,7 @@ fn traverse_row<P: Prob, Q: Prob>(
         residual: false,
         total: 1.0,
         child: first_child[0],
+        pending: None,
     });
     loop {
         let d = frames.len() - 1;
@@ -605,6 +644,7 @@ fn traverse_row<P: Prob, Q: Prob>(
                 residual: false,
                 total: 1.0,
                 child: first_child[c],
+                pending: None,
             });
             continue;
         }
@@ -616,7 +656,31 @@ fn traverse_row<P: Prob, Q: Prob>(
             u < f.rate
         };
         if accept {
-            let drawn = if f.residual {
+            let drawn = if let Some(last) = f.pending {
+                // `scratch` holds the block sums of the removal just made.
+                let q_row = inputs
+                    .draft_probs
+                    .as_ref()
+                    .expect("pending rounds have draft rows")
+                    .slice(s![b, last.child, ..]);
+                let at = Pos::Padded { b, t: last.child };
+                let known = Some(f.total);
+                if last.on_target {
+                    let p_row = inputs.target_row(b, f.node);
+                    sample::sample_residual(
+                        p_row,
+                        q_row,
+                        at,
+                        last.factor,
+                        recovery,
+                        scratch,
+                        known,
+                    )?
+                } else {
+                    let w = ArrayView1::from(&levels[d][..]);
+                    sample::sample_residual(w, q_row, at, last.factor, recovery, scratch, known)?
+                }
+            } else if f.residual {
                 sample::sample(&BufferWeights { w: &levels[d] }, recovery, scratch)?
             } else {
                 sample_target(
@@ -650,6 +714,7 @@ fn traverse_row<P: Prob, Q: Prob>(
         if levels.len() <= pd {
             levels.resize_with(pd + 1, Vec::new);
         }
+        let mut pending = None;
         let (mass, total) = match &inputs.draft_probs {
             None => {
                 let mb = share(&parent, levels, pd, x)?;
@@ -663,6 +728,28 @@ fn traverse_row<P: Prob, Q: Prob>(
                 }
                 levels[pd][x] = 0.0;
                 (parent.rate * (1.0 - mb), parent.total * (1.0 - mb))
+            }
+            Some(dp) if next_sibling[f.node] == usize::MAX => {
+                // The parent's last child: its new weights are needed only if
+                // the parent is accepted next, so they are summed, not written.
+                let q_row = dp.slice(s![b, f.node, ..]);
+                let scale = factor(parent.rate, parent.total);
+                let at = Pos::Padded { b, t: f.node };
+                let p_row = (!parent.residual).then(|| inputs.target_row(b, parent.node));
+                let mass = match p_row {
+                    Some(p) => sample::residual_mass(p, q_row, at, scale, scratch),
+                    None => {
+                        let w = ArrayView1::from(&levels[pd][..]);
+                        sample::residual_mass(w, q_row, at, scale, scratch)
+                    }
+                }
+                .map_err(|_| first_bad_entry(p_row, Some(q_row), b, parent.node, f.node))?;
+                pending = Some(Pending {
+                    child: f.node,
+                    factor: scale,
+                    on_target: p_row.is_some(),
+                });
+                (mass, mass)
             }
             Some(dp) => {
                 let q_row = dp.slice(s![b, f.node, ..]);
@@ -689,6 +776,7 @@ fn traverse_row<P: Prob, Q: Prob>(
         p.residual = true;
         p.total = total;
         p.child = next_sibling[f.node];
+        p.pending = pending;
     }
 }
 
@@ -705,6 +793,21 @@ fn copy_row<P: Prob>(
         w.push(entry(v.to_f64(), "target_probs", b, node, i)?);
     }
     Ok(())
+}
+
+/// The draw from `max(0, p * f - q)` with uniform `u` (`None`: it sums to 0),
+/// without writing the weights: one pass for the canonical sum, then the block
+/// the draw lands in recomputed. An error means a bad value (the caller names it).
+fn last_draw<A: Prob, Q: Prob>(
+    p: ArrayView1<'_, A>,
+    q: ArrayView1<'_, Q>,
+    f: f64,
+    u: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<Option<usize>, CoreError> {
+    let at = Pos::Padded { b: 0, t: 0 }; // errors are renamed by the caller
+    let mass = sample::residual_mass(p, q, at, f, scratch)?;
+    sample::sample_residual(p, q, at, f, u, scratch, Some(mass))
 }
 
 /// The traversal's residual round: `w_v := max(0, w_v * (a / T) - q_v)`, with
