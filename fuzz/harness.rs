@@ -438,8 +438,13 @@ fn run_tree<P: FromF64, Q: FromF64>(
         }
     }
     let deepest = depth.iter().copied().max().unwrap_or(0);
-    // Both tree methods, the same invariants.
-    for method in [TreeMethod::Token, TreeMethod::Traversal] {
+    // Both tree methods, raising and isolating, the same invariants.
+    for (method, isolate) in [
+        (TreeMethod::Token, false),
+        (TreeMethod::Traversal, false),
+        (TreeMethod::Token, true),
+        (TreeMethod::Traversal, true),
+    ] {
         let inputs = TreeInputs {
             node_token_ids: IntView::I64(tokens.view()),
             parent_ids: IntView::I64(parents.view()),
@@ -460,10 +465,23 @@ fn run_tree<P: FromF64, Q: FromF64>(
             num_emitted: emitted.view_mut(),
             accepted_node_ids: path.view_mut(),
         };
-        if tree::verify_tree(&inputs, &mut out).is_err() {
+        let mut slots = vec![None; batch];
+        let errors = if isolate {
+            RowErrors::Isolate(&mut slots)
+        } else {
+            RowErrors::Raise
+        };
+        if tree::verify_tree(&inputs, &mut out, errors).is_err() {
             continue;
         }
         for b in 0..batch {
+            if slots[b].is_some() {
+                // Set aside: the row is marked, and its error names its row.
+                assert_eq!(slots[b].as_ref().and_then(|e| e.row()), Some(b));
+                assert!(accepted[b] == 0 && emitted[b] == 0);
+                assert!(ids.row(b).iter().chain(path.row(b)).all(|&x| x == -1));
+                continue;
+            }
             let n = accepted[b] as usize;
             assert!(n <= deepest && emitted[b] == n as i64 + 1);
             let mut node = 0i64;

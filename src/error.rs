@@ -124,6 +124,11 @@ impl RowErrors<'_> {
         }
     }
 
+    /// Whether row `i`'s error was already recorded (isolating).
+    pub(crate) fn is_recorded(&self, i: usize) -> bool {
+        matches!(self, RowErrors::Isolate(slots) if slots[i].is_some())
+    }
+
     /// Checks an isolating slice against the batch.
     pub(crate) fn check(&self, batch: usize) -> Result<(), CoreError> {
         match self {

@@ -18,7 +18,7 @@ use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, ArrayViewMut2, Ix1, Ix2}
 
 use crate::block;
 use crate::checks::{check_gathered, check_token, check_uniform, expect_shape, Pos, RowAt};
-use crate::error::CoreError;
+use crate::error::{CoreError, RowErrors};
 use crate::memory;
 use crate::prob::Prob;
 use crate::rule::is_accepted;
@@ -147,24 +147,43 @@ fn depths(
     Ok(depth)
 }
 
-/// `D`, the deepest path of the batch (checks every parent link).
-pub fn tree_depth(parent_ids: &IntView<'_, Ix2>) -> Result<usize, CoreError> {
+/// `D`, the deepest path of the batch (checks every parent link). Isolating,
+/// a row whose links are bad is recorded in `errors` and left out of `D`; links
+/// shared by every row (one `[N]`, a broadcast view) are checked once, and their
+/// error fails the call (it is every row's).
+pub fn tree_depth(
+    parent_ids: &IntView<'_, Ix2>,
+    errors: &mut RowErrors<'_>,
+) -> Result<usize, CoreError> {
     let &[batch, nodes] = parent_ids.shape() else {
         unreachable!("IntView<Ix2> has two axes")
     };
-    // Rows shared through a broadcast view (one `[N]` for the batch) are
-    // checked once: the work follows the memory, not the logical size.
-    let batch = if parent_ids.rows_shared() {
-        batch.min(1)
-    } else {
-        batch
-    };
+    if parent_ids.rows_shared() {
+        // The work follows the memory, not the logical size.
+        let d = if batch == 0 {
+            0
+        } else {
+            row_depth(parent_ids, 0, nodes)?
+        };
+        return Ok(d);
+    }
     let mut deepest = 0;
     for b in 0..batch {
-        let d = depths(parent_ids, b, nodes)?;
-        deepest = deepest.max(d.into_iter().flatten().max().unwrap_or(0));
+        match row_depth(parent_ids, b, nodes) {
+            Ok(d) => deepest = deepest.max(d),
+            Err(error) => errors.record(b, error.in_row(b))?,
+        }
     }
     Ok(deepest)
+}
+
+/// The deepest node of row `b` (its links checked).
+fn row_depth(parent_ids: &IntView<'_, Ix2>, b: usize, nodes: usize) -> Result<usize, CoreError> {
+    Ok(depths(parent_ids, b, nodes)?
+        .into_iter()
+        .flatten()
+        .max()
+        .unwrap_or(0))
 }
 
 impl<P: Prob, Q: Prob> TreeInputs<'_, P, Q> {
@@ -224,21 +243,38 @@ impl<P: Prob, Q: Prob> TreeInputs<'_, P, Q> {
     }
 }
 
-/// Tree verification of a batch. On error the outputs hold partial results.
+/// Tree verification of a batch (docs/spec.md section 7): the outputs are
+/// `[B, W+1]`, `[B]`, `[B]`, `[B, W]` for any width `W >= D` (the columns past a
+/// row's path are `-1`). Isolating, a bad row's error is stored and its row
+/// marked (`-1` tokens and nodes, 0 accepted, 0 emitted); see [`RowErrors`]. On
+/// error the outputs hold partial results.
 pub fn verify_tree<P: Prob, Q: Prob>(
     inputs: &TreeInputs<'_, P, Q>,
     out: &mut TreeOutputs<'_>,
+    mut errors: RowErrors<'_>,
 ) -> Result<(), CoreError> {
     let (batch, nodes, vocab) = inputs.dims()?;
-    let deepest = tree_depth(&inputs.parent_ids)?;
-    if out.output_token_ids.shape() != [batch, deepest + 1]
-        || out.accepted_node_ids.shape() != [batch, deepest]
+    errors.check(batch)?;
+    let deepest = tree_depth(&inputs.parent_ids, &mut errors)?;
+    let width = out.accepted_node_ids.shape()[1];
+    if out.output_token_ids.shape() != [batch, width + 1]
+        || out.accepted_node_ids.shape()[0] != batch
         || out.num_accepted.len() != batch
         || out.num_emitted.len() != batch
     {
         return Err(CoreError::shape(
             "out",
-            "output shapes do not match [B, D+1], [B, D], [B]",
+            format!(
+                "output shapes must be [B, W+1], [B], [B], [B, W] with B = {batch} (W >= D = {deepest})"
+            ),
+        ));
+    }
+    if width < deepest {
+        return Err(CoreError::shape(
+            "out",
+            format!(
+                "out.accepted_node_ids has {width} columns, fewer than the deepest path D = {deepest}"
+            ),
         ));
     }
     // Rows run in parallel when large, as in the chain (see `threads`): each
@@ -249,11 +285,23 @@ pub fn verify_tree<P: Prob, Q: Prob>(
         num_emitted: out.num_emitted.view_mut(),
         accepted_node_ids: out.accepted_node_ids.view_mut(),
     };
-    threads::in_runs(batch.saturating_mul(vocab), out, |first_row, mut part| {
-        threads::with_buffers(&BUFFERS, |buffers| {
-            verify_rows(inputs, nodes, vocab, first_row, &mut part, buffers)
-        })
-    })
+    threads::in_runs(
+        batch.saturating_mul(vocab),
+        (out, errors),
+        |first_row, (mut part, mut errors)| {
+            threads::with_buffers(&BUFFERS, |buffers| {
+                verify_rows(
+                    inputs,
+                    nodes,
+                    vocab,
+                    first_row,
+                    &mut part,
+                    &mut errors,
+                    buffers,
+                )
+            })
+        },
+    )
 }
 
 /// The buffers of one thread: the residual of the current round and the next
@@ -299,9 +347,50 @@ fn verify_rows<P: Prob, Q: Prob>(
     vocab: usize,
     first_row: usize,
     out: &mut TreeOutputs<'_>,
+    errors: &mut RowErrors<'_>,
     buffers: &mut Buffers,
 ) -> Result<(), CoreError> {
     buffers.reserve(nodes, vocab)?;
+    for i in 0..out.num_accepted.len() {
+        let b = first_row + i;
+        let mut ids = out.output_token_ids.row_mut(i);
+        let mut path = out.accepted_node_ids.row_mut(i);
+        ids.fill(-1);
+        path.fill(-1);
+        out.num_accepted[i] = 0;
+        out.num_emitted[i] = 0;
+        if errors.is_recorded(i) {
+            continue; // its parent links are bad (`tree_depth`)
+        }
+        let next = match verify_row(inputs, nodes, vocab, b, buffers) {
+            Ok(next) => next,
+            Err(error) => {
+                errors.record(i, error.in_row(b))?;
+                continue;
+            }
+        };
+        let accepted = &buffers.accepted;
+        let n = accepted.len();
+        for (depth, &(c, x)) in accepted.iter().enumerate() {
+            ids[depth] = x;
+            path[depth] = c as i64;
+        }
+        ids[n] = next as i64;
+        out.num_accepted[i] = n as i64;
+        out.num_emitted[i] = n as i64 + 1;
+    }
+    Ok(())
+}
+
+/// Verifies row `b`: returns the next token, the accepted path left in
+/// `buffers.accepted`.
+fn verify_row<P: Prob, Q: Prob>(
+    inputs: &TreeInputs<'_, P, Q>,
+    nodes: usize,
+    vocab: usize,
+    b: usize,
+    buffers: &mut Buffers,
+) -> Result<usize, CoreError> {
     let Buffers {
         residual,
         next_residual,
@@ -313,7 +402,7 @@ fn verify_rows<P: Prob, Q: Prob>(
         levels,
         spare,
     } = buffers;
-    for (i, b) in (first_row..first_row + out.num_accepted.len()).enumerate() {
+    {
         // Children in index order, as linked lists: first child, next sibling.
         first_child.clear();
         first_child.resize(nodes, usize::MAX);
@@ -506,20 +595,8 @@ fn verify_rows<P: Prob, Q: Prob>(
                 }
             }
         };
-        let n = accepted.len();
-        let mut ids = out.output_token_ids.row_mut(i);
-        let mut path = out.accepted_node_ids.row_mut(i);
-        ids.fill(-1);
-        path.fill(-1);
-        for (depth, &(c, x)) in accepted.iter().enumerate() {
-            ids[depth] = x;
-            path[depth] = c as i64;
-        }
-        ids[n] = next as i64;
-        out.num_accepted[i] = n as i64;
-        out.num_emitted[i] = n as i64 + 1;
+        Ok(next)
     }
-    Ok(())
 }
 
 /// One round of the residual, into `next`: `max(0, P_i * (1 / S) - q_i)`, where

@@ -820,6 +820,63 @@ CASES.update(
             "ValueError",
         ),
         "verify_tree: rng str": (f"sa.verify_tree({_TREE}, rng='seed')", "TypeError"),
+        "verify_tree: errors bogus": (
+            f"sa.verify_tree({_TREE}, rng=0, errors='skip')",
+            "ValueError",
+        ),
+        "verify_tree: errors None": (f"sa.verify_tree({_TREE}, rng=0, errors=None)", "TypeError"),
+        "verify_tree: isolate a NaN root row": (
+            "p = np.full((2, 4, 3), 1 / 3); p[1, 0, 0] = np.nan\n"
+            "r = sa.verify_tree(np.array([[0, 1, 2, 0]] * 2), np.array([-1, 0, 0, 2]), p, rng=0,"
+            " errors='isolate')\n"
+            "assert list(r.errors) == [1] and r.num_emitted[1] == 0, r",
+            "ok",
+        ),
+        "verify_tree: isolate bad parent links": (
+            f"r = sa.verify_tree(np.array([[0, 1, 2, 0]] * 2), np.array([[-1, 0, 0, 2], [-1, 0, 3, 0]]),"
+            f" np.full((2, 4, 3), 1 / 3), rng=0, errors='isolate')\n"
+            "assert list(r.errors) == [1] and r.accepted_node_ids.shape == (2, 2), r",
+            "ok",
+        ),
+        "verify_tree: out str": (
+            f"sa.verify_tree({_TREE}, greedy=True, out='buffers')",
+            "TypeError",
+        ),
+        "verify_tree: out too narrow": (
+            f"sa.verify_tree({_TREE}, greedy=True, out=(np.zeros((1, 2), np.int64),"
+            " np.zeros(1, np.int64), None, np.zeros((1, 1), np.int64)))",
+            "ValueError",
+        ),
+        "verify_tree: out huge width": (
+            f"sa.verify_tree({_TREE}, greedy=True, out=(huge_ids(1, 2**40 + 1),"
+            " np.zeros(1, np.int64), None, huge_ids(1, 2**40)))",
+            "ValueError",
+        ),
+        "verify_tree: out stride-0": (
+            "o = np.lib.stride_tricks.as_strided(np.zeros(4, np.int64), (2, 3), (0, 8))\n"
+            "sa.verify_tree(np.array([[0, 1, 2, 0]] * 2), np.array([-1, 0, 0, 2]),"
+            " np.full((2, 4, 3), 1 / 3), greedy=True,"
+            " out=(o, np.zeros(2, np.int64), None, np.zeros((2, 2), np.int64)))",
+            "ValueError",
+        ),
+        "verify_tree: out aliases the tokens": (
+            "t = np.array([[0, 1, 2, 0]])\n"
+            "sa.verify_tree(t, np.array([-1, 0, 0, 2]), np.full((1, 4, 3), 1 / 3), greedy=True,"
+            " out=(t[:, :3], np.zeros(1, np.int64), None, np.zeros((1, 2), np.int64)))",
+            "ValueError",
+        ),
+        "reference.verify_tree: out too narrow": (
+            f"reference.verify_tree({_TREE}, greedy=True, out=(np.zeros((1, 2), np.int64),"
+            " np.zeros(1, np.int64), None, np.zeros((1, 1), np.int64)))",
+            "ValueError",
+        ),
+        "reference.verify_tree: isolate": (
+            "p = np.full((2, 4, 3), 1 / 3); p[1, 0, 0] = np.nan\n"
+            "r = reference.verify_tree(np.array([[0, 1, 2, 0]] * 2), np.array([-1, 0, 0, 2]), p,"
+            " rng=0, errors='isolate')\n"
+            "assert list(r.errors) == [1], r",
+            "ok",
+        ),
         "verify_tree: huge stride-0 vocabulary": (
             "ok_tree(sa.verify_tree(np.zeros((1, 2), np.int64), np.array([-1, 0]),"
             " np.broadcast_to(2.0**-29, (1, 2, 2**29)), rng=0), 1, 2**29)",

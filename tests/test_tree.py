@@ -8,7 +8,7 @@ import pytest
 import specaccept
 from conftest import FLOAT_DTYPES, random_rows
 from scipy import stats
-from specaccept import reference
+from specaccept import InputError, reference
 
 ALPHA = 1e-6  # false-failure rate of each statistical check
 
@@ -461,3 +461,170 @@ def test_traversal_scales_a_later_round_by_its_rate_over_its_total() -> None:
         if found == 10:
             break
     assert found == 10
+
+
+# --- errors="isolate" and out= (docs/spec.md section 7.5) --------------------------------
+
+
+def _spoil(case: dict, b: int, how: str) -> None:
+    """Makes row ``b`` bad in a way its verification reads (whatever the draws)."""
+    if how == "parents":
+        case["parent_ids"][b, 0] = 0  # the root's parent must be -1
+    elif how == "recovery":
+        case["recovery_uniforms"][b] = 2.0
+    elif how == "root row":
+        case["target_probs"][b, 0, :] = np.nan  # every row reads its root row
+        case["greedy"][b] = True
+
+
+def _isolation_case(seed: int, method: str) -> dict:
+    rng = np.random.default_rng(seed)
+    batch, nodes, vocab = 6, 7, 33
+    parents = np.array([random_tree(rng, nodes) for _ in range(batch)], dtype=np.int64)
+    p = random_rows(rng, (batch, nodes, vocab), np.float32)
+    q = random_rows(rng, (batch, nodes, vocab), np.float32)
+    tokens = np.where(
+        rng.random((batch, nodes)) < 0.5, p.argmax(-1), rng.integers(0, vocab, (batch, nodes))
+    )
+    return dict(
+        node_token_ids=tokens,
+        parent_ids=parents,
+        target_probs=p,
+        draft_probs=q,
+        uniforms=rng.random((batch, nodes)),
+        recovery_uniforms=rng.random(batch),
+        greedy=rng.random(batch) < 0.3,
+        method=method,
+    )
+
+
+@pytest.mark.parametrize("method", ["token", "traversal"])
+@pytest.mark.parametrize("how", ["parents", "recovery", "root row"])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_isolated_rows_leave_the_others_as_a_batch_without_them(method, how, threads) -> None:
+    before = specaccept.get_num_threads()
+    specaccept.set_num_threads(threads)
+    try:
+        for seed in range(8):
+            case = _isolation_case(seed, method)
+            bad = [1, 4]
+            for b in bad:
+                _spoil(case, b, how)
+            if how == "recovery":
+                case["greedy"][bad] = False  # a greedy row reads no uniform
+            good = [b for b in range(6) if b not in bad]
+            alone = specaccept.verify_tree(
+                **{
+                    k: (v[good] if isinstance(v, np.ndarray) and v.ndim and k != "method" else v)
+                    for k, v in case.items()
+                }
+            )
+            for fn in (specaccept.verify_tree, reference.verify_tree):
+                with pytest.raises(InputError) as raised:
+                    fn(**case)
+                assert raised.value.row == 1
+                result = fn(**case, errors="isolate")
+                assert sorted(result.errors) == bad
+                assert all(result.errors[b].row == b for b in bad)
+                assert str(result.errors[1]) == str(raised.value)
+                assert (result.output_token_ids[bad] == -1).all()
+                assert (result.accepted_node_ids[bad] == -1).all()
+                assert (result.num_emitted[bad] == 0).all()
+                # The good rows: the batch without the bad ones, token for token.
+                width = alone.accepted_node_ids.shape[1]
+                if how == "parents":
+                    assert result.accepted_node_ids.shape[1] == width  # D over the good rows
+                assert result.output_token_ids[good][:, : width + 1].tolist() == (
+                    alone.output_token_ids.tolist()
+                )
+                assert result.accepted_node_ids[good][:, :width].tolist() == (
+                    alone.accepted_node_ids.tolist()
+                )
+                assert result.num_accepted[good].tolist() == alone.num_accepted.tolist()
+    finally:
+        specaccept.set_num_threads(before)
+
+
+def test_shared_parent_links_that_are_bad_fail_the_call_even_when_isolating() -> None:
+    case = _isolation_case(0, "token")
+    case["parent_ids"] = np.array([0, 0, 0, 1, 1, 2, 2])  # the root's parent must be -1
+    for fn in (specaccept.verify_tree, reference.verify_tree):
+        with pytest.raises(InputError, match=r"parent_ids\[0, 0\]"):
+            fn(**case, errors="isolate")
+
+
+@pytest.mark.parametrize("method", ["token", "traversal"])
+@pytest.mark.parametrize("form", ["result", "tuple", "no emitted"])
+def test_tree_results_land_in_wider_buffers(method, form) -> None:
+    case = _isolation_case(3, method)
+    plain = specaccept.verify_tree(**case)
+    depth = plain.accepted_node_ids.shape[1]
+    width = depth + 3  # a serving loop's fixed width, past this batch's D
+    for fn in (specaccept.verify_tree, reference.verify_tree):
+        buffers = (
+            np.full((6, width + 1), 99, np.int64),
+            np.full(6, 99, np.int64),
+            np.full(6, 99, np.int64),
+            np.full((6, width), 99, np.int64),
+        )
+        if form == "result":
+            out = specaccept.TreeVerification(*buffers)
+        elif form == "tuple":
+            out = buffers
+        else:
+            out = (buffers[0], buffers[1], None, buffers[3])
+        result = fn(**case, out=out)
+        assert result.output_token_ids is buffers[0]
+        assert result.accepted_node_ids is buffers[3]
+        assert result.num_accepted is buffers[1]
+        assert (result.num_emitted is buffers[2]) == (form != "no emitted")
+        assert buffers[0][:, : depth + 1].tolist() == plain.output_token_ids.tolist()
+        assert (buffers[0][:, depth + 1 :] == -1).all()
+        assert buffers[3][:, :depth].tolist() == plain.accepted_node_ids.tolist()
+        assert (buffers[3][:, depth:] == -1).all()
+        assert result.num_emitted.tolist() == plain.num_emitted.tolist()
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "fragment"),
+    [
+        ("narrow", InputError, "fewer than the deepest path"),
+        ("widths differ", InputError, r"\[B, W\+1\]"),
+        ("rows", InputError, "B = 6"),
+        ("int32", TypeError, "int64"),
+        ("aliases target", InputError, "shares memory with"),
+        ("aliases itself", InputError, "shares memory with out.output_token_ids"),
+        ("read-only", InputError, "read-only"),
+        ("three arrays", TypeError, "TreeVerification or a tuple"),
+    ],
+)
+def test_bad_tree_buffers_are_refused_naming_them(change, error, fragment) -> None:
+    case = _isolation_case(5, "token")
+    depth = specaccept.verify_tree(**case).accepted_node_ids.shape[1]
+    ids = np.zeros((6, depth + 1), np.int64)
+    nodes = np.zeros((6, depth), np.int64)
+    accepted, emitted = np.zeros(6, np.int64), np.zeros(6, np.int64)
+    out: tuple = (ids, accepted, emitted, nodes)
+    if change == "narrow":
+        out = (ids[:, :depth], accepted, emitted, nodes[:, : depth - 1])
+    elif change == "widths differ":
+        out = (ids, accepted, emitted, np.zeros((6, depth + 1), np.int64))
+    elif change == "rows":
+        out = (ids[:5], accepted, emitted, nodes)
+    elif change == "int32":
+        out = (ids.astype(np.int32), accepted, emitted, nodes)
+    elif change == "aliases target":
+        case["node_token_ids"] = case["node_token_ids"].astype(np.int64)
+        out = (ids, accepted, emitted, case["node_token_ids"][:, :depth])
+    elif change == "aliases itself":
+        out = (ids, accepted, emitted, ids[:, :depth])
+    elif change == "read-only":
+        nodes.flags.writeable = False
+    else:
+        out = (ids, accepted, emitted)
+    snapshot = {k: np.copy(v) for k, v in case.items() if isinstance(v, np.ndarray)}
+    for fn in (specaccept.verify_tree, reference.verify_tree):
+        with pytest.raises(error, match=fragment):
+            fn(**case, out=out)
+    for k, v in snapshot.items():
+        assert np.array_equal(case[k], v, equal_nan=True), k

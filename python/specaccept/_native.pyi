@@ -59,6 +59,24 @@ _Isolated = tuple[
 ]
 # (output_token_ids, num_accepted, num_emitted or None)
 _Out = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64] | None]
+_Tree = tuple[
+    npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
+]
+# With isolate=True: the bad rows as (row, InputError), after the four arrays.
+_TreeIsolated = tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    list[tuple[int, InputError]],
+]
+# (output_token_ids, num_accepted, num_emitted or None, accepted_node_ids)
+_TreeOut = tuple[
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64],
+    npt.NDArray[np.int64] | None,
+    npt.NDArray[np.int64],
+]
 
 def verify(
     draft_token_ids: _In,
@@ -123,9 +141,9 @@ def verify_tree(
     recovery_uniforms: _In | None,
     greedy: bool | npt.NDArray[np.bool_],
     method: str = "token",
-) -> tuple[
-    npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]
-]: ...
+    out: _TreeOut | None = None,
+    isolate: bool = False,
+) -> _Tree | _TreeIsolated: ...
 def verify_logits(
     draft_token_ids: _In,
     target_logits: _In,

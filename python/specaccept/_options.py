@@ -9,7 +9,7 @@ import numpy as np
 
 from ._arrays import as_numpy, bool_array
 from ._errors import InputError
-from ._result import Verification
+from ._result import TreeVerification, Verification
 
 __all__ = [
     "CHAIN_METHODS",
@@ -20,6 +20,7 @@ __all__ = [
     "chain_rule",
     "isolating",
     "out_buffers",
+    "tree_out_buffers",
 ]
 
 #: The verification methods of chains (``verify``, ``verify_logits``, the vLLM
@@ -117,3 +118,25 @@ def out_buffers(out: Any) -> tuple[Any, Any, Any] | None:
         as_numpy(accepted, "out.num_accepted"),
         None if emitted is None else as_numpy(emitted, "out.num_emitted"),
     )
+
+
+def tree_out_buffers(out: Any) -> tuple[Any, Any, Any, Any] | None:
+    """A tree's ``out`` as the native layer takes it: ``(ids, num_accepted,
+    num_emitted or None, accepted_node_ids)``."""
+    if out is None:
+        return None
+    if isinstance(out, TreeVerification):
+        parts = (out.output_token_ids, out.num_accepted, out.num_emitted, out.accepted_node_ids)
+    elif isinstance(out, (tuple, list)) and len(out) == 4:
+        parts = tuple(out)
+    else:
+        raise TypeError(
+            "out must be a TreeVerification or a tuple (output_token_ids, num_accepted,"
+            f" num_emitted or None, accepted_node_ids), got {type(out).__name__}"
+        )
+    names = ("out.output_token_ids", "out.num_accepted", "out.num_emitted", "out.accepted_node_ids")
+    ids, accepted, emitted, nodes = (
+        None if a is None and n == "out.num_emitted" else as_numpy(a, n)
+        for a, n in zip(parts, names, strict=True)
+    )
+    return ids, accepted, emitted, nodes

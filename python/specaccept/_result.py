@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from ._errors import InputError
 
-__all__ = ["TreeVerification", "Verification", "finish"]
+__all__ = ["TreeVerification", "Verification", "finish", "finish_tree"]
 
 
 #: No isolated rows: the ``errors`` of every result verified without a bad row.
@@ -224,3 +224,13 @@ def finish(result: tuple[Any, ...], convert: Any) -> Verification:
         ids, accepted, emitted = convert(ids), convert(accepted), convert(emitted)
     bad = dict(result[3]) if len(result) == 4 else None
     return _verification(ids, accepted, emitted, errors=bad)
+
+
+def finish_tree(result: tuple[Any, ...], convert: Any) -> TreeVerification:
+    """The native tree result as a :class:`TreeVerification`; a fifth item lists
+    the isolated rows as ``(row, InputError)``."""
+    arrays = result[:4]
+    if convert is not None:
+        arrays = tuple(convert(a) for a in arrays)
+    bad = dict(result[4]) if len(result) == 5 and result[4] else None
+    return TreeVerification(*arrays, errors=MappingProxyType(bad) if bad else _NO_ERRORS)

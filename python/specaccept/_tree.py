@@ -10,8 +10,8 @@ import numpy.typing as npt
 from . import _native
 from ._arrays import float_array, int_array, like_converter
 from ._errors import InputError
-from ._options import TREE_METHODS, as_greedy, as_method
-from ._result import TreeVerification
+from ._options import TREE_METHODS, as_greedy, as_method, isolating, tree_out_buffers
+from ._result import TreeVerification, finish_tree
 from ._uniforms import CounterLike, RngLike, draw, seeded
 
 __all__ = ["verify_tree"]
@@ -31,6 +31,8 @@ def verify_tree(
     greedy: bool | npt.ArrayLike = False,
     like: Any = None,
     method: Literal["token", "traversal"] = "token",
+    errors: Literal["raise", "isolate"] = "raise",
+    out: TreeVerification | tuple[Any, ...] | None = None,
 ) -> TreeVerification:
     """Verify a tree of drafted tokens by multi-round rejection sampling.
 
@@ -88,6 +90,18 @@ def verify_tree(
         (for siblings drawn without replacement, the parent's distribution with
         the earlier siblings removed and renormalised). See docs/spec.md
         section 7.6 and docs/methods.md.
+    errors : ``"raise"`` or ``"isolate"``
+        ``"raise"`` (default): the first bad row fails the call. ``"isolate"``: a
+        row with a bad value (its parent links, a token, a uniform, a probability
+        it reads) is set aside: its error is in ``result.errors[b]``, its tokens
+        and nodes are ``-1`` and its counts 0; the other rows are verified as in a
+        batch without it, and ``D`` is their deepest path. A ``[N]`` ``parent_ids``
+        shared by every row is checked once, and its error raises.
+    out : TreeVerification or tuple, optional
+        Buffers for the result, reused across calls: ``(output_token_ids [B, W+1],
+        num_accepted [B], num_emitted [B] or None, accepted_node_ids [B, W])``,
+        int64 and writeable, any width ``W >= D`` (the columns past a row's path
+        are ``-1``), sharing no memory with an input or with each other.
 
     Returns
     -------
@@ -132,7 +146,9 @@ def verify_tree(
             rng, batch, nodes, None, u is None, ru is None, "node_token_ids [B, N]"
         )
         u, ru = (drawn_u if u is None else u), (drawn_ru if ru is None else ru)
-    result = _native.verify_tree(ids, parents, target, draft, u, ru, greedy_rows, rule)
-    if convert is not None:
-        result = tuple(convert(a) for a in result)
-    return TreeVerification(*result)
+    isolate = isolating(errors)
+    buffers = tree_out_buffers(out)
+    result = _native.verify_tree(
+        ids, parents, target, draft, u, ru, greedy_rows, rule, buffers, isolate
+    )
+    return finish_tree(result, convert)

@@ -18,6 +18,7 @@ import math
 import numbers
 import sys
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ import numpy as np
 from ._arrays import as_numpy, is_bfloat16, like_converter
 from ._errors import InputError
 from ._options import chain_rule
-from ._result import TreeVerification, Verification, _verification
+from ._result import _NO_ERRORS, TreeVerification, Verification, _verification
 from ._uniforms import counter_given, counter_keys
 
 __all__ = [
@@ -510,13 +511,37 @@ def _out_buffers(out: Any, inputs: dict[str, Any]) -> list[Any] | None:
         )
     names = ("out.output_token_ids", "out.num_accepted", "out.num_emitted")
     arrays = [None if a is None else as_numpy(a, n) for a, n in zip(arrays, names, strict=True)]
+    return _checked_out(arrays, names, (2, 1, 1), inputs)
+
+
+_TREE_OUT = ("out.output_token_ids", "out.num_accepted", "out.num_emitted", "out.accepted_node_ids")
+
+
+def _tree_out_arrays(out: Any) -> list[Any] | None:
+    """A tree's ``out=`` as arrays (the container checked; the arrays later, in
+    :func:`_checked_out`, once the parent links are read, as natively)."""
+    if out is None:
+        return None
+    if isinstance(out, TreeVerification):
+        parts = [out.output_token_ids, out.num_accepted, out.num_emitted, out.accepted_node_ids]
+    elif isinstance(out, (tuple, list)) and len(out) == 4:
+        parts = list(out)
+    else:
+        raise TypeError(
+            "out must be a TreeVerification or a tuple (output_token_ids, num_accepted,"
+            f" num_emitted or None, accepted_node_ids), got {type(out).__name__}"
+        )
+    return [
+        None if a is None and n == "out.num_emitted" else as_numpy(a, n)
+        for a, n in zip(parts, _TREE_OUT, strict=True)
+    ]
+
+
+def _checked_out(
+    arrays: list[Any], names: tuple[str, ...], ndims: tuple[int, ...], inputs: dict[str, Any]
+) -> list[Any]:
     seen = [(name, x) for name, x in inputs.items() if isinstance(x, np.ndarray)]
-    for arr, name, ndim in zip(
-        arrays,
-        ("out.output_token_ids", "out.num_accepted", "out.num_emitted"),
-        (2, 1, 1),
-        strict=True,
-    ):
+    for arr, name, ndim in zip(arrays, names, ndims, strict=True):
         if arr is None:
             continue
         if not isinstance(arr, np.ndarray):
@@ -1018,6 +1043,8 @@ def verify_tree(
     greedy=False,
     like=None,
     method="token",
+    errors="raise",
+    out=None,
 ):
     """Reference of :func:`specaccept.verify_tree`: multi-round rejection sampling
     (``method="token"``) or traversal verification (``"traversal"``)."""
@@ -1032,6 +1059,8 @@ def verify_tree(
         )
     ids = _ints(node_token_ids, "node_token_ids")
     parents = _ints(parent_ids, "parent_ids")
+    isolate = _isolating(errors)
+    out_arrays = _tree_out_arrays(out)
     p = _floats(target_probs, "target_probs")
     q = None if draft_probs is None else _floats(draft_probs, "draft_probs")
     u = None if uniforms is None else _floats(uniforms, "uniforms")
@@ -1073,14 +1102,56 @@ def verify_tree(
     if batch:
         _reserve(nodes, "parent_ids")  # the depths and children of one tree
         _reserve(vocab, "target_probs")  # a row of V
-    depths = [_tree_depths([int(x) for x in parents[b]], b) for b in range(parents.shape[0])]
-    deepest = max((max(d) for d in depths if d), default=0)
+    # The parent links of every row first; isolating, a row with bad links is set
+    # aside (links shared by every row, a stride-0 view, are checked once and raise).
+    shared = batch > 1 and parents.strides[0] == 0
+    isolated: dict[int, InputError] = {}
+    deepest = 0
+    for b in range(1 if shared else batch):
+        try:
+            deepest = max(deepest, max(_tree_depths([int(x) for x in parents[b]], b)))
+        except InputError as error:
+            if not isolate or shared:
+                raise
+            isolated[b] = error
+    width = deepest
+    if out_arrays is not None:
+        inputs = {
+            "node_token_ids": ids,
+            "parent_ids": parents,
+            "target_probs": p,
+            "draft_probs": q,
+            "uniforms": u,
+            "recovery_uniforms": ru,
+            "greedy": greedy,
+        }
+        out_arrays = _checked_out(out_arrays, _TREE_OUT, (2, 1, 1, 2), inputs)
+        width = out_arrays[3].shape[1]
+        shapes = [a.shape for a in out_arrays if a is not None]
+        expected = [(batch, width + 1), (batch,), (batch,), (batch, width)]
+        if out_arrays[2] is None:
+            expected.pop(2)
+        if shapes != expected:
+            raise InputError(
+                f"out: output shapes must be [B, W+1], [B], [B], [B, W] with B = {batch}"
+                f" (W >= D = {deepest})",
+                argument="out",
+            )
+        if width < deepest:
+            raise InputError(
+                f"out: out.accepted_node_ids has {width} columns, fewer than the deepest path"
+                f" D = {deepest}",
+                argument="out",
+            )
     source = "node_token_ids [B, N]"
-    out_ids = _full((batch, deepest + 1), -1, np.int64, "output_token_ids", source)
-    out_nodes = _full((batch, deepest), -1, np.int64, "accepted_node_ids", source)
+    out_ids = _full((batch, width + 1), -1, np.int64, "output_token_ids", source)
+    out_nodes = _full((batch, width), -1, np.int64, "accepted_node_ids", source)
     accepted_counts = _full((batch,), 0, np.int64, "num_accepted", source)
-    for b in range(batch):
-        children = [[] for _ in range(nodes)]
+
+    def verify_row(b: int) -> None:
+        if b in isolated:
+            raise isolated[b]
+        children: list[list[int]] = [[] for _ in range(nodes)]
         for n in range(1, nodes):
             if int(parents[b, n]) >= 0:
                 children[int(parents[b, n])].append(n)
@@ -1094,8 +1165,20 @@ def verify_tree(
             out_ids[b, i], out_nodes[b, i] = x, c
         out_ids[b, len(path)] = next_token
         accepted_counts[b] = len(path)
+
+    isolated = _verify_rows(batch, isolate, verify_row)
+    emitted = accepted_counts + 1
+    for b in isolated:
+        out_ids[b] = out_nodes[b] = -1
+        accepted_counts[b] = emitted[b] = 0
+    values = [out_ids, accepted_counts, emitted, out_nodes]
+    if out_arrays is not None:
+        for i, buffer in enumerate(out_arrays):
+            if buffer is not None:
+                buffer[...] = values[i]
+                values[i] = buffer
     return TreeVerification(
-        convert(out_ids), convert(accepted_counts), convert(accepted_counts + 1), convert(out_nodes)
+        *(convert(v) for v in values), errors=MappingProxyType(isolated) if isolated else _NO_ERRORS
     )
 
 

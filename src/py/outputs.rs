@@ -140,13 +140,7 @@ pub(super) fn outputs<'py>(
             "out must be a tuple (output_token_ids, num_accepted, num_emitted or None)",
         )
     })?;
-    let mut taken: Vec<Span<'_>> = inputs
-        .iter()
-        .filter_map(|&(name, value)| {
-            let arr = value?.cast::<PyUntypedArray>().ok()?;
-            Some((name, byte_span(arr)?))
-        })
-        .collect();
+    let mut taken = input_spans(inputs);
     let ids = out_array::<Ix2>(&ids, "out.output_token_ids", &mut taken)?;
     let accepted = out_array::<Ix1>(&accepted, "out.num_accepted", &mut taken)?;
     let emitted = match emitted.filter(|e| !e.is_none()) {
@@ -154,6 +148,41 @@ pub(super) fn outputs<'py>(
         None => zeros(py, &[batch], "num_emitted", sized_by)?,
     };
     Ok((ids, accepted, emitted))
+}
+
+/// The bytes of each input array an output must not overlap.
+pub(super) fn input_spans<'a>(inputs: &[(&'a str, Option<&Bound<'_, PyAny>>)]) -> Vec<Span<'a>> {
+    inputs
+        .iter()
+        .filter_map(|&(name, value)| {
+            let arr = value?.cast::<PyUntypedArray>().ok()?;
+            Some((name, byte_span(arr)?))
+        })
+        .collect()
+}
+
+/// Room for one error slot per row when isolating (none otherwise).
+pub(super) fn error_slots(isolate: bool, batch: usize) -> PyResult<Vec<Option<CoreError>>> {
+    let mut slots = Vec::new();
+    if isolate {
+        crate::memory::reserve(&mut slots, batch, "draft_token_ids")?;
+        slots.resize(batch, None);
+    }
+    Ok(slots)
+}
+
+/// The isolated rows as a list of `(row, InputError)`.
+pub(super) fn isolated_rows<'py>(
+    py: Python<'py>,
+    slots: &[Option<CoreError>],
+) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for (b, error) in slots.iter().enumerate() {
+        if let Some(error) = error {
+            list.append((b, py_error(py, error).into_value(py)))?;
+        }
+    }
+    Ok(list)
 }
 
 /// The outputs returned to Python: the three arrays, and with `isolate` the
@@ -169,12 +198,7 @@ pub(super) fn with_outputs<'py>(
     work: impl FnOnce(&mut ChainOutputs<'_>, RowErrors<'_>) -> Result<(), CoreError> + Send,
 ) -> PyResult<ChainReturn<'py>> {
     let (ids, accepted, emitted) = buffers;
-    let batch = accepted.len();
-    let mut slots: Vec<Option<CoreError>> = Vec::new();
-    if isolate {
-        crate::memory::reserve(&mut slots, batch, "draft_token_ids")?;
-        slots.resize(batch, None);
-    }
+    let mut slots = error_slots(isolate, accepted.len())?;
     {
         // SAFETY: fresh arrays, or caller buffers that `outputs` checked to be
         // writeable, aligned int64 and disjoint from each other and every input.
@@ -193,13 +217,7 @@ pub(super) fn with_outputs<'py>(
         py.detach(|| work(&mut out, errors))?;
     }
     let bad = if isolate {
-        let list = PyList::empty(py);
-        for (b, error) in slots.iter().enumerate() {
-            if let Some(error) = error {
-                list.append((b, py_error(py, error).into_value(py)))?;
-            }
-        }
-        Some(list)
+        Some(isolated_rows(py, &slots)?)
     } else {
         None
     };
