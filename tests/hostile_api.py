@@ -833,8 +833,8 @@ CASES.update(
             "ok",
         ),
         "verify_tree: isolate bad parent links": (
-            f"r = sa.verify_tree(np.array([[0, 1, 2, 0]] * 2), np.array([[-1, 0, 0, 2], [-1, 0, 3, 0]]),"
-            f" np.full((2, 4, 3), 1 / 3), rng=0, errors='isolate')\n"
+            "r = sa.verify_tree(np.array([[0, 1, 2, 0]] * 2), np.array([[-1, 0, 0, 2], [-1, 0, 3, 0]]),"
+            " np.full((2, 4, 3), 1 / 3), rng=0, errors='isolate')\n"
             "assert list(r.errors) == [1] and r.accepted_node_ids.shape == (2, 2), r",
             "ok",
         ),
