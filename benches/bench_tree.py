@@ -134,7 +134,10 @@ def timing(batch: int, vocab: int, repeats: int) -> None:
     chain_bytes = batch * 2 * vocab * 4  # one residual pair
     n = specaccept.get_num_threads()
     print(f"\n(B, N, V) = ({batch}, {nodes}, {vocab}) float32, every candidate rejected:")
-    print(f"  {'':14} {'1 thread':>9} {'floor':>7} {f'{n} threads':>10} {'floor':>7}  (ms)")
+    print(
+        f"  {'':14} {'1 thread':>9} {'floor':>7} {'ratio':>6} {f'{n} threads':>10} {'floor':>7}"
+        f" {'ratio':>6}  (ms)"
+    )
     for name, nbytes, fn in (
         (
             "verify_tree",
@@ -161,9 +164,10 @@ def timing(batch: int, vocab: int, repeats: int) -> None:
             specaccept.set_num_threads(used)
             times.append(median_ms(fn, repeats))
         specaccept.set_num_threads(n)
+        floors = (nbytes / single * 1e3, nbytes / threads * 1e3)
         print(
-            f"  {name:14} {times[0]:9.2f} {nbytes / single * 1e3:7.2f} "
-            f"{times[1]:10.2f} {nbytes / threads * 1e3:7.2f}"
+            f"  {name:14} {times[0]:9.2f} {floors[0]:7.2f} {times[0] / floors[0]:5.2f}x "
+            f"{times[1]:10.2f} {floors[1]:7.2f} {times[1] / floors[1]:5.2f}x"
         )
     print(f"  read bandwidth {single / 1e9:.1f} GB/s on 1 thread, {threads / 1e9:.1f} GB/s on all")
 

@@ -283,7 +283,7 @@ fn store_pair_blocks_avx2<O: PairOp, P: Prob, Q: Prob>(
 }
 
 #[inline(always)]
-pub(crate) fn store_pair_blocks_with<K: Kernel, O: PairOp, P: Prob, Q: Prob>(
+fn store_pair_blocks_with<K: Kernel, O: PairOp, P: Prob, Q: Prob>(
     op: O,
     p: &[P],
     q: &[Q],
@@ -296,6 +296,52 @@ pub(crate) fn store_pair_blocks_with<K: Kernel, O: PairOp, P: Prob, Q: Prob>(
     for start in (0..n).step_by(SUM_BLOCK) {
         let end = (start + SUM_BLOCK).min(n);
         let (s, ok) = K::pair_store(op, &p[start..end], &q[start..end], &mut out[start..end]);
+        surely_valid &= ok;
+        block_sums.push(s);
+        total += s;
+    }
+    (total, surely_valid)
+}
+
+/// [`store_pair_blocks`] in place: `w[i] = O(w[i], q_i)`, one buffer.
+pub(crate) fn update_pair_blocks<O: PairOp, Q: Prob>(
+    op: O,
+    w: &mut [f64],
+    q: &[Q],
+    block_sums: &mut Vec<f64>,
+) -> (f64, bool) {
+    #[cfg(target_arch = "x86_64")]
+    if simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2 and F16C, checked just above.
+        return unsafe { update_pair_blocks_avx2(op, w, q, block_sums) };
+    }
+    update_pair_blocks_with::<Portable, O, Q>(op, w, q, block_sums)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+fn update_pair_blocks_avx2<O: PairOp, Q: Prob>(
+    op: O,
+    w: &mut [f64],
+    q: &[Q],
+    block_sums: &mut Vec<f64>,
+) -> (f64, bool) {
+    update_pair_blocks_with::<simd::Avx2, O, Q>(op, w, q, block_sums)
+}
+
+#[inline(always)]
+fn update_pair_blocks_with<K: Kernel, O: PairOp, Q: Prob>(
+    op: O,
+    w: &mut [f64],
+    q: &[Q],
+    block_sums: &mut Vec<f64>,
+) -> (f64, bool) {
+    let n = w.len();
+    block_sums.clear();
+    let (mut total, mut surely_valid) = (0.0f64, true);
+    for start in (0..n).step_by(SUM_BLOCK) {
+        let end = (start + SUM_BLOCK).min(n);
+        let (s, ok) = K::pair_update(op, &mut w[start..end], &q[start..end]);
         surely_valid &= ok;
         block_sums.push(s);
         total += s;

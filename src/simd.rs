@@ -31,6 +31,9 @@ pub(crate) trait Kernel {
         q: &[Q],
         out: &mut [f64],
     ) -> (f64, bool);
+    /// [`Kernel::pair_store`] in place: `w[i] = O(w[i], q_i)` (a later round of
+    /// a residual, one buffer instead of two).
+    fn pair_update<O: PairOp, Q: Prob>(op: O, w: &mut [f64], q: &[Q]) -> (f64, bool);
 }
 
 /// What a pair of rows is summed as, elementwise.
@@ -220,6 +223,45 @@ impl Kernel for Portable {
             & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
         (combine_lanes(lanes), ok)
     }
+
+    #[inline(always)]
+    fn pair_update<O: PairOp, Q: Prob>(op: O, w: &mut [f64], q: &[Q]) -> (f64, bool) {
+        let mut lanes = [0.0f64; SUM_LANES];
+        let mut high_w = [0u64; SUM_LANES];
+        let mut high_q = [Q::Bits::default(); SUM_LANES];
+        let (w_chunks, w_tail) = w.as_chunks_mut::<SUM_LANES>();
+        let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
+        for (wc, qc) in w_chunks.iter_mut().zip(q_chunks) {
+            for l in 0..SUM_LANES {
+                high_w[l] = high_w[l].max(wc[l].bits());
+                high_q[l] = high_q[l].max(qc[l].bits());
+                wc[l] = op.apply(wc[l], qc[l].to_f64());
+                lanes[l] += wc[l];
+            }
+        }
+        update_pair_tail::<O, Q>(op, &mut lanes, &mut high_w, &mut high_q, w_tail, q_tail);
+        let ok = high_w.iter().all(|&h| h <= f64::LARGEST_FINITE)
+            & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+}
+
+/// [`store_pair_tail`] in place.
+#[inline(always)]
+fn update_pair_tail<O: PairOp, Q: Prob>(
+    op: O,
+    lanes: &mut [f64; SUM_LANES],
+    high_w: &mut [u64; SUM_LANES],
+    high_q: &mut [Q::Bits; SUM_LANES],
+    w_tail: &mut [f64],
+    q_tail: &[Q],
+) {
+    for (l, (wv, qv)) in w_tail.iter_mut().zip(q_tail).enumerate() {
+        high_w[l] = high_w[l].max(wv.bits());
+        high_q[l] = high_q[l].max(qv.bits());
+        *wv = op.apply(*wv, qv.to_f64());
+        lanes[l] += *wv;
+    }
 }
 
 /// [`add_pair_tail`], also writing each value to `out`.
@@ -278,9 +320,10 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::{
-        add_dense_tail, add_pair_tail, combine_lanes, store_pair_tail, Kernel, PairOp, SUM_LANES,
+        add_dense_tail, add_pair_tail, combine_lanes, store_pair_tail, update_pair_tail, Kernel,
+        PairOp, SUM_LANES,
     };
-    use crate::prob::Prob;
+    use crate::prob::{Load8, Prob};
 
     /// Whether this CPU runs the AVX2 kernels (cached by std after the first call).
     #[inline]
@@ -312,6 +355,11 @@ mod x86 {
         ) -> (f64, bool) {
             // SAFETY: as above; `out` is at least as long as `p` (asserted there).
             unsafe { pair_store::<O, P, Q>(op, p, q, out) }
+        }
+        #[inline(always)]
+        fn pair_update<O: PairOp, Q: Prob>(op: O, w: &mut [f64], q: &[Q]) -> (f64, bool) {
+            // SAFETY: as above; `q` is as long as `w` (asserted there).
+            unsafe { pair_update::<O, Q>(op, w, q) }
         }
     }
 
@@ -372,6 +420,38 @@ mod x86 {
         add_pair_tail::<O, P, Q>(op, &mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
         let ok = body_ok
             & high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
+            & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn pair_update<O: PairOp, Q: Prob>(op: O, w: &mut [f64], q: &[Q]) -> (f64, bool) {
+        assert!(q.len() == w.len());
+        let mut acc = [_mm256_setzero_pd(); REGS];
+        let (mut high_w, mut high_q) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        let (w_chunks, w_tail) = w.as_chunks_mut::<SUM_LANES>();
+        let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
+        for (wc, qc) in w_chunks.iter_mut().zip(q_chunks) {
+            for (r, q8) in qc.as_chunks::<8>().0.iter().enumerate() {
+                let at = wc.as_mut_ptr().add(8 * r);
+                // Both loads of these 8 weights come before their stores.
+                let (wa, wb) = <f64 as Load8>::load8(at, &mut high_w);
+                let (qa, qb) = Q::load8(q8.as_ptr(), &mut high_q);
+                let (na, nb) = (op.apply4(wa, qa), op.apply4(wb, qb));
+                _mm256_storeu_pd(at, na);
+                _mm256_storeu_pd(at.add(4), nb);
+                acc[2 * r] = _mm256_add_pd(acc[2 * r], na);
+                acc[2 * r + 1] = _mm256_add_pd(acc[2 * r + 1], nb);
+            }
+        }
+        let body_ok = <f64 as Load8>::all_valid(high_w) & Q::all_valid(high_q);
+        let mut lanes = spill(acc);
+        let mut high_w = [0u64; SUM_LANES];
+        let mut high_q = [Q::Bits::default(); SUM_LANES];
+        update_pair_tail::<O, Q>(op, &mut lanes, &mut high_w, &mut high_q, w_tail, q_tail);
+        let ok = body_ok
+            & high_w.iter().all(|&h| h <= f64::LARGEST_FINITE)
             & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
         (combine_lanes(lanes), ok)
     }
@@ -536,6 +616,26 @@ mod tests {
                 check_store(op, &p, &q);
                 check_store(op, &p, &q32);
                 check_store(op, &p16, &q32);
+            }
+            // In place: the same values and sums as writing elsewhere.
+            for op in [ScaledResidual(1.0), ScaledResidual(0.3 / 0.7)] {
+                type Update = fn(ScaledResidual, &mut [f64], &[f32]) -> (f64, bool);
+                let mut kernels: Vec<Update> = vec![Portable::pair_update::<ScaledResidual, f32>];
+                if has_avx2() {
+                    kernels.push(Avx2::pair_update::<ScaledResidual, f32>);
+                }
+                let mut want = vec![0.0; len];
+                let sum = Portable::pair_store(op, &p, &q32, &mut want);
+                for kernel in kernels {
+                    let mut w = p.clone();
+                    let got = kernel(op, &mut w, &q32);
+                    assert_eq!(
+                        (got.0.to_bits(), got.1),
+                        (sum.0.to_bits(), sum.1),
+                        "len {len}"
+                    );
+                    assert_eq!(w, want, "len {len}");
+                }
             }
             // The scale 1 is the residual, bit for bit.
             let mut a = vec![0.0; len];

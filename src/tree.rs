@@ -317,8 +317,6 @@ struct Buffers {
     frames: Vec<Frame>,
     /// The traversal's residual rows, one per stack level (`V` each, as needed).
     levels: Vec<Vec<f64>>,
-    /// Where a traversal round writes before it is swapped into its level.
-    spare: Vec<f64>,
 }
 
 impl Buffers {
@@ -400,7 +398,6 @@ fn verify_row<P: Prob, Q: Prob>(
         accepted,
         frames,
         levels,
-        spare,
     } = buffers;
     {
         // Children in index order, as linked lists: first child, next sibling.
@@ -442,7 +439,6 @@ fn verify_row<P: Prob, Q: Prob>(
                     scratch,
                     frames,
                     levels,
-                    spare,
                     accepted,
                 )?;
             }
@@ -556,20 +552,15 @@ fn verify_row<P: Prob, Q: Prob>(
                         next_residual,
                         scratch,
                     ),
-                    Some(total) => residual_round(
-                        ArrayView1::from(&residual[..]),
-                        Some(total),
-                        q_row,
-                        x,
-                        next_residual,
-                        scratch,
-                    ),
+                    Some(total) => later_round(residual, total, q_row, x, next_residual, scratch),
                 };
                 let Some(total) = total else {
                     let p_row = scale.is_none().then(|| inputs.target_row(b, node));
                     return Err(first_bad_entry(p_row, q_row, b, node, child));
                 };
-                std::mem::swap(residual, next_residual);
+                if scale.is_none() {
+                    std::mem::swap(residual, next_residual); // later rounds update in place
+                }
                 scale = Some(total);
                 child = next_sibling[child];
             }
@@ -672,7 +663,6 @@ fn traverse_row<P: Prob, Q: Prob>(
     scratch: &mut Vec<f64>,
     frames: &mut Vec<Frame>,
     levels: &mut Vec<Vec<f64>>,
-    spare: &mut Vec<f64>,
     accepted: &mut Vec<(usize, i64)>,
 ) -> Result<usize, CoreError> {
     let token = |c: usize| {
@@ -834,7 +824,6 @@ fn traverse_row<P: Prob, Q: Prob>(
                 let mass = scaled_round(
                     p_row,
                     &mut levels[pd],
-                    spare,
                     scratch,
                     parent.rate,
                     parent.total,
@@ -872,6 +861,28 @@ fn copy_row<P: Prob>(
     Ok(())
 }
 
+/// A later round of the token tree, in place where the draft row is unit-stride:
+/// `w := max(0, w * (1 / S) - q)` (see [`residual_round`], whose buffer `spare`
+/// serves the other layouts, swapped back into `w`).
+fn later_round<Q: Prob>(
+    w: &mut Vec<f64>,
+    total: f64,
+    q: Option<ArrayView1<'_, Q>>,
+    x: usize,
+    spare: &mut Vec<f64>,
+    scratch: &mut Vec<f64>,
+) -> Option<f64> {
+    if let Some(qs) = q.as_ref().and_then(|q| q.as_slice()) {
+        let op = ScaledResidual(factor(1.0, total));
+        let (mass, surely_valid) = sample::update_pair_blocks(op, w, qs, scratch);
+        let valid = |v: &Q| (0.0..=f64::MAX).contains(&v.to_f64());
+        return (surely_valid || qs.iter().all(valid)).then_some(mass);
+    }
+    let mass = residual_round(ArrayView1::from(&w[..]), Some(total), q, x, spare, scratch);
+    std::mem::swap(w, spare);
+    mass
+}
+
 /// The draw from `max(0, p * f - q)` with uniform `u` (`None`: it sums to 0),
 /// without writing the weights: one pass for the canonical sum, then the block
 /// the draw lands in recomputed. An error means a bad value (the caller names it).
@@ -889,14 +900,13 @@ fn last_draw<A: Prob, Q: Prob>(
 
 /// The traversal's residual round: `w_v := max(0, w_v * (a / T) - q_v)`, with
 /// `w` the target row as given when `p` is `Some`; returns the new mass (the
-/// canonical sum of `w`). Unit-stride rows take one pass that also sums (`spare`
-/// receives the new weights and is swapped into `w`); a bad value read is named
-/// as the reference reads them (`p_v`, then `q_v`).
+/// canonical sum of `w`). A unit-stride draft row takes one pass that also sums,
+/// in place after the first round; a bad value read is named as the reference
+/// reads them (`p_v`, then `q_v`).
 #[allow(clippy::too_many_arguments)]
 fn scaled_round<P: Prob, Q: Prob>(
     p: Option<ArrayView1<'_, P>>,
     w: &mut Vec<f64>,
-    spare: &mut Vec<f64>,
     scratch: &mut Vec<f64>,
     rate: f64,
     total: f64,
@@ -909,16 +919,18 @@ fn scaled_round<P: Prob, Q: Prob>(
     let len = q.len();
     let bad = || first_bad_entry(p, Some(q), b, node, child);
     if let Some(qs) = q.as_slice() {
-        memory::reserve(spare, len, "target_probs")?;
-        spare.resize(len, 0.0);
         let (mass, surely_valid) = match p.as_ref().map(|p| p.as_slice()) {
-            Some(Some(ps)) => sample::store_pair_blocks(op, ps, qs, spare, scratch),
+            Some(Some(ps)) => {
+                memory::reserve(w, len, "target_probs")?;
+                w.resize(len, 0.0);
+                sample::store_pair_blocks(op, ps, qs, w, scratch)
+            }
             Some(None) => {
                 // A strided target row: read it once into `w`, then the round.
                 copy_unchecked(p.as_ref().expect("Some"), w)?;
-                sample::store_pair_blocks(op, &w[..], qs, spare, scratch)
+                sample::update_pair_blocks(op, w, qs, scratch)
             }
-            None => sample::store_pair_blocks(op, &w[..], qs, spare, scratch),
+            None => sample::update_pair_blocks(op, w, qs, scratch),
         };
         let valid = surely_valid
             || (p.is_none_or(|p| p.iter().all(|v| ok(v.to_f64())))
@@ -926,7 +938,6 @@ fn scaled_round<P: Prob, Q: Prob>(
         if !valid {
             return Err(bad());
         }
-        std::mem::swap(w, spare);
         return Ok(mass);
     }
     let mut valid = true;
