@@ -230,16 +230,113 @@ impl<P: Prob, Q: Prob> TreeInputs<'_, P, Q> {
         }
         Ok((batch, nodes, vocab))
     }
+}
 
-    fn target_row(&self, b: usize, n: usize) -> ArrayView1<'_, P> {
-        self.target_probs.slice(s![b, n, ..])
+/// The tree, the randomness and the method: what every source of rows shares.
+#[derive(Clone, Copy)]
+pub(crate) struct TreeParts<'a> {
+    pub node_token_ids: IntView<'a, Ix2>,
+    pub parent_ids: IntView<'a, Ix2>,
+    pub uniforms: Option<FloatView<'a, Ix2>>,
+    pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
+    pub method: TreeMethod,
+}
+
+/// Where a tree's rows come from: probabilities as given ([`TreeInputs`]), or
+/// logits transformed when first read (`crate::logits::tree`).
+pub(crate) trait TreeSource<'a>: Sync {
+    type Rows<'s>: NodeRows
+    where
+        Self: 's;
+    /// Copies of the views (ndarray's views are invariant in their lifetime).
+    fn parts(&self) -> TreeParts<'a>;
+    /// Checks every shape against `node_token_ids [B, N]`; returns `(B, N, V)`.
+    fn shape(&self) -> Result<(usize, usize, usize), CoreError>;
+    /// Row `b`'s rows, and whether it is greedy (the row's own parameters checked).
+    fn rows(&self, b: usize) -> Result<(Self::Rows<'_>, bool), CoreError>;
+}
+
+/// The rows of one batch row: node `n`'s target distribution, child `c`'s draft
+/// distribution, each a probability row (checked where read), and the argmax a
+/// greedy row takes.
+pub(crate) trait NodeRows {
+    type P: Prob;
+    type Q: Prob;
+    fn target_row(&self, n: usize) -> Result<ArrayView1<'_, Self::P>, CoreError>;
+    /// `p_n(x)`, checked as a gathered value.
+    fn target_at(&self, n: usize, x: usize) -> Result<f64, CoreError>;
+    /// `None`: one-hot drafts.
+    fn draft_row(&self, c: usize) -> Result<Option<ArrayView1<'_, Self::Q>>, CoreError>;
+    /// `q_c(x)`, checked as a gathered value (1 with one-hot drafts).
+    fn draft_at(&self, c: usize, x: usize) -> Result<f64, CoreError>;
+    /// The greedy choice after node `n`.
+    fn argmax(&self, n: usize) -> Result<usize, CoreError>;
+    /// Where node `n`'s target row lives, for messages.
+    fn at(&self, n: usize) -> RowAt;
+}
+
+/// Row `b` of probability inputs.
+pub(crate) struct ProbRows<'s, 'a, P, Q> {
+    inputs: &'s TreeInputs<'a, P, Q>,
+    b: usize,
+}
+
+impl<P: Prob, Q: Prob> NodeRows for ProbRows<'_, '_, P, Q> {
+    type P = P;
+    type Q = Q;
+    fn target_row(&self, n: usize) -> Result<ArrayView1<'_, P>, CoreError> {
+        Ok(self.inputs.target_probs.slice(s![self.b, n, ..]))
     }
-
-    fn at(&self, b: usize, n: usize) -> RowAt {
+    fn target_at(&self, n: usize, x: usize) -> Result<f64, CoreError> {
+        let v = self.inputs.target_probs[[self.b, n, x]].to_f64();
+        check_gathered(v, "target_probs", &[self.b, n, x])
+    }
+    fn draft_row(&self, c: usize) -> Result<Option<ArrayView1<'_, Q>>, CoreError> {
+        Ok(self
+            .inputs
+            .draft_probs
+            .as_ref()
+            .map(|dp| dp.slice(s![self.b, c, ..])))
+    }
+    fn draft_at(&self, c: usize, x: usize) -> Result<f64, CoreError> {
+        match &self.inputs.draft_probs {
+            Some(dp) => check_gathered(dp[[self.b, c, x]].to_f64(), "draft_probs", &[self.b, c, x]),
+            None => Ok(1.0),
+        }
+    }
+    fn argmax(&self, n: usize) -> Result<usize, CoreError> {
+        argmax_of(
+            self.inputs.target_probs.slice(s![self.b, n, ..]),
+            self.at(n),
+        )
+    }
+    fn at(&self, n: usize) -> RowAt {
         RowAt {
             arg: "target_probs",
-            pos: Pos::Padded { b, t: n },
+            pos: Pos::Padded { b: self.b, t: n },
         }
+    }
+}
+
+impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeInputs<'a, P, Q> {
+    type Rows<'s>
+        = ProbRows<'s, 'a, P, Q>
+    where
+        Self: 's;
+    fn parts(&self) -> TreeParts<'a> {
+        TreeParts {
+            node_token_ids: self.node_token_ids,
+            parent_ids: self.parent_ids,
+            uniforms: self.uniforms,
+            recovery_uniforms: self.recovery_uniforms,
+            method: self.method,
+        }
+    }
+    fn shape(&self) -> Result<(usize, usize, usize), CoreError> {
+        self.dims()
+    }
+    fn rows(&self, b: usize) -> Result<(Self::Rows<'_>, bool), CoreError> {
+        Ok((ProbRows { inputs: self, b }, self.greedy.row(b)))
     }
 }
 
@@ -251,11 +348,20 @@ impl<P: Prob, Q: Prob> TreeInputs<'_, P, Q> {
 pub fn verify_tree<P: Prob, Q: Prob>(
     inputs: &TreeInputs<'_, P, Q>,
     out: &mut TreeOutputs<'_>,
+    errors: RowErrors<'_>,
+) -> Result<(), CoreError> {
+    verify_source(inputs, out, errors)
+}
+
+/// [`verify_tree`] over any source of rows.
+pub(crate) fn verify_source<'a, S: TreeSource<'a>>(
+    inputs: &S,
+    out: &mut TreeOutputs<'_>,
     mut errors: RowErrors<'_>,
 ) -> Result<(), CoreError> {
-    let (batch, nodes, vocab) = inputs.dims()?;
+    let (batch, nodes, vocab) = inputs.shape()?;
     errors.check(batch)?;
-    let deepest = tree_depth(&inputs.parent_ids, &mut errors)?;
+    let deepest = tree_depth(&inputs.parts().parent_ids, &mut errors)?;
     let width = out.accepted_node_ids.shape()[1];
     if out.output_token_ids.shape() != [batch, width + 1]
         || out.accepted_node_ids.shape()[0] != batch
@@ -339,8 +445,8 @@ thread_local! {
 }
 
 /// Verifies rows `first_row..` into `out` (which holds exactly those rows).
-fn verify_rows<P: Prob, Q: Prob>(
-    inputs: &TreeInputs<'_, P, Q>,
+fn verify_rows<'a, S: TreeSource<'a>>(
+    inputs: &S,
     nodes: usize,
     vocab: usize,
     first_row: usize,
@@ -360,7 +466,10 @@ fn verify_rows<P: Prob, Q: Prob>(
         if errors.is_recorded(i) {
             continue; // its parent links are bad (`tree_depth`)
         }
-        let next = match verify_row(inputs, nodes, vocab, b, buffers) {
+        let walked = inputs.rows(b).and_then(|(rows, greedy)| {
+            verify_row(inputs.parts(), &rows, greedy, nodes, vocab, b, buffers)
+        });
+        let next = match walked {
             Ok(next) => next,
             Err(error) => {
                 errors.record(i, error.in_row(b))?;
@@ -382,8 +491,10 @@ fn verify_rows<P: Prob, Q: Prob>(
 
 /// Verifies row `b`: returns the next token, the accepted path left in
 /// `buffers.accepted`.
-fn verify_row<P: Prob, Q: Prob>(
-    inputs: &TreeInputs<'_, P, Q>,
+fn verify_row<R: NodeRows>(
+    inputs: TreeParts<'_>,
+    rows: &R,
+    greedy: bool,
     nodes: usize,
     vocab: usize,
     b: usize,
@@ -412,11 +523,10 @@ fn verify_row<P: Prob, Q: Prob>(
                 first_child[parent as usize] = n;
             }
         }
-        let greedy = inputs.greedy.row(b);
         let recovery = if greedy {
             0.0
         } else {
-            let (Some(_), Some(r)) = (&inputs.uniforms, &inputs.recovery_uniforms) else {
+            let (Some(_), Some(r)) = (inputs.uniforms, inputs.recovery_uniforms) else {
                 return Err(CoreError::shape(
                     "uniforms",
                     "uniforms and recovery_uniforms are required for rows verified by sampling",
@@ -431,6 +541,7 @@ fn verify_row<P: Prob, Q: Prob>(
             if traversal {
                 break traverse_row(
                     inputs,
+                    rows,
                     b,
                     vocab,
                     first_child,
@@ -446,18 +557,13 @@ fn verify_row<P: Prob, Q: Prob>(
             if child == usize::MAX {
                 // A leaf: the bonus token from its target row.
                 break if greedy {
-                    argmax_of(inputs.target_row(b, node), inputs.at(b, node))?
+                    rows.argmax(node)?
                 } else {
-                    sample_row(
-                        inputs.target_row(b, node),
-                        inputs.at(b, node),
-                        recovery,
-                        scratch,
-                    )?
+                    sample_row(rows.target_row(node)?, rows.at(node), recovery, scratch)?
                 };
             }
             if greedy {
-                let best = argmax_of(inputs.target_row(b, node), inputs.at(b, node))?;
+                let best = rows.argmax(node)?;
                 let mut found = None;
                 while child != usize::MAX {
                     if check_token(
@@ -491,61 +597,50 @@ fn verify_row<P: Prob, Q: Prob>(
                     inputs.node_token_ids.get(b, child),
                     vocab,
                 )?;
-                let u = match &inputs.uniforms {
+                let u = match inputs.uniforms {
                     Some(u) => check_uniform(u.get(b, child), "uniforms", &[b, child])?,
                     None => unreachable!("checked above"),
                 };
                 let p = match scale {
-                    None => check_gathered(
-                        inputs.target_probs[[b, node, x]].to_f64(),
-                        "target_probs",
-                        &[b, node, x],
-                    )?,
+                    None => rows.target_at(node, x)?,
                     Some(total) => normalised(residual[x], total),
                 };
-                let q = match &inputs.draft_probs {
-                    Some(dp) => {
-                        check_gathered(dp[[b, child, x]].to_f64(), "draft_probs", &[b, child, x])?
-                    }
-                    None => 1.0,
-                };
+                let q = rows.draft_at(child, x)?;
                 if is_accepted(p, q, u) {
                     taken = Some((child, x));
                     break;
                 }
                 // P := max(0, P * (1 / S) - q_c), then S := sum(P), in one pass.
-                let q_row = inputs
-                    .draft_probs
-                    .as_ref()
-                    .map(|dp| dp.slice(s![b, child, ..]));
+                let q_row = rows.draft_row(child)?;
                 if let (Some(q_row), usize::MAX) = (q_row, next_sibling[child]) {
                     // The last child: its residual is only drawn from, so it is
                     // summed without being written, and the draw recomputes the
                     // weights of the one block it lands in (as the chain's residual).
                     let f = scale.map_or(1.0, |total| factor(1.0, total));
                     let drawn = match scale {
-                        None => last_draw(inputs.target_row(b, node), q_row, f, recovery, scratch),
+                        None => last_draw(rows.target_row(node)?, q_row, f, recovery, scratch),
                         Some(_) => {
                             last_draw(ArrayView1::from(&residual[..]), q_row, f, recovery, scratch)
                         }
                     };
                     let Ok(drawn) = drawn else {
-                        let p_row = scale.is_none().then(|| inputs.target_row(b, node));
+                        let p_row = if scale.is_none() {
+                            Some(rows.target_row(node)?)
+                        } else {
+                            None
+                        };
                         return Err(first_bad_entry(p_row, Some(q_row), b, node, child));
                     };
                     break 'walk match drawn {
                         Some(token) => token,
-                        None => sample_row(
-                            inputs.target_row(b, node),
-                            inputs.at(b, node),
-                            recovery,
-                            scratch,
-                        )?,
+                        None => {
+                            sample_row(rows.target_row(node)?, rows.at(node), recovery, scratch)?
+                        }
                     };
                 }
                 let total = match scale {
                     None => residual_round(
-                        inputs.target_row(b, node),
+                        rows.target_row(node)?,
                         None,
                         q_row,
                         x,
@@ -555,7 +650,11 @@ fn verify_row<P: Prob, Q: Prob>(
                     Some(total) => later_round(residual, total, q_row, x, next_residual, scratch),
                 };
                 let Some(total) = total else {
-                    let p_row = scale.is_none().then(|| inputs.target_row(b, node));
+                    let p_row = if scale.is_none() {
+                        Some(rows.target_row(node)?)
+                    } else {
+                        None
+                    };
                     return Err(first_bad_entry(p_row, q_row, b, node, child));
                 };
                 if scale.is_none() {
@@ -576,12 +675,9 @@ fn verify_row<P: Prob, Q: Prob>(
                         sample::search(&BufferWeights { w: residual }, recovery, scratch, total);
                     break match from_residual {
                         Some(token) => token,
-                        None => sample_row(
-                            inputs.target_row(b, node),
-                            inputs.at(b, node),
-                            recovery,
-                            scratch,
-                        )?,
+                        None => {
+                            sample_row(rows.target_row(node)?, rows.at(node), recovery, scratch)?
+                        }
                     };
                 }
             }
@@ -653,8 +749,9 @@ fn residual_round<A: Prob, Q: Prob>(
 /// the new `T`, and its rate `h(S, a)` as in block verification. Returns the
 /// next token; `accepted` holds the path.
 #[allow(clippy::too_many_arguments)]
-fn traverse_row<P: Prob, Q: Prob>(
-    inputs: &TreeInputs<'_, P, Q>,
+fn traverse_row<R: NodeRows>(
+    inputs: TreeParts<'_>,
+    rows: &R,
     b: usize,
     vocab: usize,
     first_child: &[usize],
@@ -678,11 +775,7 @@ fn traverse_row<P: Prob, Q: Prob>(
         if f.residual {
             Ok(normalised(levels[d][x], f.total))
         } else {
-            check_gathered(
-                inputs.target_probs[[b, f.node, x]].to_f64(),
-                "target_probs",
-                &[b, f.node, x],
-            )
+            rows.target_at(f.node, x)
         }
     };
     frames.clear();
@@ -701,10 +794,7 @@ fn traverse_row<P: Prob, Q: Prob>(
             let c = f.child;
             let x = token(c)?;
             let mb = share(&f, levels, d, x)?;
-            let ms = match &inputs.draft_probs {
-                Some(dp) => check_gathered(dp[[b, c, x]].to_f64(), "draft_probs", &[b, c, x])?,
-                None => 1.0,
-            };
+            let ms = rows.draft_at(c, x)?;
             frames.push(Frame {
                 node: c,
                 rate: block::next_rho(f.rate, mb, ms),
@@ -716,7 +806,7 @@ fn traverse_row<P: Prob, Q: Prob>(
             continue;
         }
         let accept = f.node == 0 || {
-            let u = match &inputs.uniforms {
+            let u = match inputs.uniforms {
                 Some(u) => check_uniform(u.get(b, f.node), "uniforms", &[b, f.node])?,
                 None => unreachable!("checked by the caller"),
             };
@@ -725,15 +815,13 @@ fn traverse_row<P: Prob, Q: Prob>(
         if accept {
             let drawn = if let Some(last) = f.pending {
                 // `scratch` holds the block sums of the removal just made.
-                let q_row = inputs
-                    .draft_probs
-                    .as_ref()
-                    .expect("pending rounds have draft rows")
-                    .slice(s![b, last.child, ..]);
+                let q_row = rows
+                    .draft_row(last.child)?
+                    .expect("pending rounds have draft rows");
                 let at = Pos::Padded { b, t: last.child };
                 let known = Some(f.total);
                 if last.on_target {
-                    let p_row = inputs.target_row(b, f.node);
+                    let p_row = rows.target_row(f.node)?;
                     sample::sample_residual(
                         p_row,
                         q_row,
@@ -751,21 +839,16 @@ fn traverse_row<P: Prob, Q: Prob>(
                 sample::sample(&BufferWeights { w: &levels[d] }, recovery, scratch)?
             } else {
                 sample_target(
-                    inputs.target_row(b, f.node),
+                    rows.target_row(f.node)?,
                     None,
-                    inputs.at(b, f.node),
+                    rows.at(f.node),
                     recovery,
                     scratch,
                 )?
             };
             let next = match drawn {
                 Some(token) => token,
-                None => sample_row(
-                    inputs.target_row(b, f.node),
-                    inputs.at(b, f.node),
-                    recovery,
-                    scratch,
-                )?,
+                None => sample_row(rows.target_row(f.node)?, rows.at(f.node), recovery, scratch)?,
             };
             accepted.clear();
             for frame in &frames[1..] {
@@ -782,12 +865,12 @@ fn traverse_row<P: Prob, Q: Prob>(
             levels.resize_with(pd + 1, Vec::new);
         }
         let mut pending = None;
-        let (mass, total) = match &inputs.draft_probs {
+        let (mass, total) = match rows.draft_row(f.node)? {
             None => {
                 let mb = share(&parent, levels, pd, x)?;
                 if !parent.residual {
                     copy_row(
-                        inputs.target_row(b, parent.node),
+                        rows.target_row(parent.node)?,
                         &mut levels[pd],
                         b,
                         parent.node,
@@ -796,13 +879,16 @@ fn traverse_row<P: Prob, Q: Prob>(
                 levels[pd][x] = 0.0;
                 (parent.rate * (1.0 - mb), parent.total * (1.0 - mb))
             }
-            Some(dp) if next_sibling[f.node] == usize::MAX => {
+            Some(q_row) if next_sibling[f.node] == usize::MAX => {
                 // The parent's last child: its new weights are needed only if
                 // the parent is accepted next, so they are summed, not written.
-                let q_row = dp.slice(s![b, f.node, ..]);
                 let scale = factor(parent.rate, parent.total);
                 let at = Pos::Padded { b, t: f.node };
-                let p_row = (!parent.residual).then(|| inputs.target_row(b, parent.node));
+                let p_row = if parent.residual {
+                    None
+                } else {
+                    Some(rows.target_row(parent.node)?)
+                };
                 let mass = match p_row {
                     Some(p) => sample::residual_mass(p, q_row, at, scale, scratch),
                     None => {
@@ -818,9 +904,12 @@ fn traverse_row<P: Prob, Q: Prob>(
                 });
                 (mass, mass)
             }
-            Some(dp) => {
-                let q_row = dp.slice(s![b, f.node, ..]);
-                let p_row = (!parent.residual).then(|| inputs.target_row(b, parent.node));
+            Some(q_row) => {
+                let p_row = if parent.residual {
+                    None
+                } else {
+                    Some(rows.target_row(parent.node)?)
+                };
                 let mass = scaled_round(
                     p_row,
                     &mut levels[pd],
