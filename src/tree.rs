@@ -248,6 +248,8 @@ pub(crate) trait TreeSource<'a>: Sync {
     type Rows<'s>: NodeRows
     where
         Self: 's;
+    /// The argument the target rows come from (for messages).
+    const TARGET: &'static str;
     /// Copies of the views (ndarray's views are invariant in their lifetime).
     fn parts(&self) -> TreeParts<'a>;
     /// Checks every shape against `node_token_ids [B, N]`; returns `(B, N, V)`.
@@ -323,6 +325,7 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeInputs<'a, P, Q> {
         = ProbRows<'s, 'a, P, Q>
     where
         Self: 's;
+    const TARGET: &'static str = "target_probs";
     fn parts(&self) -> TreeParts<'a> {
         TreeParts {
             node_token_ids: self.node_token_ids,
@@ -428,10 +431,10 @@ struct Buffers {
 impl Buffers {
     /// Room for trees of `nodes` nodes over rows of `vocab`, reserved up front
     /// so that a size too large for this process is a `MemoryError`.
-    fn reserve(&mut self, nodes: usize, vocab: usize) -> Result<(), CoreError> {
-        memory::reserve(&mut self.residual, vocab, "target_probs")?;
-        memory::reserve(&mut self.next_residual, vocab, "target_probs")?;
-        memory::reserve(&mut self.scratch, vocab.div_ceil(SUM_BLOCK), "target_probs")?;
+    fn reserve(&mut self, nodes: usize, vocab: usize, rows: &'static str) -> Result<(), CoreError> {
+        memory::reserve(&mut self.residual, vocab, rows)?;
+        memory::reserve(&mut self.next_residual, vocab, rows)?;
+        memory::reserve(&mut self.scratch, vocab.div_ceil(SUM_BLOCK), rows)?;
         memory::reserve(&mut self.first_child, nodes, "node_token_ids")?;
         memory::reserve(&mut self.next_sibling, nodes, "node_token_ids")?;
         memory::reserve(&mut self.accepted, nodes, "node_token_ids")?;
@@ -454,7 +457,7 @@ fn verify_rows<'a, S: TreeSource<'a>>(
     errors: &mut RowErrors<'_>,
     buffers: &mut Buffers,
 ) -> Result<(), CoreError> {
-    buffers.reserve(nodes, vocab)?;
+    buffers.reserve(nodes, vocab, S::TARGET)?;
     for i in 0..out.num_accepted.len() {
         let b = first_row + i;
         let mut ids = out.output_token_ids.row_mut(i);

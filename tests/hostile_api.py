@@ -865,6 +865,111 @@ CASES.update(
             " out=(t[:, :3], np.zeros(1, np.int64), None, np.zeros((1, 2), np.int64)))",
             "ValueError",
         ),
+        # --- verify_tree_logits ---------------------------------------------------------
+        "verify_tree_logits: valid": (
+            f"r = sa.verify_tree_logits(w({_TREE_IDS}), {_TREE_PARENTS}, w(np.log({_TREE_P})),"
+            " rng=0, top_k=2)\nassert r.num_emitted[0] >= 1, r",
+            "ok",
+        ),
+        "verify_tree_logits: greedy": (
+            f"r = sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.log({_TREE_P}),"
+            " temperature=0.0)\nassert r.output_token_ids.tolist() == [[0, -1, -1]], r",
+            "ok",
+        ),
+        "verify_tree_logits: NaN logit read": (
+            f"l = np.log({_TREE_P}); l[0, 0, 1] = np.nan\n"
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, l, rng=0)",
+            "ValueError",
+        ),
+        "verify_tree_logits: +inf logit": (
+            f"l = np.log({_TREE_P}); l[0, 0, 2] = np.inf\n"
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, l, temperature=0.0)",
+            "ValueError",
+        ),
+        "verify_tree_logits: all -inf row": (
+            f"l = np.full((1, 4, 3), -np.inf)\nsa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, l, rng=0)",
+            "ValueError",
+        ),
+        "verify_tree_logits: temperature -1": (
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.log({_TREE_P}), temperature=-1.0,"
+            " rng=0)",
+            "ValueError",
+        ),
+        "verify_tree_logits: temperature str": (
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.log({_TREE_P}), temperature='hot',"
+            " rng=0)",
+            "TypeError",
+        ),
+        "verify_tree_logits: top_k float": (
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.log({_TREE_P}), top_k=1.5, rng=0)",
+            "TypeError",
+        ),
+        "verify_tree_logits: top_p 0": (
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.log({_TREE_P}), top_p=0.0, rng=0)",
+            "ValueError",
+        ),
+        "verify_tree_logits: temperature for another batch": (
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.log({_TREE_P}),"
+            " temperature=np.ones(3), rng=0)",
+            "ValueError",
+        ),
+        "verify_tree_logits: draft shape": (
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.log({_TREE_P}), np.zeros((1, 3, 3)),"
+            " rng=0)",
+            "ValueError",
+        ),
+        "verify_tree_logits: int logits": (
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.zeros((1, 4, 3), np.int64), rng=0)",
+            "TypeError",
+        ),
+        "verify_tree_logits: method bogus": (
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.log({_TREE_P}), rng=0,"
+            " method='block')",
+            "ValueError",
+        ),
+        "verify_tree_logits: isolate": (
+            "l = np.zeros((2, 4, 3)); l[1, 0, 0] = np.nan\n"
+            "r = sa.verify_tree_logits(np.array([[0, 1, 2, 0]] * 2), np.array([-1, 0, 0, 2]), l,"
+            " rng=0, errors='isolate')\nassert list(r.errors) == [1], r",
+            "ok",
+        ),
+        "verify_tree_logits: out too narrow": (
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.log({_TREE_P}), rng=0,"
+            " out=(np.zeros((1, 2), np.int64), np.zeros(1, np.int64), None, np.zeros((1, 1), np.int64)))",
+            "ValueError",
+        ),
+        "verify_tree_logits: huge stride-0 vocabulary": (
+            f"sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.broadcast_to(0.0, (1, 4, 2**40)),"
+            " rng=0)",
+            "MemoryError|ValueError",
+        ),
+        "verify_tree_logits: huge stride-0 nodes": (
+            "sa.verify_tree_logits(huge_ids(1, 2**40), np.broadcast_to(-1, (2**40,)),"
+            " np.broadcast_to(0.0, (1, 2**40, 2)), temperature=0.0)",
+            "MemoryError|ValueError",
+        ),
+        "verify_tree_logits: bfloat16": (
+            "import ml_dtypes\n"
+            f"l = np.log({_TREE_P}).astype(ml_dtypes.bfloat16)\n"
+            f"r = sa.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, l, l, rng=0)\n"
+            "assert r.num_emitted[0] >= 1",
+            "ok",
+        ),
+        "reference.verify_tree_logits: valid": (
+            f"r = reference.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.log({_TREE_P}),"
+            " rng=0, top_p=0.9)\nassert r.num_emitted[0] >= 1, r",
+            "ok",
+        ),
+        "reference.verify_tree_logits: NaN logit read": (
+            f"l = np.log({_TREE_P}); l[0, 0, 1] = np.nan\n"
+            f"reference.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, l, rng=0)",
+            "ValueError",
+        ),
+        "reference.verify_tree_logits: temperature str": (
+            f"reference.verify_tree_logits({_TREE_IDS}, {_TREE_PARENTS}, np.log({_TREE_P}),"
+            " temperature='hot', rng=0)",
+            "TypeError",
+        ),
         "reference.verify_tree: out too narrow": (
             f"reference.verify_tree({_TREE}, greedy=True, out=(np.zeros((1, 2), np.int64),"
             " np.zeros(1, np.int64), None, np.zeros((1, 1), np.int64)))",

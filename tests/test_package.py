@@ -23,6 +23,7 @@ PUBLIC_FUNCTIONS = [
     "acceptance_rate",
     "verify_tree",
     "verify_logits",
+    "verify_tree_logits",
 ]
 
 

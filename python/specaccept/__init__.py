@@ -32,7 +32,7 @@ from ._threads import (
     max_num_threads,
     set_num_threads,
 )
-from ._tree import verify_tree
+from ._tree import verify_tree, verify_tree_logits
 from ._uniforms import counter_uniforms
 from .generation import Drafter, Generation, LanguageModel, PromptLookup, generate
 
@@ -68,4 +68,5 @@ __all__ = [
     "verify_greedy",
     "verify_logits",
     "verify_tree",
+    "verify_tree_logits",
 ]

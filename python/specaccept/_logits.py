@@ -9,65 +9,13 @@ import numpy.typing as npt
 
 from . import _native
 from ._api import Method
-from ._arrays import as_numpy, float_array, int_array, like_converter
+from ._arrays import float_array, int_array, like_converter
 from ._errors import InputError
-from ._options import chain_rule, isolating
+from ._options import chain_rule, isolating, per_row
 from ._result import Verification, finish
 from ._uniforms import CounterLike, RngLike, draw_missing
 
 __all__ = ["verify_logits"]
-
-
-def _broadcast(scalar: np.ndarray, batch: int) -> np.ndarray:
-    """A 0-d array as a read-only ``[batch]`` view with stride 0 (``np.broadcast_to``
-    without its Python-level cost: this runs on every call, for three parameters)."""
-    view = np.ndarray((batch,), scalar.dtype, buffer=scalar, strides=(0,))
-    view.flags.writeable = False
-    return view
-
-
-# Read-only stride-0 views of plain numbers, by (value, batch, dtype): a
-# serving loop passes the same few temperatures and filters on every call. Equal
-# keys give equal arrays (1 and 1.0 are both 1.0 in float64; a zero read as float64,
-# whose sign shows in messages, and NaN are never cached); bounded, cleared when full.
-_PER_ROW_CACHE: dict[tuple[Any, int, type], np.ndarray] = {}
-_PER_ROW_CACHE_SIZE = 256
-
-
-def _per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
-    plain = type(value) is int and value.bit_length() <= 63
-    if plain or (type(value) is float and dtype is np.float64):
-        # The common case, a plain Python number: no conversion to inspect.
-        # Not NaN, nor a zero read as float64 (-0.0 == 0 == 0.0, with one key).
-        if value != value or (not value and dtype is np.float64):
-            return _broadcast(np.array(value, dtype=dtype), batch)
-        key = (value, batch, dtype)
-        view = _PER_ROW_CACHE.get(key)
-        if view is None:
-            view = _broadcast(np.array(value, dtype=dtype), batch)
-            if len(_PER_ROW_CACHE) >= _PER_ROW_CACHE_SIZE:
-                _PER_ROW_CACHE.clear()
-            _PER_ROW_CACHE[key] = view
-        return view
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 63:
-        # A Python int past int64: top-k that large keeps everything; a float
-        # parameter that large has no float64 value.
-        if dtype is np.int64 and value > 0:
-            value = np.iinfo(np.int64).max
-        else:
-            raise InputError(
-                f"{name} = an int of {value.bit_length()} bits: outside its range", argument=name
-            )
-    array = np.asarray(as_numpy(value, name))
-    kind = "iu" if dtype is np.int64 else "iuf"
-    if array.dtype.kind not in kind or array.ndim > 1:
-        raise TypeError(f"{name} must be a number or a [B] array of numbers, got {array.dtype}")
-    if dtype is np.int64 and array.dtype.kind == "u" and array.size:
-        # Counts past int64 are as large as any: keep them large, not wrapped.
-        array = np.minimum(array, np.iinfo(np.int64).max)
-    array = array.astype(dtype, copy=False)
-    # A scalar for every row: a stride-0 view, whatever B is.
-    return _broadcast(np.ascontiguousarray(array), batch) if array.ndim == 0 else array
 
 
 def verify_logits(
@@ -176,9 +124,9 @@ def verify_logits(
             f"draft_token_ids must be 2-D [B, K], got shape {ids.shape}", argument="draft_token_ids"
         )
     batch = ids.shape[0]
-    temperatures = _per_row(temperature, "temperature", batch, np.float64)
-    top_ks = _per_row(top_k, "top_k", batch, np.int64)
-    top_ps = _per_row(top_p, "top_p", batch, np.float64)
+    temperatures = per_row(temperature, "temperature", batch, np.float64)
+    top_ks = per_row(top_k, "top_k", batch, np.int64)
+    top_ps = per_row(top_p, "top_p", batch, np.float64)
     counts = None if num_draft_tokens is None else int_array(num_draft_tokens, "num_draft_tokens")
     u = None if uniforms is None else float_array(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")

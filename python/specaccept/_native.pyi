@@ -31,6 +31,7 @@ __all__ = [
     "verify_greedy",
     "verify_logits",
     "verify_tree",
+    "verify_tree_logits",
 ]
 
 SUM_BLOCK: int
@@ -140,6 +141,20 @@ def verify_tree(
     uniforms: _In | None,
     recovery_uniforms: _In | None,
     greedy: bool | npt.NDArray[np.bool_],
+    method: str = "token",
+    out: _TreeOut | None = None,
+    isolate: bool = False,
+) -> _Tree | _TreeIsolated: ...
+def verify_tree_logits(
+    node_token_ids: _In,
+    parent_ids: _In,
+    target_logits: _In,
+    draft_logits: _In | None,
+    temperature: npt.NDArray[np.float64],
+    top_k: npt.NDArray[np.int64],
+    top_p: npt.NDArray[np.float64],
+    uniforms: _In | None,
+    recovery_uniforms: _In | None,
     method: str = "token",
     out: _TreeOut | None = None,
     isolate: bool = False,

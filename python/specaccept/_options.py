@@ -20,6 +20,7 @@ __all__ = [
     "chain_rule",
     "isolating",
     "out_buffers",
+    "per_row",
     "tree_out_buffers",
 ]
 
@@ -140,3 +141,57 @@ def tree_out_buffers(out: Any) -> tuple[Any, Any, Any, Any] | None:
         for a, n in zip(parts, names, strict=True)
     )
     return ids, accepted, emitted, nodes
+
+
+def _broadcast(scalar: np.ndarray, batch: int) -> np.ndarray:
+    """A 0-d array as a read-only ``[batch]`` view with stride 0 (``np.broadcast_to``
+    without its Python-level cost: this runs on every call, for three parameters)."""
+    view = np.ndarray((batch,), scalar.dtype, buffer=scalar, strides=(0,))
+    view.flags.writeable = False
+    return view
+
+
+# Read-only stride-0 views of plain numbers, by (value, batch, dtype): a
+# serving loop passes the same few temperatures and filters on every call. Equal
+# keys give equal arrays (1 and 1.0 are both 1.0 in float64; a zero read as float64,
+# whose sign shows in messages, and NaN are never cached); bounded, cleared when full.
+_PER_ROW_CACHE: dict[tuple[Any, int, type], np.ndarray] = {}
+_PER_ROW_CACHE_SIZE = 256
+
+
+def per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
+    """A sampling parameter (``temperature``, ``top_k``, ``top_p``) as ``[B]``: a
+    number for every row (a stride-0 view), or the caller's ``[B]`` array."""
+    plain = type(value) is int and value.bit_length() <= 63
+    if plain or (type(value) is float and dtype is np.float64):
+        # The common case, a plain Python number: no conversion to inspect.
+        # Not NaN, nor a zero read as float64 (-0.0 == 0 == 0.0, with one key).
+        if value != value or (not value and dtype is np.float64):
+            return _broadcast(np.array(value, dtype=dtype), batch)
+        key = (value, batch, dtype)
+        view = _PER_ROW_CACHE.get(key)
+        if view is None:
+            view = _broadcast(np.array(value, dtype=dtype), batch)
+            if len(_PER_ROW_CACHE) >= _PER_ROW_CACHE_SIZE:
+                _PER_ROW_CACHE.clear()
+            _PER_ROW_CACHE[key] = view
+        return view
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 63:
+        # A Python int past int64: top-k that large keeps everything; a float
+        # parameter that large has no float64 value.
+        if dtype is np.int64 and value > 0:
+            value = np.iinfo(np.int64).max
+        else:
+            raise InputError(
+                f"{name} = an int of {value.bit_length()} bits: outside its range", argument=name
+            )
+    array = np.asarray(as_numpy(value, name))
+    kind = "iu" if dtype is np.int64 else "iuf"
+    if array.dtype.kind not in kind or array.ndim > 1:
+        raise TypeError(f"{name} must be a number or a [B] array of numbers, got {array.dtype}")
+    if dtype is np.int64 and array.dtype.kind == "u" and array.size:
+        # Counts past int64 are as large as any: keep them large, not wrapped.
+        array = np.minimum(array, np.iinfo(np.int64).max)
+    array = array.astype(dtype, copy=False)
+    # A scalar for every row: a stride-0 view, whatever B is.
+    return _broadcast(np.ascontiguousarray(array), batch) if array.ndim == 0 else array

@@ -10,11 +10,11 @@ import numpy.typing as npt
 from . import _native
 from ._arrays import float_array, int_array, like_converter
 from ._errors import InputError
-from ._options import TREE_METHODS, as_greedy, as_method, isolating, tree_out_buffers
+from ._options import TREE_METHODS, as_greedy, as_method, isolating, per_row, tree_out_buffers
 from ._result import TreeVerification, finish_tree
 from ._uniforms import CounterLike, RngLike, draw, seeded
 
-__all__ = ["verify_tree"]
+__all__ = ["verify_tree", "verify_tree_logits"]
 
 
 def verify_tree(
@@ -122,6 +122,24 @@ def verify_tree(
     """
     convert = like_converter(like)
     rule = as_method(method, TREE_METHODS)
+    ids, parents = _tree_arrays(node_token_ids, parent_ids)
+    target = float_array(target_probs, "target_probs")
+    draft = None if draft_probs is None else float_array(draft_probs, "draft_probs")
+    greedy_rows = as_greedy(greedy)
+    u = None if uniforms is None else float_array(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
+    u, ru = _tree_uniforms(ids, u, ru, rng, seeds, offsets, greedy_rows is not True)
+    isolate = isolating(errors)
+    buffers = tree_out_buffers(out)
+    result = _native.verify_tree(
+        ids, parents, target, draft, u, ru, greedy_rows, rule, buffers, isolate
+    )
+    return finish_tree(result, convert)
+
+
+def _tree_arrays(node_token_ids: Any, parent_ids: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``node_token_ids [B, N]``, and ``parent_ids`` as ``[B, N]`` (a shared ``[N]``
+    as a stride-0 view, no copy)."""
     ids = int_array(node_token_ids, "node_token_ids")
     if ids.ndim != 2:
         raise InputError(
@@ -129,26 +147,110 @@ def verify_tree(
         )
     parents = int_array(parent_ids, "parent_ids")
     if parents.ndim == 1 and parents.shape == ids.shape[1:]:
-        parents = np.broadcast_to(parents, ids.shape)  # shared: a stride-0 view, no copy
-    target = float_array(target_probs, "target_probs")
-    draft = None if draft_probs is None else float_array(draft_probs, "draft_probs")
-    greedy_rows = as_greedy(greedy)
-    u = None if uniforms is None else float_array(uniforms, "uniforms")
-    ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
+        parents = np.broadcast_to(parents, ids.shape)
+    return ids, parents
+
+
+def _tree_uniforms(
+    ids: np.ndarray,
+    u: Any,
+    ru: Any,
+    rng: RngLike,
+    seeds: CounterLike,
+    offsets: CounterLike,
+    sampled: bool,
+) -> tuple[Any, Any]:
+    """The uniforms of a tree batch (docs/spec.md sections 4.3, 4.5, 4.6): given,
+    counter-based, or drawn from ``rng`` when a row is sampled."""
     counter = seeded(seeds, offsets, ids.shape[0], ids.shape[1], u, ru, rng)
     if counter is not None:
-        u, ru = counter
-    elif (u is None or ru is None) and greedy_rows is not True:
+        return counter
+    if (u is None or ru is None) and sampled:
         # One Generator: g.random((B, N)) then g.random(B); B Generators: row b
         # draws its N uniforms, then its recovery uniform, from rng[b] (section 4.3).
         batch, nodes = ids.shape
         drawn_u, drawn_ru = draw(
             rng, batch, nodes, None, u is None, ru is None, "node_token_ids [B, N]"
         )
-        u, ru = (drawn_u if u is None else u), (drawn_ru if ru is None else ru)
+        return (drawn_u if u is None else u), (drawn_ru if ru is None else ru)
+    return u, ru
+
+
+def verify_tree_logits(
+    node_token_ids: npt.ArrayLike,
+    parent_ids: npt.ArrayLike,
+    target_logits: npt.ArrayLike,
+    draft_logits: npt.ArrayLike | None = None,
+    *,
+    temperature: float | npt.ArrayLike = 1.0,
+    top_k: int | npt.ArrayLike = 0,
+    top_p: float | npt.ArrayLike = 1.0,
+    uniforms: npt.ArrayLike | None = None,
+    recovery_uniforms: npt.ArrayLike | None = None,
+    rng: RngLike = None,
+    seeds: CounterLike = None,
+    offsets: CounterLike = None,
+    method: Literal["token", "traversal"] = "token",
+    errors: Literal["raise", "isolate"] = "raise",
+    out: TreeVerification | tuple[Any, ...] | None = None,
+    like: Any = None,
+) -> TreeVerification:
+    """Verify a tree of drafted tokens from logits (EAGLE, Medusa, SpecInfer).
+
+    The result is :func:`verify_tree` on the probabilities of
+    :func:`verify_logits`' transform (temperature, softmax, top-k, top-p; per
+    row), in float64: ``p_i = w_i / W`` of docs/spec.md section 8.2. Only the rows
+    a tree row reads are transformed, the first time they are read: the target
+    rows of the nodes its walk visits and the draft rows of the children it
+    tries. A row with temperature 0 is greedy: at each node the first child
+    whose token is the argmax of the raw logits is accepted (no transform).
+
+    Parameters
+    ----------
+    node_token_ids, parent_ids
+        As for :func:`verify_tree`.
+    target_logits : float16/bfloat16/float32/float64 array ``[B, N, V]``
+        Row ``n`` scores the token after node ``n``. ``-inf`` masks a token; NaN
+        and ``+inf`` are errors.
+    draft_logits : float array ``[B, N, V]``, optional
+        Row ``c`` scores the distribution child ``c``'s token was drawn from,
+        with the same transform (row 0 unused). ``None``: deterministic
+        proposals (``q`` one-hot at the token).
+    temperature, top_k, top_p : number or ``[B]``
+        As for :func:`verify_logits`; temperature 0 makes the row greedy.
+    uniforms, recovery_uniforms, rng, seeds, offsets, method, errors, out, like
+        As for :func:`verify_tree`.
+
+    Returns
+    -------
+    TreeVerification
+
+    Examples
+    --------
+    >>> import numpy as np, specaccept
+    >>> parents = np.array([-1, 0, 0, 2])          # root -> {1, 2}; 2 -> 3
+    >>> tokens = np.array([[0, 1, 2, 0]])
+    >>> logits = np.log(np.array([[[0.1, 0.2, 0.7], [1, 1, 1], [0.8, 0.1, 0.1], [0.3, 0.6, 0.1]]]))
+    >>> r = specaccept.verify_tree_logits(tokens, parents, logits, temperature=0.0)
+    >>> r.output_token_ids.tolist(), r.accepted_node_ids.tolist()   # greedy: 2, then 0, then 1
+    ([[2, 0, 1]], [[2, 3]])
+    """
+    convert = like_converter(like)
+    rule = as_method(method, TREE_METHODS)
     isolate = isolating(errors)
+    ids, parents = _tree_arrays(node_token_ids, parent_ids)
+    target = float_array(target_logits, "target_logits")
+    draft = None if draft_logits is None else float_array(draft_logits, "draft_logits")
+    batch = ids.shape[0]
+    temperatures = per_row(temperature, "temperature", batch, np.float64)
+    top_ks = per_row(top_k, "top_k", batch, np.int64)
+    top_ps = per_row(top_p, "top_p", batch, np.float64)
+    u = None if uniforms is None else float_array(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
+    sampled = bool((temperatures != 0).any())
+    u, ru = _tree_uniforms(ids, u, ru, rng, seeds, offsets, sampled)
     buffers = tree_out_buffers(out)
-    result = _native.verify_tree(
-        ids, parents, target, draft, u, ru, greedy_rows, rule, buffers, isolate
+    result = _native.verify_tree_logits(
+        ids, parents, target, draft, temperatures, top_ks, top_ps, u, ru, rule, buffers, isolate
     )
     return finish_tree(result, convert)

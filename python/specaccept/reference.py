@@ -45,6 +45,7 @@ __all__ = [
     "verify_greedy",
     "verify_logits",
     "verify_tree",
+    "verify_tree_logits",
 ]
 
 SUM_BLOCK = 256
@@ -1102,6 +1103,41 @@ def verify_tree(
     if batch:
         _reserve(nodes, "parent_ids")  # the depths and children of one tree
         _reserve(vocab, "target_probs")  # a row of V
+    inputs = {
+        "node_token_ids": ids,
+        "parent_ids": parents,
+        "target_probs": p,
+        "draft_probs": q,
+        "uniforms": u,
+        "recovery_uniforms": ru,
+        "greedy": greedy,
+    }
+    return _tree_batch(
+        ids, parents, p, q, u, ru, greedy_rows, method, isolate, out_arrays, inputs, convert
+    )
+
+
+def _tree_batch(
+    ids,
+    parents,
+    p,
+    q,
+    u,
+    ru,
+    greedy_rows,
+    method,
+    isolate,
+    out_arrays,
+    inputs,
+    convert,
+    check_row=None,
+    argmax=None,
+):
+    """The batch part of :func:`verify_tree` (and :func:`verify_tree_logits`):
+    the parent links, the buffers, then each row; ``check_row(b)`` checks a row's
+    own parameters first, ``argmax(b, node)`` is a greedy row's choice."""
+    batch, nodes = ids.shape
+    vocab = p.shape[2]
     # The parent links of every row first; isolating, a row with bad links is set
     # aside (links shared by every row, a stride-0 view, are checked once and raise).
     shared = batch > 1 and parents.strides[0] == 0
@@ -1116,15 +1152,6 @@ def verify_tree(
             isolated[b] = error
     width = deepest
     if out_arrays is not None:
-        inputs = {
-            "node_token_ids": ids,
-            "parent_ids": parents,
-            "target_probs": p,
-            "draft_probs": q,
-            "uniforms": u,
-            "recovery_uniforms": ru,
-            "greedy": greedy,
-        }
         out_arrays = _checked_out(out_arrays, _TREE_OUT, (2, 1, 1, 2), inputs)
         width = out_arrays[3].shape[1]
         shapes = [a.shape for a in out_arrays if a is not None]
@@ -1151,6 +1178,8 @@ def verify_tree(
     def verify_row(b: int) -> None:
         if b in isolated:
             raise isolated[b]
+        if check_row is not None:
+            check_row(b)
         children: list[list[int]] = [[] for _ in range(nodes)]
         for n in range(1, nodes):
             if int(parents[b, n]) >= 0:
@@ -1159,7 +1188,7 @@ def verify_tree(
             path, next_token = _traverse_tree_row(p, q, u, ru, ids, children, b, vocab)
         else:
             path, next_token = _verify_tree_row(
-                p, q, u, ru, ids, children, b, vocab, greedy_rows[b]
+                p, q, u, ru, ids, children, b, vocab, greedy_rows[b], argmax
             )
         for i, (c, x) in enumerate(path):
             out_ids[b, i], out_nodes[b, i] = x, c
@@ -1179,6 +1208,147 @@ def verify_tree(
                 values[i] = buffer
     return TreeVerification(
         *(convert(v) for v in values), errors=MappingProxyType(isolated) if isolated else _NO_ERRORS
+    )
+
+
+class _TransformedRows:
+    """The rows of a ``[B, N, V]`` logits array as probabilities (section 8.2),
+    each transformed the first time it is read: ``rows[b, n]`` a row,
+    ``rows[b, n, x]`` one entry."""
+
+    def __init__(self, logits: np.ndarray, arg: str, params: Any) -> None:
+        self.logits, self.arg, self.params = logits, arg, params
+        self.shape = logits.shape
+        self.rows: dict[tuple[int, int], np.ndarray] = {}
+
+    def row(self, b: int, n: int) -> np.ndarray:
+        if (b, n) not in self.rows:
+            t, k, p = self.params(b)
+            where = f"{self.arg}[{b}, {n}"
+            self.rows[b, n] = np.array(transform_logits(self.logits[b, n], t, k, p, where))
+        return self.rows[b, n]
+
+    def __getitem__(self, index: tuple[int, ...]) -> Any:
+        if len(index) == 2:
+            return self.row(*index)
+        b, n, x = index
+        return self.row(b, n)[x]
+
+
+def verify_tree_logits(
+    node_token_ids,
+    parent_ids,
+    target_logits,
+    draft_logits=None,
+    *,
+    temperature=1.0,
+    top_k=0,
+    top_p=1.0,
+    uniforms=None,
+    recovery_uniforms=None,
+    rng=None,
+    seeds=None,
+    offsets=None,
+    method="token",
+    errors="raise",
+    out=None,
+    like=None,
+):
+    """Reference of :func:`specaccept.verify_tree_logits`: :func:`verify_tree` on
+    the rows of :func:`transform_logits`, each transformed when first read; a
+    temperature-0 row takes the argmax of the raw logits."""
+    convert = like_converter(like) or (lambda a: a)
+    if not isinstance(method, str):
+        raise TypeError(
+            f"method must be one of ('token', 'traversal'), got {type(method).__name__}"
+        )
+    if method not in ("token", "traversal"):
+        raise InputError(
+            f"method must be one of ('token', 'traversal'), got {method!r:.40}", argument="method"
+        )
+    isolate = _isolating(errors)
+    ids = _ints(node_token_ids, "node_token_ids")
+    _ndim(ids, "node_token_ids", 2)
+    batch, nodes = ids.shape
+    parents = _ints(parent_ids, "parent_ids")
+    if parents.ndim == 1 and parents.shape == (nodes,):
+        parents = np.broadcast_to(parents, ids.shape)
+    logits = _floats(target_logits, "target_logits")
+    draft = None if draft_logits is None else _floats(draft_logits, "draft_logits")
+    temperatures = _per_row(temperature, "temperature", batch, np.float64)
+    top_ks = _per_row(top_k, "top_k", batch, np.int64)
+    top_ps = _per_row(top_p, "top_p", batch, np.float64)
+    u = None if uniforms is None else _floats(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
+    counter = _seeded(seeds, offsets, batch, nodes, u, ru, rng)
+    if counter is not None:
+        u, ru = counter
+    elif (u is None or ru is None) and bool((temperatures != 0).any()):
+        u, ru = _draw_uniforms(rng, batch, nodes, None, u, ru, "node_token_ids [B, N]")
+    out_arrays = _tree_out_arrays(out)
+    _ndim(parents, "parent_ids", 2)
+    _ndim(logits, "target_logits", 3)
+    for x, name, ndim in (
+        (draft, "draft_logits", 3),
+        (u, "uniforms", 2),
+        (ru, "recovery_uniforms", 1),
+    ):
+        if x is not None:
+            _ndim(x, name, ndim)
+    vocab = logits.shape[2]
+    _shape(parents, "parent_ids", (batch, nodes))
+    _shape(logits, "target_logits", (batch, nodes, vocab))
+    _shape(draft, "draft_logits", (batch, nodes, vocab))
+    for values, name in ((temperatures, "temperature"), (top_ks, "top_k"), (top_ps, "top_p")):
+        _shape(values, name, (batch,))
+    _shape(u, "uniforms", (batch, nodes))
+    _shape(ru, "recovery_uniforms", (batch,))
+    if nodes == 0:
+        raise InputError(
+            "node_token_ids: needs at least the root node (N >= 1)", argument="node_token_ids"
+        )
+    if batch:
+        _reserve(nodes, "parent_ids")
+        _reserve(vocab, "target_logits")
+
+    def params(b: int) -> tuple[float, int, float]:
+        return float(temperatures[b]), int(top_ks[b]), float(top_ps[b])
+
+    def check_row(b: int) -> None:
+        _check_sampling(*params(b), (b,))
+
+    def argmax(b: int, node: int) -> int:
+        return _argmax_list(logits[b, node], f"target_logits[{b}, {node}")
+
+    p = _TransformedRows(logits, "target_logits", params)
+    q = None if draft is None else _TransformedRows(draft, "draft_logits", params)
+    greedy_rows = [float(t) == 0 for t in temperatures]
+    inputs = {
+        "node_token_ids": ids,
+        "parent_ids": parents,
+        "target_logits": logits,
+        "draft_logits": draft,
+        "temperature": temperatures,
+        "top_k": top_ks,
+        "top_p": top_ps,
+        "uniforms": u,
+        "recovery_uniforms": ru,
+    }
+    return _tree_batch(
+        ids,
+        parents,
+        p,
+        q,
+        u,
+        ru,
+        greedy_rows,
+        method,
+        isolate,
+        out_arrays,
+        inputs,
+        convert,
+        check_row=check_row,
+        argmax=argmax,
     )
 
 
@@ -1262,7 +1432,9 @@ def _tree_token(ids, b: int, c: int, vocab: int) -> int:
     return x
 
 
-def _verify_tree_row(p, q, u, ru, ids, children, b, vocab, greedy):
+def _verify_tree_row(p, q, u, ru, ids, children, b, vocab, greedy, argmax=None):
+    if argmax is None:
+        argmax = lambda b, node: _argmax(p[b, node], b, node)  # noqa: E731
     path: list[tuple[int, int]] = []
     node = 0
     if not greedy:
@@ -1276,11 +1448,9 @@ def _verify_tree_row(p, q, u, ru, ids, children, b, vocab, greedy):
     while True:
         kids = children[node]
         if not kids:  # a leaf: the bonus token from its target row
-            return path, (
-                _argmax(p[b, node], b, node) if greedy else _sample_target(p, b, node, recovery)
-            )
+            return path, (argmax(b, node) if greedy else _sample_target(p, b, node, recovery))
         if greedy:
-            best = _argmax(p[b, node], b, node)
+            best = argmax(b, node)
             match = next((c for c in kids if _tree_token(ids, b, c, vocab) == best), None)
             if match is None:
                 return path, best

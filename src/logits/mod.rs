@@ -28,6 +28,7 @@ pub mod exact;
 mod filters;
 pub mod screen;
 mod sparse;
+pub mod tree;
 
 use std::cell::RefCell;
 

@@ -50,7 +50,7 @@ mod _native {
     #[pymodule_export]
     use super::logits::verify_logits;
     #[pymodule_export]
-    use super::tree::verify_tree;
+    use super::tree::{verify_tree, verify_tree_logits};
     #[pymodule_export]
     use super::{get_num_threads, max_num_threads, set_num_threads};
 

@@ -1,4 +1,4 @@
-//! Tree verification: `verify_tree`.
+//! Tree verification: `verify_tree` and `verify_tree_logits`.
 
 use ndarray::{Ix1, Ix2, Ix3};
 use numpy::{PyArray1, PyArray2, PyArrayMethods};
@@ -11,8 +11,9 @@ use super::chain::GreedyArg;
 use super::errors::input_error;
 use super::outputs::{error_slots, given, input_spans, isolated_rows, out_array};
 use crate::error::{CoreError, RowErrors};
-use crate::prob::Prob;
+use crate::logits::tree::{verify_tree_logits as verify_logits_source, TreeLogitsInputs};
 use crate::tree::{self, TreeInputs, TreeMethod, TreeOutputs};
+use crate::view::IntView;
 
 pub(super) type TreeResult<'py> = (
     Bound<'py, PyArray2<i64>>,
@@ -42,16 +43,7 @@ pub(super) fn verify_tree<'py>(
     out: Option<&Bound<'py, PyAny>>,
     isolate: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let method = match method {
-        "token" => TreeMethod::Token,
-        "traversal" => TreeMethod::Traversal,
-        other => {
-            return Err(input_error(
-                "method",
-                format!("method must be \"token\" or \"traversal\", got {other:?}"),
-            ))
-        }
-    };
+    let method = tree_method(method)?;
     let ids = IntArg::<Ix2>::extract(node_token_ids, "node_token_ids")?;
     let parents = IntArg::<Ix2>::extract(parent_ids, "parent_ids")?;
     let target = FloatArg::<Ix3>::extract(target_probs, "target_probs")?;
@@ -77,23 +69,110 @@ pub(super) fn verify_tree<'py>(
         isolate,
     };
     macro_rules! run {
-        ($p:expr, $q:expr) => {
-            plan.run(
-                py,
-                TreeInputs {
-                    node_token_ids: ids.view(),
-                    parent_ids: parents.view(),
-                    target_probs: $p,
-                    draft_probs: $q,
-                    uniforms: u.as_ref().map(FloatArg::view),
-                    recovery_uniforms: ru.as_ref().map(FloatArg::view),
-                    greedy: greedy_rows.view(),
-                    method,
-                },
-            )
-        };
+        ($p:expr, $q:expr) => {{
+            let inputs = TreeInputs {
+                node_token_ids: ids.view(),
+                parent_ids: parents.view(),
+                target_probs: $p,
+                draft_probs: $q,
+                uniforms: u.as_ref().map(FloatArg::view),
+                recovery_uniforms: ru.as_ref().map(FloatArg::view),
+                greedy: greedy_rows.view(),
+                method,
+            };
+            let (batch, _, _) = inputs.dims()?;
+            plan.run(py, batch, &inputs.parent_ids, |out, errors| {
+                tree::verify_tree(&inputs, out, errors)
+            })
+        }};
     }
     each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, run)
+}
+
+/// Tree verification from logits (see `specaccept.verify_tree_logits`);
+/// `parent_ids` already `[B, N]`, `temperature`, `top_k`, `top_p` already `[B]`;
+/// `out` and the result as for `verify_tree`.
+#[pyfunction]
+#[pyo3(signature = (node_token_ids, parent_ids, target_logits, draft_logits, temperature, top_k, top_p, uniforms, recovery_uniforms, method="token", out=None, isolate=false))]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn verify_tree_logits<'py>(
+    py: Python<'py>,
+    node_token_ids: &Bound<'py, PyAny>,
+    parent_ids: &Bound<'py, PyAny>,
+    target_logits: &Bound<'py, PyAny>,
+    draft_logits: Option<&Bound<'py, PyAny>>,
+    temperature: &Bound<'py, PyAny>,
+    top_k: &Bound<'py, PyAny>,
+    top_p: &Bound<'py, PyAny>,
+    uniforms: Option<&Bound<'py, PyAny>>,
+    recovery_uniforms: Option<&Bound<'py, PyAny>>,
+    method: &str,
+    out: Option<&Bound<'py, PyAny>>,
+    isolate: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let method = tree_method(method)?;
+    let ids = IntArg::<Ix2>::extract(node_token_ids, "node_token_ids")?;
+    let parents = IntArg::<Ix2>::extract(parent_ids, "parent_ids")?;
+    let target = FloatArg::<Ix3>::extract(target_logits, "target_logits")?;
+    let draft = optional(draft_logits, |o| {
+        FloatArg::<Ix3>::extract(o, "draft_logits")
+    })?;
+    let temperature_rows = FloatArg::<Ix1>::extract(temperature, "temperature")?;
+    let top_k_rows = IntArg::<Ix1>::extract(top_k, "top_k")?;
+    let top_p_rows = FloatArg::<Ix1>::extract(top_p, "top_p")?;
+    let u = optional(uniforms, |o| FloatArg::<Ix2>::extract(o, "uniforms"))?;
+    let ru = optional(recovery_uniforms, |o| {
+        FloatArg::<Ix1>::extract(o, "recovery_uniforms")
+    })?;
+    let plan = TreeOutPlan {
+        out,
+        inputs: given(out, || {
+            vec![
+                ("node_token_ids", Some(node_token_ids)),
+                ("parent_ids", Some(parent_ids)),
+                ("target_logits", Some(target_logits)),
+                ("draft_logits", draft_logits),
+                ("temperature", Some(temperature)),
+                ("top_k", Some(top_k)),
+                ("top_p", Some(top_p)),
+                ("uniforms", uniforms),
+                ("recovery_uniforms", recovery_uniforms),
+            ]
+        }),
+        isolate,
+    };
+    macro_rules! run {
+        ($p:expr, $q:expr) => {{
+            let inputs = TreeLogitsInputs {
+                node_token_ids: ids.view(),
+                parent_ids: parents.view(),
+                target_logits: $p,
+                draft_logits: $q,
+                temperature: temperature_rows.view(),
+                top_k: top_k_rows.view(),
+                top_p: top_p_rows.view(),
+                uniforms: u.as_ref().map(FloatArg::view),
+                recovery_uniforms: ru.as_ref().map(FloatArg::view),
+                method,
+            };
+            let (batch, _, _) = inputs.dims()?;
+            plan.run(py, batch, &inputs.parent_ids, |out, errors| {
+                verify_logits_source(&inputs, out, errors)
+            })
+        }};
+    }
+    each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, run)
+}
+
+fn tree_method(method: &str) -> PyResult<TreeMethod> {
+    match method {
+        "token" => Ok(TreeMethod::Token),
+        "traversal" => Ok(TreeMethod::Traversal),
+        other => Err(input_error(
+            "method",
+            format!("method must be \"token\" or \"traversal\", got {other:?}"),
+        )),
+    }
 }
 
 /// Where a tree's outputs go (the caller's `out`, checked against `inputs`, or
@@ -105,17 +184,19 @@ struct TreeOutPlan<'a, 'py> {
 }
 
 impl<'py> TreeOutPlan<'_, 'py> {
-    /// Shapes first, then the walk over the parent links (which sizes fresh
-    /// outputs: `D` over the rows not set aside), then the outputs, then the work.
-    fn run<P: Prob, Q: Prob>(
+    /// After the shapes (`batch` from them): the walk over the parent links
+    /// (which sizes fresh outputs: `D` over the rows not set aside), then the
+    /// outputs, then `work` with the GIL released.
+    fn run(
         &self,
         py: Python<'py>,
-        inputs: TreeInputs<'_, P, Q>,
+        batch: usize,
+        parent_ids: &IntView<'_, Ix2>,
+        work: impl FnOnce(&mut TreeOutputs<'_>, RowErrors<'_>) -> Result<(), CoreError> + Send,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let (batch, _, _) = inputs.dims()?;
         let mut slots = error_slots(self.isolate, batch)?;
         let isolate = self.isolate;
-        let deepest = tree::tree_depth(&inputs.parent_ids, &mut row_errors(isolate, &mut slots))?;
+        let deepest = tree::tree_depth(parent_ids, &mut row_errors(isolate, &mut slots))?;
         let outputs = self.outputs(py, batch, deepest)?;
         {
             // SAFETY: fresh arrays, or caller buffers that `outputs` checked to be
@@ -129,7 +210,7 @@ impl<'py> TreeOutPlan<'_, 'py> {
                 }
             };
             let errors = row_errors(isolate, &mut slots);
-            py.detach(|| tree::verify_tree(&inputs, &mut out, errors))?;
+            py.detach(|| work(&mut out, errors))?;
         }
         if self.isolate {
             let bad = isolated_rows(py, &slots)?;

@@ -1,0 +1,234 @@
+//! Tree verification from logits (docs/spec.md section 7.7): the walkers of
+//! [`crate::tree`] over the probability rows of section 8.2's transform,
+//! `p_i = w_i / W` in float64, each row transformed the first time the walk
+//! reads it (a batch row reads its path's target rows and the draft rows of
+//! the children it tries, not the whole `[N, V]`). Greedy rows (temperature 0)
+//! take the argmax of the raw logits and transform nothing.
+
+use std::cell::{OnceCell, RefCell};
+
+use ndarray::{s, ArrayView1, ArrayView3, Ix1, Ix2};
+
+use super::{argmax_logits, params, transform, LogitsRow, Params, Scratch};
+use crate::checks::{expect_shape, Pos, RowAt};
+use crate::error::{CoreError, RowErrors};
+use crate::memory;
+use crate::prob::Prob;
+use crate::sample::SUM_BLOCK;
+use crate::tree::{self, NodeRows, TreeMethod, TreeOutputs, TreeParts, TreeSource};
+use crate::view::{FloatView, IntView};
+
+/// The inputs of `verify_tree_logits` (per-row parameters already broadcast to `[B]`).
+pub struct TreeLogitsInputs<'a, P, Q> {
+    /// `[B, N]`: node `n`'s token (node 0 is the root: its token is ignored).
+    pub node_token_ids: IntView<'a, Ix2>,
+    /// `[B, N]`: the parent links, as for `verify_tree`.
+    pub parent_ids: IntView<'a, Ix2>,
+    /// `[B, N, V]`: row `n` scores the token after node `n`.
+    pub target_logits: ArrayView3<'a, P>,
+    /// `[B, N, V]`: row `c` scores the distribution child `c` was drawn from;
+    /// `None`: deterministic proposals (one-hot).
+    pub draft_logits: Option<ArrayView3<'a, Q>>,
+    /// `[B]` temperatures, `>= 0` (0: greedy).
+    pub temperature: FloatView<'a, Ix1>,
+    /// `[B]` top-k, `>= 0` (0: off).
+    pub top_k: IntView<'a, Ix1>,
+    /// `[B]` top-p in `(0, 1]` (1: off).
+    pub top_p: FloatView<'a, Ix1>,
+    /// `[B, N]`: entry `c` is used when child `c` is tried.
+    pub uniforms: Option<FloatView<'a, Ix2>>,
+    /// `[B]`: the draw of the replacement or bonus token.
+    pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
+    pub method: TreeMethod,
+}
+
+impl<P: Prob, Q: Prob> TreeLogitsInputs<'_, P, Q> {
+    /// Checks every shape against `node_token_ids [B, N]`; returns `(B, N, V)`.
+    pub fn dims(&self) -> Result<(usize, usize, usize), CoreError> {
+        let &[batch, nodes] = self.node_token_ids.shape() else {
+            unreachable!("IntView<Ix2> has two axes")
+        };
+        let vocab = self.target_logits.shape()[2];
+        expect_shape(
+            "parent_ids",
+            self.parent_ids.shape(),
+            &[batch, nodes],
+            "[B, N] or [N]",
+        )?;
+        expect_shape(
+            "target_logits",
+            self.target_logits.shape(),
+            &[batch, nodes, vocab],
+            "[B, N, V]",
+        )?;
+        if let Some(q) = &self.draft_logits {
+            expect_shape(
+                "draft_logits",
+                q.shape(),
+                &[batch, nodes, vocab],
+                "[B, N, V]",
+            )?;
+        }
+        for (arg, shape) in [
+            ("temperature", self.temperature.shape()),
+            ("top_k", self.top_k.shape()),
+            ("top_p", self.top_p.shape()),
+        ] {
+            expect_shape(arg, shape, &[batch], "a scalar or [B]")?;
+        }
+        if let Some(u) = &self.uniforms {
+            expect_shape("uniforms", u.shape(), &[batch, nodes], "[B, N]")?;
+        }
+        if let Some(u) = &self.recovery_uniforms {
+            expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
+        }
+        if nodes == 0 {
+            return Err(CoreError::shape(
+                "node_token_ids",
+                "needs at least the root node (N >= 1)",
+            ));
+        }
+        Ok((batch, nodes, vocab))
+    }
+}
+
+/// Tree verification from logits of a batch: [`crate::tree::verify_tree`] on the
+/// transformed rows (outputs, widths and [`RowErrors`] as there).
+pub fn verify_tree_logits<P: Prob, Q: Prob>(
+    inputs: &TreeLogitsInputs<'_, P, Q>,
+    out: &mut TreeOutputs<'_>,
+    errors: RowErrors<'_>,
+) -> Result<(), CoreError> {
+    tree::verify_source(inputs, out, errors)
+}
+
+impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
+    type Rows<'s>
+        = LogitsRows<'s, 'a, P, Q>
+    where
+        Self: 's;
+    const TARGET: &'static str = "target_logits";
+
+    fn parts(&self) -> TreeParts<'a> {
+        TreeParts {
+            node_token_ids: self.node_token_ids,
+            parent_ids: self.parent_ids,
+            uniforms: self.uniforms,
+            recovery_uniforms: self.recovery_uniforms,
+            method: self.method,
+        }
+    }
+
+    fn shape(&self) -> Result<(usize, usize, usize), CoreError> {
+        self.dims()
+    }
+
+    fn rows(&self, b: usize) -> Result<(Self::Rows<'_>, bool), CoreError> {
+        let params = params(&self.temperature, &self.top_k, &self.top_p, b)?;
+        let &[_, nodes, vocab] = self.target_logits.shape() else {
+            unreachable!("ArrayView3 has three axes")
+        };
+        let cells = |arg| -> Result<Vec<OnceCell<Vec<f64>>>, CoreError> {
+            let mut cells = memory::with_capacity(nodes, arg)?;
+            cells.resize_with(nodes, OnceCell::new);
+            Ok(cells)
+        };
+        let mut scratch = Scratch::default();
+        let arg = "target_logits";
+        memory::reserve(&mut scratch.block_sums, vocab.div_ceil(SUM_BLOCK), arg)?;
+        memory::reserve(&mut scratch.candidates, vocab, arg)?;
+        memory::reserve(&mut scratch.selection, vocab, arg)?;
+        let rows = LogitsRows {
+            inputs: self,
+            b,
+            params,
+            target: cells("node_token_ids")?,
+            draft: cells("node_token_ids")?,
+            scratch: RefCell::new(scratch),
+        };
+        Ok((rows, params.temperature == 0.0))
+    }
+}
+
+/// Row `b`'s probability rows, each transformed once, when first read.
+pub(crate) struct LogitsRows<'s, 'a, P, Q> {
+    inputs: &'s TreeLogitsInputs<'a, P, Q>,
+    b: usize,
+    params: Params,
+    target: Vec<OnceCell<Vec<f64>>>,
+    draft: Vec<OnceCell<Vec<f64>>>,
+    scratch: RefCell<Scratch>,
+}
+
+impl<P: Prob, Q: Prob> LogitsRows<'_, '_, P, Q> {
+    /// `cell`'s probabilities, `w_i / W` of the transformed `logits` (errors name
+    /// `arg[b, n, i]`), computed the first time.
+    fn probabilities<'c, L: Prob>(
+        &self,
+        cell: &'c OnceCell<Vec<f64>>,
+        logits: ArrayView1<'_, L>,
+        arg: &'static str,
+        n: usize,
+    ) -> Result<&'c [f64], CoreError> {
+        if let Some(p) = cell.get() {
+            return Ok(p);
+        }
+        let mut w = memory::with_capacity(logits.len(), arg)?;
+        let row = LogitsRow {
+            logits,
+            arg,
+            b: self.b,
+            t: n,
+            max: None,
+        };
+        let total = transform(row, self.params, &mut w, &mut self.scratch.borrow_mut())?;
+        // The largest weight is exp(0) = 1, so `total >= 1`.
+        for v in w.iter_mut() {
+            *v /= total;
+        }
+        Ok(cell.get_or_init(|| w))
+    }
+}
+
+impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
+    type P = f64;
+    type Q = f64;
+
+    fn target_row(&self, n: usize) -> Result<ArrayView1<'_, f64>, CoreError> {
+        let logits = self.inputs.target_logits.slice(s![self.b, n, ..]);
+        let p = self.probabilities(&self.target[n], logits, "target_logits", n)?;
+        Ok(ArrayView1::from(p))
+    }
+
+    fn target_at(&self, n: usize, x: usize) -> Result<f64, CoreError> {
+        Ok(self.target_row(n)?[x])
+    }
+
+    fn draft_row(&self, c: usize) -> Result<Option<ArrayView1<'_, f64>>, CoreError> {
+        let Some(draft) = &self.inputs.draft_logits else {
+            return Ok(None);
+        };
+        let logits = draft.slice(s![self.b, c, ..]);
+        let q = self.probabilities(&self.draft[c], logits, "draft_logits", c)?;
+        Ok(Some(ArrayView1::from(q)))
+    }
+
+    fn draft_at(&self, c: usize, x: usize) -> Result<f64, CoreError> {
+        Ok(match self.draft_row(c)? {
+            Some(q) => q[x],
+            None => 1.0,
+        })
+    }
+
+    fn argmax(&self, n: usize) -> Result<usize, CoreError> {
+        let logits = self.inputs.target_logits.slice(s![self.b, n, ..]);
+        argmax_logits(logits, "target_logits", self.b, n)
+    }
+
+    fn at(&self, n: usize) -> RowAt {
+        RowAt {
+            arg: "target_logits",
+            pos: Pos::Padded { b: self.b, t: n },
+        }
+    }
+}

@@ -1,0 +1,277 @@
+"""Trees verified from logits (docs/spec.md section 7.7): ``verify_tree_logits`` is
+``verify_tree`` on the transformed rows, reads only the rows its walk needs, matches
+the reference, and its output follows the transformed target."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import specaccept
+from conftest import FLOAT_DTYPES
+from scipy import stats
+from specaccept import InputError, reference
+
+PARENTS = np.array([-1, 0, 0, 1, 1, 2, 3])  # root -> {1, 2}; 1 -> {3, 4}; 2 -> 5; 3 -> 6
+
+
+def logits_case(seed: int, batch: int = 5, vocab: int = 40) -> dict:
+    rng = np.random.default_rng(seed)
+    nodes = len(PARENTS)
+    target = rng.normal(size=(batch, nodes, vocab)) * 2
+    draft = target + rng.normal(size=(batch, nodes, vocab))
+    if seed % 3 == 0:
+        target[:, :, :3] = -np.inf  # masked tokens
+    tokens = np.where(
+        rng.random((batch, nodes)) < 0.5,
+        target.argmax(-1),
+        rng.integers(0, vocab, (batch, nodes)),
+    )
+    return dict(
+        node_token_ids=tokens,
+        parent_ids=PARENTS,
+        target_logits=target.astype(FLOAT_DTYPES[seed % 3]),
+        draft_logits=None if seed % 4 == 3 else draft.astype(FLOAT_DTYPES[(seed + 1) % 3]),
+        temperature=rng.choice([0.0, 0.6, 1.0, 1.7], size=batch),
+        top_k=rng.choice([0, 1, 5, 200], size=batch),
+        top_p=rng.choice([1.0, 0.9, 0.5], size=batch),
+        uniforms=rng.random((batch, nodes)),
+        recovery_uniforms=rng.random(batch),
+    )
+
+
+def outcome(fn, **kwargs):
+    try:
+        r = fn(**kwargs)
+    except (TypeError, ValueError) as e:
+        return (type(e).__name__, str(e))
+    return (r.output_token_ids.tolist(), r.accepted_node_ids.tolist(), r.num_emitted.tolist())
+
+
+@pytest.mark.parametrize("method", ["token", "traversal"])
+@pytest.mark.parametrize("block", range(3))
+def test_matches_the_reference(method, block) -> None:
+    accepted = 0
+    for seed in range(block * 40, (block + 1) * 40):
+        case = logits_case(seed)
+        if seed % 7 == 0:
+            case["target_logits"][2, 0, 5] = np.nan  # row 2's root row is read: an error
+        native = outcome(specaccept.verify_tree_logits, **case, method=method)
+        oracle = outcome(reference.verify_tree_logits, **case, method=method)
+        assert native == oracle, f"seed {seed}"
+        if isinstance(native[0], list):
+            accepted += sum(len([n for n in row if n >= 0]) for row in native[1])
+    assert accepted > 0
+
+
+def _transformed(logits: np.ndarray, case: dict) -> np.ndarray:
+    """Every row through the reference's transform, with the case's parameters."""
+    batch, nodes, _ = logits.shape
+    return np.array(
+        [
+            [
+                reference.transform_logits(
+                    logits[b, n],
+                    float(case["temperature"][b]),
+                    int(case["top_k"][b]),
+                    float(case["top_p"][b]),
+                )
+                for n in range(nodes)
+            ]
+            for b in range(batch)
+        ]
+    )
+
+
+@pytest.mark.parametrize("method", ["token", "traversal"])
+def test_it_is_verify_tree_on_the_transformed_rows(method) -> None:
+    # The same uniforms on verify_tree over the reference's transform (float64):
+    # the same tokens (they could differ only where a draw lies within rounding
+    # of a boundary).
+    for seed in range(40):
+        case = logits_case(seed)
+        case["temperature"] = np.where(case["temperature"] == 0, 1.0, case["temperature"])
+
+        p = _transformed(case["target_logits"], case)
+        q = None if case["draft_logits"] is None else _transformed(case["draft_logits"], case)
+        want = specaccept.verify_tree(
+            case["node_token_ids"],
+            PARENTS,
+            p,
+            q,
+            uniforms=case["uniforms"],
+            recovery_uniforms=case["recovery_uniforms"],
+            method=method,
+        )
+        got = specaccept.verify_tree_logits(**case, method=method)
+        assert got.output_token_ids.tolist() == want.output_token_ids.tolist(), seed
+        assert got.accepted_node_ids.tolist() == want.accepted_node_ids.tolist(), seed
+
+
+def test_temperature_zero_is_the_greedy_tree_on_the_raw_logits() -> None:
+    case = logits_case(4)
+    case["temperature"] = np.zeros(5)
+    logits = case["target_logits"].astype(np.float64)
+    got = specaccept.verify_tree_logits(**case)
+    want = specaccept.verify_tree(
+        case["node_token_ids"],
+        PARENTS,
+        np.exp(logits - logits.max(-1, keepdims=True)),  # the same argmax, as weights
+        greedy=True,
+    )
+    assert got.output_token_ids.tolist() == want.output_token_ids.tolist()
+
+
+def test_a_single_path_is_verify_logits() -> None:
+    rng = np.random.default_rng(3)
+    batch, k, vocab = 64, 4, 30
+    target = rng.normal(size=(batch, k + 1, vocab))
+    draft = target[:, :k] + rng.normal(size=(batch, k, vocab)) * 0.5
+    ids = rng.integers(0, vocab, (batch, k))
+    u, ru = rng.random((batch, k)), rng.random(batch)
+    params = dict(temperature=0.8, top_k=10, top_p=0.95)
+    chain = specaccept.verify_logits(ids, target, draft, uniforms=u, recovery_uniforms=ru, **params)
+    nodes = np.concatenate([np.zeros((batch, 1), np.int64), ids], axis=1)
+    # Row c of a tree's draft logits is the row child c was drawn from.
+    tree_draft = np.concatenate([draft[:, :1], draft], axis=1)
+    tree = specaccept.verify_tree_logits(
+        nodes,
+        np.arange(-1, k),
+        target,
+        tree_draft,
+        uniforms=np.concatenate([np.zeros((batch, 1)), u], axis=1),
+        recovery_uniforms=ru,
+        **params,
+    )
+    assert tree.output_token_ids.tolist() == chain.output_token_ids.tolist()
+    assert 0 < chain.num_accepted.sum() < batch * k
+
+
+def test_only_the_rows_a_walk_reads_are_checked() -> None:
+    # A greedy walk root -> 1 -> 3 reads the target rows 0, 1, 3 and (3 has a
+    # child, 6, whose token is not the argmax) ... and never rows 2, 4, 5 or 6.
+    vocab = 5
+    target = np.full((1, 7, vocab), -1.0)
+    tokens = np.array([[0, 2, 1, 3, 0, 0, 4]])
+    for node, best in ((0, 2), (1, 3), (3, 0)):
+        target[0, node, best] = 1.0
+    for unread in (2, 4, 5, 6):
+        target[0, unread, 1] = np.nan
+    r = specaccept.verify_tree_logits(tokens, PARENTS, target, temperature=0.0)
+    assert r.output_token_ids.tolist() == [[2, 3, 0, -1]]  # D = 3
+    sampled = specaccept.verify_tree_logits(
+        tokens, PARENTS, target, temperature=1.0, top_k=1, rng=0
+    )
+    assert sampled.output_token_ids.tolist() == [[2, 3, 0, -1]]  # top-1: the greedy path
+    # A NaN in a row the walk reads is named.
+    target[0, 3, 4] = np.nan
+    for fn in (specaccept.verify_tree_logits, reference.verify_tree_logits):
+        with pytest.raises(InputError, match=r"target_logits\[0, 3, 4\] = nan") as raised:
+            fn(tokens, PARENTS, target, temperature=1.0, top_k=1, rng=0)
+        assert raised.value.row == 0
+
+
+@pytest.mark.parametrize("method", ["token", "traversal"])
+def test_isolate_and_out(method) -> None:
+    case = logits_case(6)
+    case["temperature"][1] = -1.0  # row 1: a bad temperature
+    case["target_logits"][3, 0, 0] = np.inf  # row 3: its root row is read
+    depth = 3
+    buffers = (
+        np.zeros((5, depth + 2), np.int64),
+        np.zeros(5, np.int64),
+        np.zeros(5, np.int64),
+        np.zeros((5, depth + 1), np.int64),
+    )
+    for fn in (specaccept.verify_tree_logits, reference.verify_tree_logits):
+        r = fn(**case, method=method, errors="isolate", out=buffers)
+        assert sorted(r.errors) == [1, 3]
+        assert "temperature[1]" in str(r.errors[1])
+        assert "target_logits[3, 0, 0]" in str(r.errors[3])
+        assert r.output_token_ids is buffers[0]
+        assert (buffers[0][[1, 3]] == -1).all() and (buffers[2][[1, 3]] == 0).all()
+        good = [0, 2, 4]
+        alone = fn(
+            **{
+                k: (v[good] if k not in ("parent_ids",) and isinstance(v, np.ndarray) else v)
+                for k, v in case.items()
+            },
+            method=method,
+        )
+        width = alone.accepted_node_ids.shape[1]
+        assert buffers[0][good][:, : width + 1].tolist() == alone.output_token_ids.tolist()
+
+
+# --- The output law (chi-square; false-failure rate 1e-6 per test) -----------------------
+
+
+def _law(logits: np.ndarray, params: dict) -> np.ndarray:
+    return np.array(
+        reference.transform_logits(logits, params["temperature"], params["top_k"], params["top_p"])
+    )
+
+
+def _first_tokens(
+    method: str, draft_params: dict, rows: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """First emitted tokens of a root with two children and a grandchild each,
+    drafted from the transformed draft rows (siblings without replacement for
+    traversal: the second child's row masks the first's token), verified with
+    the target's parameters."""
+    rng = np.random.default_rng(seed)
+    vocab = 6
+    params = dict(temperature=0.8, top_k=4, top_p=0.9)
+    root_t = np.array([1.0, 0.2, -0.5, 0.7, -2.0, 0.1])
+    root_d = np.array([0.4, 1.0, -0.2, 0.0, 0.5, -1.0])
+    grand_t = np.array([0.3, -0.3, 0.9, 0.0, 0.2, -1.0])
+    grand_d = np.array([0.0, 0.5, 0.5, -0.5, 0.2, 0.1])
+    q_root = _law(root_d, draft_params)
+    first = rng.choice(vocab, size=rows, p=q_root)
+    second_rows = np.tile(root_d, (rows, 1))
+    if method == "traversal":
+        second_rows[np.arange(rows), first] = -np.inf
+        second = np.array([rng.choice(vocab, p=_law(r, draft_params)) for r in second_rows])
+    else:
+        second = rng.choice(vocab, size=rows, p=q_root)
+    q_grand = _law(grand_d, draft_params)
+    g1, g2 = rng.choice(vocab, size=rows, p=q_grand), rng.choice(vocab, size=rows, p=q_grand)
+    parents = np.array([-1, 0, 0, 1, 2])
+    tokens = np.stack([np.zeros(rows, np.int64), first, second, g1, g2], axis=1)
+    target = np.tile(np.stack([root_t, grand_t, grand_t, grand_t, grand_t]), (rows, 1, 1))
+    draft = np.stack(
+        [
+            np.tile(root_d, (rows, 1)),
+            np.tile(root_d, (rows, 1)),
+            second_rows,
+            np.tile(grand_d, (rows, 1)),
+            np.tile(grand_d, (rows, 1)),
+        ],
+        axis=1,
+    )
+    r = specaccept.verify_tree_logits(
+        tokens, parents, target, draft, rng=rng, method=method, **params
+    )
+    return r.output_token_ids[:, 0], _law(root_t, params)
+
+
+def _p_value(observed: np.ndarray, law: np.ndarray) -> float:
+    counts = np.bincount(observed, minlength=len(law))
+    assert counts[law == 0].sum() == 0, "a filtered token was emitted"
+    kept = law > 0
+    return stats.chisquare(counts[kept], law[kept] * counts.sum()).pvalue
+
+
+@pytest.mark.parametrize("method", ["token", "traversal"])
+def test_the_first_token_follows_the_transformed_target(method) -> None:
+    params = dict(temperature=0.8, top_k=4, top_p=0.9)
+    observed, law = _first_tokens(method, params, 40_000, seed=1)
+    assert _p_value(observed, law) > 1e-6
+
+
+@pytest.mark.parametrize("method", ["token", "traversal"])
+def test_drafts_from_other_filters_are_caught(method) -> None:
+    # Drafts sampled without the filters, verified with them: q is wrong, and the
+    # law moves (the test above would fail for such a caller).
+    observed, law = _first_tokens(method, dict(temperature=1.3, top_k=0, top_p=1.0), 40_000, 2)
+    counts = np.bincount(observed, minlength=len(law))
+    kept = law > 0
+    assert stats.chisquare(counts[kept], law[kept] * counts.sum()).pvalue < 1e-6
