@@ -15,6 +15,8 @@ Run after ``pip install .``::
    target row and 3 draft rows are read, and 3 residuals computed), against
    ``verify`` on a chain of ``K = 15`` rejected at position 0, and against the floor
    (bytes that must be read / this machine's read bandwidth, measured in the run).
+   Then the same tree from logits: time per row transformed, against
+   ``verify_logits`` on the chain.
 """
 
 from __future__ import annotations
@@ -170,6 +172,65 @@ def timing(batch: int, vocab: int, repeats: int) -> None:
             f"{times[1]:10.2f} {floors[1]:7.2f} {times[1] / floors[1]:5.2f}x"
         )
     print(f"  read bandwidth {single / 1e9:.1f} GB/s on 1 thread, {threads / 1e9:.1f} GB/s on all")
+    logits_timing(tokens, parents, u, ru, batch, vocab, repeats)
+
+
+def logits_timing(tokens, parents, u, ru, batch: int, vocab: int, repeats: int) -> None:
+    """The same 3 x 4 tree from float32 logits (temperature 0.8), every candidate
+    rejected: the token rule transforms the root's target row and 3 draft rows,
+    traversal the 4 target rows and 15 draft rows. Per row transformed, against
+    verify_logits on a chain rejected at position 0 (2 rows transformed per row)."""
+    rng = np.random.default_rng(1)
+    nodes = tokens.shape[1]
+    target = rng.normal(size=(batch, nodes, vocab)).astype(np.float32)
+    draft = rng.normal(size=(batch, nodes, vocab)).astype(np.float32)
+    rows = np.arange(batch)[:, None]
+    draft[rows, np.arange(nodes), tokens] += 30.0  # q(x) near 1 > p(x): every child rejected
+    params = dict(temperature=0.8)
+    tree = specaccept.verify_tree_logits(
+        tokens, parents, target, draft, uniforms=u, recovery_uniforms=ru, **params
+    )
+    assert (tree.num_accepted == 0).all()
+    chain_ids = tokens[:, 1:]
+    chain = specaccept.verify_logits(
+        chain_ids, target, draft[:, 1:], uniforms=u[:, 1:], recovery_uniforms=ru, **params
+    )
+    assert (chain.num_accepted == 0).all()
+    n = specaccept.get_num_threads()
+    print(f"\nFrom float32 logits, temperature 0.8, every candidate rejected ({n} threads):")
+    print(f"  {'':22} {'ms':>8} {'rows':>5} {'us per row':>11}")
+    for name, transformed, fn in (
+        (
+            "verify_tree_logits",
+            4,
+            lambda: specaccept.verify_tree_logits(
+                tokens, parents, target, draft, uniforms=u, recovery_uniforms=ru, **params
+            ),
+        ),
+        (
+            "  traversal",
+            19,
+            lambda: specaccept.verify_tree_logits(
+                tokens,
+                parents,
+                target,
+                draft,
+                uniforms=u,
+                recovery_uniforms=ru,
+                method="traversal",
+                **params,
+            ),
+        ),
+        (
+            "verify_logits K=15",
+            2,
+            lambda: specaccept.verify_logits(
+                chain_ids, target, draft[:, 1:], uniforms=u[:, 1:], recovery_uniforms=ru, **params
+            ),
+        ),
+    ):
+        ms = median_ms(fn, repeats)
+        print(f"  {name:22} {ms:8.2f} {transformed:5d} {ms * 1e3 / (batch * transformed):11.1f}")
 
 
 def main() -> None:
