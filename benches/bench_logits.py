@@ -16,8 +16,11 @@ all (``Nt``, its default; PyTorch uses all cores too). The last column is its ``
 throughput on one thread (values exponentiated per second, counting every element of
 every transformed row).
 
-First, at ``B = 1`` (one request: a single-user or CPU deployment), ``verify_logits``
-against Hugging Face transformers' path (its logits warpers position by position,
+First, at ``B = 1`` on realistic inputs (the headline): SmolLM2-135M-Instruct's logits
+over text (V = 49152), draft rows the target's plus Gaussian noise (sigma 0.3 and 1) or
+another position's rows (a weak drafter), drafts sampled from the transformed draft rows,
+fresh uniforms at every call, 64 steps a round. Then, as a labelled extra, at ``B = 1``
+``verify_logits`` against Hugging Face transformers' path (its logits warpers position by position,
 then ``_speculative_sampling``, the code of ``generate(assistant_model=...)``), both
 on one thread, ``K = 5``, ``V`` = 32000, 128256 and 151936, in three regimes that
 hold for any uniform (``reject`` at position 0, ``accept`` every draft, ``mixed``:
@@ -288,6 +291,148 @@ def hf_table(torch, repeats: int, vocabs=HF_VOCABS) -> None:
     torch.set_num_threads(torch_threads)
 
 
+# Realistic B = 1 inputs (issue 27): SmolLM2-135M-Instruct's logits on text, drafts
+# sampled from the draft rows, fresh uniforms at every call.
+SMOLLM2_TOKENS = 400
+SMOLLM2_STEPS = 64
+SMOLLM2_DRAFTERS = (
+    ("target + N(0, 0.3^2)", 0.3),
+    ("target + N(0, 1)", 1.0),
+    ("weak: another position's", None),
+)
+
+
+def smollm2_logits(torch) -> np.ndarray | None:
+    """SmolLM2's float32 logits ``[T, V]`` over the first tokens of the built-in
+    text, or ``None`` when the model is not installed."""
+    try:
+        from specaccept.generation.hf import load_smollm2
+        from specaccept.ngram import builtin_text
+
+        target = load_smollm2()
+    except (ImportError, ModuleNotFoundError) as error:
+        print(f"SmolLM2 not available ({error}): the realistic B = 1 table is skipped")
+        return None
+    ids = target.tokenizer(builtin_text()[:6000])["input_ids"][:SMOLLM2_TOKENS]
+    with torch.no_grad():
+        logits = target.model(torch.tensor([ids])).logits[0]
+    return logits.float().numpy()
+
+
+def smollm2_steps(logits: np.ndarray, sigma: float | None, filters: dict, seed: int) -> list:
+    """``SMOLLM2_STEPS`` verification steps at random positions: the target's rows
+    ``[1, K+1, V]``, the drafter's rows ``[1, K, V]`` (the target's plus Gaussian
+    noise, or, ``sigma=None``, the rows of other positions), and drafts sampled from
+    the transformed draft rows (NumPy, float64)."""
+    rng = np.random.default_rng(seed)
+    positions, vocab = logits.shape
+    steps = []
+    for _ in range(SMOLLM2_STEPS):
+        start = int(rng.integers(0, positions - HF_K - 1))
+        target = logits[None, start : start + HF_K + 1].copy()
+        if sigma is None:
+            other = rng.integers(0, positions, size=HF_K)
+            draft = logits[None, other].copy()
+        else:
+            noise = rng.standard_normal((1, HF_K, vocab), dtype=np.float32) * sigma
+            draft = (target[:, :HF_K] + noise).astype(np.float32)
+        q = numpy_transform(
+            draft.astype(np.float64) * (TEMPERATURE / filters["temperature"]),
+            filters["top_k"],
+            filters["top_p"],
+        )
+        ids = np.array([[rng.choice(vocab, p=q[0, t] / q[0, t].sum()) for t in range(HF_K)]])
+        given_q = np.take_along_axis(q, ids[..., None], axis=-1)[..., 0]
+        steps.append((ids, target, draft, given_q))
+    return steps
+
+
+def smollm2_table(torch, repeats: int) -> None:
+    """B = 1 against Hugging Face on realistic inputs: SmolLM2's logits, drafts
+    sampled from the draft rows, fresh uniforms every call (issue 27)."""
+    try:
+        from transformers.generation.logits_process import (
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+        from transformers.generation.utils import _speculative_sampling
+    except ImportError:
+        print("transformers not importable: the realistic B = 1 comparison is skipped")
+        return
+    logits = smollm2_logits(torch)
+    if logits is None:
+        return
+    threads = specaccept.get_num_threads()
+    torch_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    print(
+        f"\nB = 1, K = {HF_K}, SmolLM2-135M-Instruct logits on text (V = {logits.shape[1]}), "
+        f"temperature {TEMPERATURE}, drafts sampled from the draft rows, fresh uniforms: "
+        f"Hugging Face (PyTorch, 1 thread) against verify_logits; {SMOLLM2_STEPS} steps a round"
+    )
+    print(
+        f"{'drafter':<26} {'filters':<20} {'accepted':>8} {'HF us':>8} {'1t us':>8} "
+        f"{f'{threads}t us':>8} {'1t q us':>8} {'HF/1t':>6} {f'HF/{threads}t':>6} {'HF/1t q':>7}"
+    )
+    for name, sigma in SMOLLM2_DRAFTERS:
+        for top_k, top_p in ((0, 1.0), (50, 0.9)):
+            filters = dict(temperature=TEMPERATURE, top_k=top_k, top_p=top_p)
+            warpers = [TemperatureLogitsWarper(TEMPERATURE)]
+            if top_k:
+                warpers += [TopKLogitsWarper(top_k), TopPLogitsWarper(top_p)]
+            steps = smollm2_steps(logits, sigma, filters, seed=7)
+            generator = np.random.default_rng(11)
+
+            def hf_round(steps=steps, warpers=warpers) -> None:
+                for ids, target, draft, _ in steps:
+                    hf_path(torch, _speculative_sampling, warpers, ids, target, draft)
+
+            def our_round(given: bool, steps=steps, filters=filters, generator=generator) -> None:
+                for ids, target, draft, q in steps:
+                    specaccept.verify_logits(
+                        ids,
+                        target,
+                        draft,
+                        **filters,
+                        rng=generator,
+                        draft_token_probs=q if given else None,
+                    )
+
+            accepted = np.mean(
+                [
+                    specaccept.verify_logits(ids, t, d, **filters, rng=generator).num_accepted[0]
+                    for ids, t, d, _ in steps
+                ]
+            )
+            ours = [(1, False), (threads, False), (1, True)]
+            hf_round()  # warm-up
+            hf_times, our_times = [], [[] for _ in ours]
+            for _ in range(repeats):
+                start = time.perf_counter()
+                hf_round()
+                hf_times.append((time.perf_counter() - start) / len(steps))
+                for (n, given), out in zip(ours, our_times, strict=True):
+                    specaccept.set_num_threads(n)
+                    start = time.perf_counter()
+                    our_round(given)
+                    out.append((time.perf_counter() - start) / len(steps))
+            specaccept.set_num_threads(threads)
+            hf = statistics.median(hf_times)
+            times = [statistics.median(t) for t in our_times]
+            ratios = [
+                statistics.median(h / o for h, o in zip(hf_times, t, strict=True))
+                for t in our_times
+            ]
+            label = "none" if not top_k else f"top-k {top_k}, top-p {top_p}"
+            print(
+                f"{name:<26} {label:<20} {accepted:>8.2f} {hf * 1e6:>8.0f} {times[0] * 1e6:>8.0f} "
+                f"{times[1] * 1e6:>8.0f} {times[2] * 1e6:>8.0f} {ratios[0]:>6.1f} "
+                f"{ratios[1]:>6.1f} {ratios[2]:>7.1f}"
+            )
+    torch.set_num_threads(torch_threads)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes")
@@ -307,7 +452,11 @@ def main() -> None:
         f"{f'{n}t ms':>8} {'numpy ms':>9} {'torch ms':>9} {'np/1t':>6} {f'np/{n}t':>6} "
         f"{'exp/s 1t':>9}"
     )
+    if torch is not None and not args.quick:
+        smollm2_table(torch, repeats)
     if torch is not None:
+        print("\nLabelled extra, inputs built so that every decision is made at once (drafted")
+        print("logits moved by +-50): the regimes hold for any uniform.")
         hf_table(torch, repeats, (32000,) if args.quick else HF_VOCABS)
     if args.hf_only:
         return

@@ -189,44 +189,16 @@ fn row_depth(parent_ids: &IntView<'_, Ix2>, b: usize, nodes: usize) -> Result<us
 impl<P: Prob, Q: Prob> TreeInputs<'_, P, Q> {
     /// Checks every shape against `node_token_ids [B, N]`; returns `(B, N, V)`.
     pub fn dims(&self) -> Result<(usize, usize, usize), CoreError> {
-        let &[batch, nodes] = self.node_token_ids.shape() else {
-            unreachable!("IntView<Ix2> has two axes")
-        };
-        let vocab = self.target_probs.shape()[2];
-        expect_shape(
-            "parent_ids",
-            self.parent_ids.shape(),
-            &[batch, nodes],
-            "[B, N] or [N]",
-        )?;
-        expect_shape(
-            "target_probs",
-            self.target_probs.shape(),
-            &[batch, nodes, vocab],
-            "[B, N, V]",
-        )?;
-        if let Some(q) = &self.draft_probs {
-            expect_shape(
-                "draft_probs",
-                q.shape(),
-                &[batch, nodes, vocab],
-                "[B, N, V]",
-            )?;
-        }
-        if let Some(u) = &self.uniforms {
-            expect_shape("uniforms", u.shape(), &[batch, nodes], "[B, N]")?;
-        }
-        if let Some(u) = &self.recovery_uniforms {
-            expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
-        }
+        let parts = self.parts();
+        let draft = self
+            .draft_probs
+            .as_ref()
+            .map(|q| ("draft_probs", q.shape()));
+        let (batch, nodes, vocab) =
+            parts.rows_shape(("target_probs", self.target_probs.shape()), draft)?;
+        parts.draws_shape(batch, nodes)?;
         if let Greedy::PerRow(g) = &self.greedy {
             expect_shape("greedy", g.shape(), &[batch], "[B] or a scalar")?;
-        }
-        if nodes == 0 {
-            return Err(CoreError::shape(
-                "node_token_ids",
-                "needs at least the root node (N >= 1)",
-            ));
         }
         Ok((batch, nodes, vocab))
     }
@@ -240,6 +212,49 @@ pub(crate) struct TreeParts<'a> {
     pub uniforms: Option<FloatView<'a, Ix2>>,
     pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
     pub method: TreeMethod,
+}
+
+impl TreeParts<'_> {
+    /// Checks `parent_ids` and the rows (`(argument, shape)` of the target rows
+    /// and of the draft rows, if any) against `node_token_ids [B, N]`; returns
+    /// `(B, N, V)`.
+    pub(crate) fn rows_shape(
+        &self,
+        target: (&'static str, &[usize]),
+        draft: Option<(&'static str, &[usize])>,
+    ) -> Result<(usize, usize, usize), CoreError> {
+        let &[batch, nodes] = self.node_token_ids.shape() else {
+            unreachable!("IntView<Ix2> has two axes")
+        };
+        let vocab = target.1.get(2).copied().unwrap_or(0);
+        expect_shape(
+            "parent_ids",
+            self.parent_ids.shape(),
+            &[batch, nodes],
+            "[B, N] or [N]",
+        )?;
+        for (arg, shape) in std::iter::once(target).chain(draft) {
+            expect_shape(arg, shape, &[batch, nodes, vocab], "[B, N, V]")?;
+        }
+        Ok((batch, nodes, vocab))
+    }
+
+    /// Checks the uniforms' shapes, then that the tree has its root (`N >= 1`).
+    pub(crate) fn draws_shape(&self, batch: usize, nodes: usize) -> Result<(), CoreError> {
+        if let Some(u) = &self.uniforms {
+            expect_shape("uniforms", u.shape(), &[batch, nodes], "[B, N]")?;
+        }
+        if let Some(u) = &self.recovery_uniforms {
+            expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
+        }
+        if nodes == 0 {
+            return Err(CoreError::shape(
+                "node_token_ids",
+                "needs at least the root node (N >= 1)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Where a tree's rows come from: probabilities as given ([`TreeInputs`]), or

@@ -1050,14 +1050,7 @@ def verify_tree(
     """Reference of :func:`specaccept.verify_tree`: multi-round rejection sampling
     (``method="token"``) or traversal verification (``"traversal"``)."""
     convert = like_converter(like) or (lambda a: a)
-    if not isinstance(method, str):
-        raise TypeError(
-            f"method must be one of ('token', 'traversal'), got {type(method).__name__}"
-        )
-    if method not in ("token", "traversal"):
-        raise InputError(
-            f"method must be one of ('token', 'traversal'), got {method!r:.40}", argument="method"
-        )
+    _tree_method(method)
     ids = _ints(node_token_ids, "node_token_ids")
     parents = _ints(parent_ids, "parent_ids")
     isolate = _isolating(errors)
@@ -1115,6 +1108,18 @@ def verify_tree(
     return _tree_batch(
         ids, parents, p, q, u, ru, greedy_rows, method, isolate, out_arrays, inputs, convert
     )
+
+
+def _tree_method(method: Any) -> None:
+    """``method=`` of a tree: ``"token"`` or ``"traversal"``."""
+    if not isinstance(method, str):
+        raise TypeError(
+            f"method must be one of ('token', 'traversal'), got {type(method).__name__}"
+        )
+    if method not in ("token", "traversal"):
+        raise InputError(
+            f"method must be one of ('token', 'traversal'), got {method!r:.40}", argument="method"
+        )
 
 
 def _tree_batch(
@@ -1258,14 +1263,7 @@ def verify_tree_logits(
     the rows of :func:`transform_logits`, each transformed when first read; a
     temperature-0 row takes the argmax of the raw logits."""
     convert = like_converter(like) or (lambda a: a)
-    if not isinstance(method, str):
-        raise TypeError(
-            f"method must be one of ('token', 'traversal'), got {type(method).__name__}"
-        )
-    if method not in ("token", "traversal"):
-        raise InputError(
-            f"method must be one of ('token', 'traversal'), got {method!r:.40}", argument="method"
-        )
+    _tree_method(method)
     isolate = _isolating(errors)
     ids = _ints(node_token_ids, "node_token_ids")
     _ndim(ids, "node_token_ids", 2)

@@ -45,30 +45,13 @@ pub struct TreeLogitsInputs<'a, P, Q> {
 impl<P: Prob, Q: Prob> TreeLogitsInputs<'_, P, Q> {
     /// Checks every shape against `node_token_ids [B, N]`; returns `(B, N, V)`.
     pub fn dims(&self) -> Result<(usize, usize, usize), CoreError> {
-        let &[batch, nodes] = self.node_token_ids.shape() else {
-            unreachable!("IntView<Ix2> has two axes")
-        };
-        let vocab = self.target_logits.shape()[2];
-        expect_shape(
-            "parent_ids",
-            self.parent_ids.shape(),
-            &[batch, nodes],
-            "[B, N] or [N]",
-        )?;
-        expect_shape(
-            "target_logits",
-            self.target_logits.shape(),
-            &[batch, nodes, vocab],
-            "[B, N, V]",
-        )?;
-        if let Some(q) = &self.draft_logits {
-            expect_shape(
-                "draft_logits",
-                q.shape(),
-                &[batch, nodes, vocab],
-                "[B, N, V]",
-            )?;
-        }
+        let parts = self.parts();
+        let draft = self
+            .draft_logits
+            .as_ref()
+            .map(|q| ("draft_logits", q.shape()));
+        let (batch, nodes, vocab) =
+            parts.rows_shape(("target_logits", self.target_logits.shape()), draft)?;
         for (arg, shape) in [
             ("temperature", self.temperature.shape()),
             ("top_k", self.top_k.shape()),
@@ -76,18 +59,7 @@ impl<P: Prob, Q: Prob> TreeLogitsInputs<'_, P, Q> {
         ] {
             expect_shape(arg, shape, &[batch], "a scalar or [B]")?;
         }
-        if let Some(u) = &self.uniforms {
-            expect_shape("uniforms", u.shape(), &[batch, nodes], "[B, N]")?;
-        }
-        if let Some(u) = &self.recovery_uniforms {
-            expect_shape("recovery_uniforms", u.shape(), &[batch], "[B]")?;
-        }
-        if nodes == 0 {
-            return Err(CoreError::shape(
-                "node_token_ids",
-                "needs at least the root node (N >= 1)",
-            ));
-        }
+        parts.draws_shape(batch, nodes)?;
         Ok((batch, nodes, vocab))
     }
 }
