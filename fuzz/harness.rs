@@ -12,6 +12,7 @@ use half::f16;
 use ndarray::{s, Array1, Array2, Array3, ArrayView3, Axis};
 use specaccept::chain::{self, ChainInputs, ChainOutputs, FlatChainInputs, GreedyIdsInputs};
 use specaccept::error::RowErrors;
+use specaccept::logits::tree::TreeLogitsInputs;
 use specaccept::logits::{self, LogitsInputs};
 use specaccept::method::Method;
 use specaccept::prob::Prob;
@@ -438,12 +439,28 @@ fn run_tree<P: FromF64, Q: FromF64>(
         }
     }
     let deepest = depth.iter().copied().max().unwrap_or(0);
-    // Both tree methods, raising and isolating, the same invariants.
-    for (method, isolate) in [
-        (TreeMethod::Token, false),
-        (TreeMethod::Traversal, false),
-        (TreeMethod::Token, true),
-        (TreeMethod::Traversal, true),
+    // The target rows read as logits for verify_tree_logits (0 is -inf; NaN and
+    // other bad values stay bad), with a temperature from the input.
+    let logits = Array3::from_shape_fn((batch, nodes, vocab), |(b, n, i)| {
+        let v = p_array[[b, n, i]].to_f64();
+        if v == 0.0 {
+            f64::NEG_INFINITY
+        } else {
+            v.ln()
+        }
+    });
+    let temperature = Array1::from_elem(batch, [1.0, 0.0, 0.5, -1.0][usize::from(flags >> 6)]);
+    let top_k = Array1::from_elem(batch, i64::from(flags & 8 != 0) * 2);
+    let top_p = Array1::from_elem(batch, if flags & 2 != 0 { 0.9 } else { 1.0 });
+    // Both tree methods, raising and isolating, the same invariants; from
+    // probabilities and from logits.
+    for (method, isolate, from_logits) in [
+        (TreeMethod::Token, false, false),
+        (TreeMethod::Traversal, false, false),
+        (TreeMethod::Token, true, false),
+        (TreeMethod::Traversal, true, false),
+        (TreeMethod::Token, false, true),
+        (TreeMethod::Traversal, true, true),
     ] {
         let inputs = TreeInputs {
             node_token_ids: IntView::I64(tokens.view()),
@@ -471,7 +488,24 @@ fn run_tree<P: FromF64, Q: FromF64>(
         } else {
             RowErrors::Raise
         };
-        if tree::verify_tree(&inputs, &mut out, errors).is_err() {
+        let verified = if from_logits {
+            let inputs: TreeLogitsInputs<'_, f64, f64> = TreeLogitsInputs {
+                node_token_ids: inputs.node_token_ids,
+                parent_ids: inputs.parent_ids,
+                target_logits: logits.view(),
+                draft_logits: None,
+                temperature: FloatView::F64(temperature.view()),
+                top_k: IntView::I64(top_k.view()),
+                top_p: FloatView::F64(top_p.view()),
+                uniforms: inputs.uniforms,
+                recovery_uniforms: inputs.recovery_uniforms,
+                method,
+            };
+            logits::tree::verify_tree_logits(&inputs, &mut out, errors)
+        } else {
+            tree::verify_tree(&inputs, &mut out, errors)
+        };
+        if verified.is_err() {
             continue;
         }
         for b in 0..batch {
