@@ -233,6 +233,59 @@ def logits_timing(tokens, parents, u, ru, batch: int, vocab: int, repeats: int) 
         print(f"  {name:22} {ms:8.2f} {transformed:5d} {ms * 1e3 / (batch * transformed):11.1f}")
 
 
+def softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def sampled_timing(batch: int, vocab: int, repeats: int) -> None:
+    """The 3 x 4 tree drafted as a serving loop drafts it: target rows
+    ``softmax(l / 0.8)`` of logits ``3 N(0, 1)``, a drafter whose logits are the
+    target's plus ``sigma N(0, 1)``, each node's children drawn from the drafter's row
+    at the node without replacement (row ``c`` of ``draft_probs`` the row child ``c``
+    was drawn from). The token rule against traversal on the same trees, uniforms
+    and thread count."""
+    rng = np.random.default_rng(3)
+    nodes = 16
+    parents = np.array([-1, 0, 0, 0] + [1 + (n - 4) // 4 for n in range(4, nodes)])
+    n = specaccept.get_num_threads()
+    print(f"\nThe same shape drafted from sampled rows ({batch} rows, V = {vocab}, {n} threads):")
+    print(
+        f"  {'sigma':>5} {'accepted: token':>16} {'traversal':>10} {'token ms':>9} {'traversal ms':>13} {'ratio':>6}"
+    )
+    for sigma in (0.5, 1.0, 2.0):
+        logits = rng.standard_normal((batch, nodes, vocab), dtype=np.float32) * 3
+        target = softmax(logits / 0.8).astype(np.float32)
+        noise = rng.standard_normal((batch, nodes, vocab), dtype=np.float32) * sigma
+        at_node = softmax((logits + noise) / 0.8)
+        tokens = np.zeros((batch, nodes), np.int64)
+        draft = np.zeros((batch, nodes, vocab), np.float32)
+        for b in range(batch):
+            taken: dict[int, list[int]] = {}
+            for c in range(1, nodes):
+                row = at_node[b, parents[c]].copy()
+                row[taken.get(parents[c], [])] = 0.0
+                row /= row.sum()
+                tokens[b, c] = rng.choice(vocab, p=row)
+                draft[b, c] = row
+                taken.setdefault(int(parents[c]), []).append(int(tokens[b, c]))
+        u, ru = rng.random((batch, nodes)), rng.random(batch)
+        args = (tokens, parents, target, draft)
+        kwargs = dict(uniforms=u, recovery_uniforms=ru)
+        token = specaccept.verify_tree(*args, **kwargs)
+        traversal = specaccept.verify_tree(*args, **kwargs, method="traversal")
+        times = [
+            median_ms(
+                lambda m=m, a=args, k=kwargs: specaccept.verify_tree(*a, **k, method=m), repeats
+            )
+            for m in ("token", "traversal")
+        ]
+        print(
+            f"  {sigma:>5} {token.num_accepted.mean():>16.2f} {traversal.num_accepted.mean():>10.2f} "
+            f"{times[0]:>9.2f} {times[1]:>13.2f} {times[1] / times[0]:>5.2f}x"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rows, a smaller vocabulary")
@@ -250,8 +303,10 @@ def main() -> None:
         print(f"  {name:30} {token:7.3f} {traversal:10.3f} {100 * (traversal / token - 1):5.1f}%")
     if args.quick:
         timing(batch=4, vocab=4096, repeats=3)
+        sampled_timing(batch=4, vocab=4096, repeats=3)
     else:
         timing(batch=64, vocab=128256, repeats=7)
+        sampled_timing(batch=64, vocab=128256, repeats=7)
 
 
 if __name__ == "__main__":
