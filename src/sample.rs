@@ -290,17 +290,9 @@ fn store_pair_blocks_with<K: Kernel, O: PairOp, P: Prob, Q: Prob>(
     out: &mut [f64],
     block_sums: &mut Vec<f64>,
 ) -> (f64, bool) {
-    let n = p.len();
-    block_sums.clear();
-    let (mut total, mut surely_valid) = (0.0f64, true);
-    for start in (0..n).step_by(SUM_BLOCK) {
-        let end = (start + SUM_BLOCK).min(n);
-        let (s, ok) = K::pair_store(op, &p[start..end], &q[start..end], &mut out[start..end]);
-        surely_valid &= ok;
-        block_sums.push(s);
-        total += s;
-    }
-    (total, surely_valid)
+    each_block(p.len(), block_sums, |start, end| {
+        K::pair_store(op, &p[start..end], &q[start..end], &mut out[start..end])
+    })
 }
 
 /// [`store_pair_blocks`] in place: `w[i] = O(w[i], q_i)`, one buffer.
@@ -336,12 +328,24 @@ fn update_pair_blocks_with<K: Kernel, O: PairOp, Q: Prob>(
     q: &[Q],
     block_sums: &mut Vec<f64>,
 ) -> (f64, bool) {
-    let n = w.len();
+    each_block(w.len(), block_sums, |start, end| {
+        K::pair_update(op, &mut w[start..end], &q[start..end])
+    })
+}
+
+/// `block(start, end)` over the [`SUM_BLOCK`]s of a row of `n`, in order: their
+/// sums into `block_sums`, their total (the canonical sum), and whether every
+/// block's values were surely valid.
+#[inline(always)]
+fn each_block(
+    n: usize,
+    block_sums: &mut Vec<f64>,
+    mut block: impl FnMut(usize, usize) -> (f64, bool),
+) -> (f64, bool) {
     block_sums.clear();
     let (mut total, mut surely_valid) = (0.0f64, true);
     for start in (0..n).step_by(SUM_BLOCK) {
-        let end = (start + SUM_BLOCK).min(n);
-        let (s, ok) = K::pair_update(op, &mut w[start..end], &q[start..end]);
+        let (s, ok) = block(start, (start + SUM_BLOCK).min(n));
         surely_valid &= ok;
         block_sums.push(s);
         total += s;

@@ -105,7 +105,8 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
             cells.resize_with(nodes, OnceCell::new);
             Ok(cells)
         };
-        let mut scratch = Scratch::default();
+        // This thread's scratch, reserved once and reused (given back on drop).
+        let mut scratch = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
         let arg = "target_logits";
         memory::reserve(&mut scratch.block_sums, vocab.div_ceil(SUM_BLOCK), arg)?;
         memory::reserve(&mut scratch.candidates, vocab, arg)?;
@@ -165,8 +166,9 @@ impl<P: Prob, Q: Prob> LogitsRows<'_, '_, P, Q> {
 }
 
 impl<P, Q> Drop for LogitsRows<'_, '_, P, Q> {
-    /// The transformed rows go back to this thread's pool, for the next batch row.
+    /// The transformed rows and the scratch go back to this thread, for the next batch row.
     fn drop(&mut self) {
+        SCRATCH.with(|s| *s.borrow_mut() = std::mem::take(self.scratch.get_mut()));
         ROWS.with(|pool| {
             let mut pool = pool.borrow_mut();
             for cell in self.target.iter_mut().chain(self.draft.iter_mut()) {
@@ -188,6 +190,8 @@ const POOLED_VALUES: usize = 4 << 20;
 thread_local! {
     /// Row buffers reused across batch rows and calls (see [`POOLED_VALUES`]).
     static ROWS: RefCell<Vec<Vec<f64>>> = const { RefCell::new(Vec::new()) };
+    /// The transform's scratch (`O(V)`), reused across batch rows and calls.
+    static SCRATCH: RefCell<Scratch> = RefCell::default();
 }
 
 /// `w_i / total` for every `i`: a true division (the same bits on every path),
