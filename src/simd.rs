@@ -32,7 +32,8 @@ pub(crate) trait Kernel {
         out: &mut [f64],
     ) -> (f64, bool);
     /// [`Kernel::pair_store`] in place: `w[i] = O(w[i], q_i)` (a later round of
-    /// a residual, one buffer instead of two).
+    /// a residual, one buffer instead of two). Only `q` is checked: `w` holds the
+    /// caller's own finite, non-negative values (an earlier round's output).
     fn pair_update<O: PairOp, Q: Prob>(op: O, w: &mut [f64], q: &[Q]) -> (f64, bool);
 }
 
@@ -227,21 +228,18 @@ impl Kernel for Portable {
     #[inline(always)]
     fn pair_update<O: PairOp, Q: Prob>(op: O, w: &mut [f64], q: &[Q]) -> (f64, bool) {
         let mut lanes = [0.0f64; SUM_LANES];
-        let mut high_w = [0u64; SUM_LANES];
         let mut high_q = [Q::Bits::default(); SUM_LANES];
         let (w_chunks, w_tail) = w.as_chunks_mut::<SUM_LANES>();
         let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
         for (wc, qc) in w_chunks.iter_mut().zip(q_chunks) {
             for l in 0..SUM_LANES {
-                high_w[l] = high_w[l].max(wc[l].bits());
                 high_q[l] = high_q[l].max(qc[l].bits());
                 wc[l] = op.apply(wc[l], qc[l].to_f64());
                 lanes[l] += wc[l];
             }
         }
-        update_pair_tail::<O, Q>(op, &mut lanes, &mut high_w, &mut high_q, w_tail, q_tail);
-        let ok = high_w.iter().all(|&h| h <= f64::LARGEST_FINITE)
-            & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
+        update_pair_tail::<O, Q>(op, &mut lanes, &mut high_q, w_tail, q_tail);
+        let ok = high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
         (combine_lanes(lanes), ok)
     }
 }
@@ -251,13 +249,11 @@ impl Kernel for Portable {
 fn update_pair_tail<O: PairOp, Q: Prob>(
     op: O,
     lanes: &mut [f64; SUM_LANES],
-    high_w: &mut [u64; SUM_LANES],
     high_q: &mut [Q::Bits; SUM_LANES],
     w_tail: &mut [f64],
     q_tail: &[Q],
 ) {
     for (l, (wv, qv)) in w_tail.iter_mut().zip(q_tail).enumerate() {
-        high_w[l] = high_w[l].max(wv.bits());
         high_q[l] = high_q[l].max(qv.bits());
         *wv = op.apply(*wv, qv.to_f64());
         lanes[l] += *wv;
@@ -429,14 +425,14 @@ mod x86 {
     unsafe fn pair_update<O: PairOp, Q: Prob>(op: O, w: &mut [f64], q: &[Q]) -> (f64, bool) {
         assert!(q.len() == w.len());
         let mut acc = [_mm256_setzero_pd(); REGS];
-        let (mut high_w, mut high_q) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        let mut high_q = _mm256_setzero_si256();
         let (w_chunks, w_tail) = w.as_chunks_mut::<SUM_LANES>();
         let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
         for (wc, qc) in w_chunks.iter_mut().zip(q_chunks) {
             for (r, q8) in qc.as_chunks::<8>().0.iter().enumerate() {
                 let at = wc.as_mut_ptr().add(8 * r);
                 // Both loads of these 8 weights come before their stores.
-                let (wa, wb) = <f64 as Load8>::load8(at, &mut high_w);
+                let (wa, wb) = (_mm256_loadu_pd(at), _mm256_loadu_pd(at.add(4)));
                 let (qa, qb) = Q::load8(q8.as_ptr(), &mut high_q);
                 let (na, nb) = (op.apply4(wa, qa), op.apply4(wb, qb));
                 _mm256_storeu_pd(at, na);
@@ -445,14 +441,11 @@ mod x86 {
                 acc[2 * r + 1] = _mm256_add_pd(acc[2 * r + 1], nb);
             }
         }
-        let body_ok = <f64 as Load8>::all_valid(high_w) & Q::all_valid(high_q);
+        let body_ok = Q::all_valid(high_q);
         let mut lanes = spill(acc);
-        let mut high_w = [0u64; SUM_LANES];
         let mut high_q = [Q::Bits::default(); SUM_LANES];
-        update_pair_tail::<O, Q>(op, &mut lanes, &mut high_w, &mut high_q, w_tail, q_tail);
-        let ok = body_ok
-            & high_w.iter().all(|&h| h <= f64::LARGEST_FINITE)
-            & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
+        update_pair_tail::<O, Q>(op, &mut lanes, &mut high_q, w_tail, q_tail);
+        let ok = body_ok & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
         (combine_lanes(lanes), ok)
     }
 
@@ -635,6 +628,28 @@ mod tests {
                         "len {len}"
                     );
                     assert_eq!(w, want, "len {len}");
+                }
+            }
+            // In place, only the draft row is checked: a bad value anywhere in
+            // it (vector body or tail) clears the flag on both kernels.
+            for at in 0..len {
+                for bad in [f32::NAN, -1.0, f32::INFINITY] {
+                    type Update = fn(ScaledResidual, &mut [f64], &[f32]) -> (f64, bool);
+                    let mut kernels: Vec<Update> =
+                        vec![Portable::pair_update::<ScaledResidual, f32>];
+                    if has_avx2() {
+                        kernels.push(Avx2::pair_update::<ScaledResidual, f32>);
+                    }
+                    let mut q_bad = q32.clone();
+                    q_bad[at] = bad;
+                    for kernel in kernels {
+                        let mut w = p.clone();
+                        assert!(kernel(ScaledResidual(0.5), &mut w, &q32).1, "len {len}");
+                        assert!(
+                            !kernel(ScaledResidual(0.5), &mut w, &q_bad).1,
+                            "len {len} at {at}"
+                        );
+                    }
                 }
             }
             // The scale 1 is the residual, bit for bit.

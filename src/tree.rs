@@ -1033,9 +1033,12 @@ fn scaled_round<P: Prob, Q: Prob>(
                 sample::store_pair_blocks(op, ps, qs, w, scratch)
             }
             Some(None) => {
-                // A strided target row: read it once into `w`, then the round.
+                // A strided target row: read it once into `w`, then the round
+                // (which checks only the draft row).
                 copy_unchecked(p.as_ref().expect("Some"), w)?;
-                sample::update_pair_blocks(op, w, qs, scratch)
+                let read_ok = w.iter().all(|&v| ok(v));
+                let (mass, surely_valid) = sample::update_pair_blocks(op, w, qs, scratch);
+                (mass, surely_valid & read_ok)
             }
             None => sample::update_pair_blocks(op, w, qs, scratch),
         };
@@ -1072,7 +1075,7 @@ fn scaled_round<P: Prob, Q: Prob>(
     sample::canonical_sum(&BufferWeights { w }, scratch)
 }
 
-/// `w` := `row` as float64, unchecked (the round that reads it checks).
+/// `w` := `row` as float64, unchecked (the caller checks).
 fn copy_unchecked<P: Prob>(row: &ArrayView1<'_, P>, w: &mut Vec<f64>) -> Result<(), CoreError> {
     memory::reserve(w, row.len(), "target_probs")?;
     w.clear();

@@ -267,7 +267,8 @@ def test_large_trees_give_the_same_tokens_on_any_number_of_threads():
     assert sum(results[0][1]) > 0
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("method", ["token", "traversal"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "strided target"])
 @pytest.mark.parametrize(
     ("arg", "node", "value"),
     [
@@ -276,9 +277,10 @@ def test_large_trees_give_the_same_tokens_on_any_number_of_threads():
         ("draft_probs", 2, np.inf),  # the second child's row: a later round
     ],
 )
-def test_bad_values_in_rows_the_rounds_read_are_named(arg, node, value, layout):
+def test_bad_values_in_rows_the_rounds_read_are_named(arg, node, value, layout, method):
     # Both children are rejected (q(x) = 0.9 > p(x), u near 1), so the root's row
-    # and both draft rows are read in full by the residual rounds.
+    # and both draft rows are read in full by the residual rounds. A strided
+    # target row with a unit-stride draft row is copied before its first round.
     vocab = 6
     p = np.full((1, 3, vocab), 1 / vocab)
     q = np.full((1, 3, vocab), 0.02)
@@ -290,12 +292,14 @@ def test_bad_values_in_rows_the_rounds_read_are_named(arg, node, value, layout):
         draft_probs=q,
         uniforms=np.full((1, 3), 0.999),
         recovery_uniforms=np.array([0.5]),
+        method=method,
     )
     assert specaccept.verify_tree(**case).num_accepted.tolist() == [0]
     case[arg] = case[arg].copy()
     case[arg][0, node, 4] = value
-    if layout == "strided":  # the same values through a non-unit stride
-        for name in ("target_probs", "draft_probs"):
+    if layout != "contiguous":  # the same values through a non-unit stride
+        names = ("target_probs", "draft_probs") if layout == "strided" else ("target_probs",)
+        for name in names:
             wide = np.zeros((1, 3, 2 * vocab))
             wide[..., ::2] = case[name]
             case[name] = wide[..., ::2]
