@@ -319,7 +319,7 @@ mod x86 {
         add_dense_tail, add_pair_tail, combine_lanes, store_pair_tail, update_pair_tail, Kernel,
         PairOp, SUM_LANES,
     };
-    use crate::prob::{Load8, Prob};
+    use crate::prob::Prob;
 
     /// Whether this CPU runs the AVX2 kernels (cached by std after the first call).
     #[inline]
