@@ -1,6 +1,6 @@
 //! The probability element types (f16, bf16, f32, f64) and how they are read:
 //! [`Prob`] (one value: as `f64` exactly, its bit pattern for the validity
-//! check) and [`Load8`] (eight values into AVX2 registers). The input views
+//! check) and [`Load8`] (eight values into AVX2 or NEON registers). The input views
 //! ([`crate::view`]) and the kernels ([`crate::simd`], [`crate::logits`]) are
 //! generic over them; this module depends on neither.
 
@@ -128,10 +128,13 @@ pub(crate) fn f16_bits_to_f32(h: u16) -> f32 {
 #[cfg(target_arch = "x86_64")]
 pub use x86::Load8;
 
+#[cfg(target_arch = "aarch64")]
+pub use aarch64::Load8;
+
 /// Elsewhere `Prob` needs nothing more.
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 pub trait Load8 {}
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 impl<T> Load8 for T {}
 
 #[cfg(target_arch = "x86_64")]
@@ -266,6 +269,208 @@ mod x86 {
         #[target_feature(enable = "avx2,f16c")]
         unsafe fn all_valid(high: __m256i) -> bool {
             _mm256_testz_si256(high, high) == 1
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod aarch64 {
+    use std::arch::aarch64::*;
+
+    use super::Prob;
+
+    /// Eight elements at a time into four `f64x2` registers (elements `2k`,
+    /// `2k + 1` in register `k`), keeping the largest bit pattern seen in
+    /// `high`: the NEON counterpart of the x86 `Load8`. NEON is part of the
+    /// aarch64 baseline, so nothing is checked at run time.
+    pub trait Load8: Sized {
+        /// What `high` holds: unsigned maxima of the bit patterns (`u16`
+        /// lanes for f16 and bf16, `u32` for f32), or for f64 (no unsigned
+        /// 64-bit max in NEON) a mask of the lanes that saw a pattern above
+        /// [`Prob::LARGEST_FINITE`].
+        type High: Copy;
+        /// `high` before any element: nothing seen.
+        ///
+        /// # Safety
+        /// None beyond NEON, which every aarch64 target has (`unsafe` for the
+        /// intrinsics' sake).
+        unsafe fn no_high() -> Self::High;
+        /// # Safety
+        /// `ptr` points at 8 readable elements.
+        unsafe fn load8(ptr: *const Self, high: &mut Self::High) -> [float64x2_t; 4];
+        /// Eight elements as `f32` (exact for f16, bf16 and f32; f64 rounds as
+        /// `as f32` does).
+        ///
+        /// # Safety
+        /// `ptr` points at 8 readable elements.
+        unsafe fn load8_ps(ptr: *const Self) -> [float32x4_t; 2];
+        /// Whether every pattern `high` saw is at most [`Prob::LARGEST_FINITE`].
+        ///
+        /// # Safety
+        /// As for [`Load8::no_high`].
+        unsafe fn all_valid(high: Self::High) -> bool;
+    }
+
+    /// Four `f32` lanes widened to two `f64x2` registers (exact).
+    #[inline(always)]
+    unsafe fn widen(v: float32x4_t) -> [float64x2_t; 2] {
+        [vcvt_f64_f32(vget_low_f32(v)), vcvt_high_f64_f32(v)]
+    }
+
+    /// [`super::f16_bits_to_f32`] on four `u32` lanes holding f16 patterns,
+    /// the same integer steps (the stable NEON API has no f16 conversion):
+    /// exact for every pattern, subnormals without subnormal arithmetic.
+    #[inline(always)]
+    unsafe fn f16_bits_to_f32x4(h: uint32x4_t) -> float32x4_t {
+        let sign = vshlq_n_u32::<16>(vandq_u32(h, vdupq_n_u32(0x8000)));
+        let magnitude = vandq_u32(h, vdupq_n_u32(0x7fff));
+        let shifted = vshlq_n_u32::<13>(magnitude);
+        let normal = vaddq_u32(shifted, vdupq_n_u32((127 - 15) << 23));
+        let inf_nan = vorrq_u32(shifted, vdupq_n_u32(0x7f80_0000));
+        // magnitude < 2^15 converts exactly; the product is a normal f32.
+        let subnormal = vreinterpretq_u32_f32(vmulq_f32(
+            vcvtq_f32_u32(magnitude),
+            vdupq_n_f32(1.0 / 16_777_216.0),
+        ));
+        let is_subnormal = vcltq_u32(magnitude, vdupq_n_u32(0x0400));
+        let is_inf_nan = vcgeq_u32(magnitude, vdupq_n_u32(0x7c00));
+        let bits = vbslq_u32(
+            is_subnormal,
+            subnormal,
+            vbslq_u32(is_inf_nan, inf_nan, normal),
+        );
+        vreinterpretq_f32_u32(vorrq_u32(bits, sign))
+    }
+
+    impl Load8 for f32 {
+        type High = uint32x4_t;
+        #[inline(always)]
+        unsafe fn no_high() -> uint32x4_t {
+            vdupq_n_u32(0)
+        }
+        #[inline(always)]
+        unsafe fn load8(ptr: *const f32, high: &mut uint32x4_t) -> [float64x2_t; 4] {
+            let [a, b] = Self::load8_ps(ptr);
+            let (ra, rb) = (vreinterpretq_u32_f32(a), vreinterpretq_u32_f32(b));
+            *high = vmaxq_u32(*high, vmaxq_u32(ra, rb));
+            let ([a0, a1], [b0, b1]) = (widen(a), widen(b));
+            [a0, a1, b0, b1]
+        }
+        #[inline(always)]
+        unsafe fn load8_ps(ptr: *const f32) -> [float32x4_t; 2] {
+            [vld1q_f32(ptr), vld1q_f32(ptr.add(4))]
+        }
+        #[inline(always)]
+        unsafe fn all_valid(high: uint32x4_t) -> bool {
+            vmaxvq_u32(high) <= f32::LARGEST_FINITE
+        }
+    }
+
+    impl Load8 for half::f16 {
+        type High = uint16x8_t;
+        #[inline(always)]
+        unsafe fn no_high() -> uint16x8_t {
+            vdupq_n_u16(0)
+        }
+        #[inline(always)]
+        unsafe fn load8(ptr: *const half::f16, high: &mut uint16x8_t) -> [float64x2_t; 4] {
+            let raw = vld1q_u16(ptr.cast());
+            *high = vmaxq_u16(*high, raw);
+            let [a, b] = f16_halves(raw);
+            let ([a0, a1], [b0, b1]) = (widen(a), widen(b));
+            [a0, a1, b0, b1]
+        }
+        #[inline(always)]
+        unsafe fn load8_ps(ptr: *const half::f16) -> [float32x4_t; 2] {
+            f16_halves(vld1q_u16(ptr.cast()))
+        }
+        #[inline(always)]
+        unsafe fn all_valid(high: uint16x8_t) -> bool {
+            vmaxvq_u16(high) <= half::f16::LARGEST_FINITE
+        }
+    }
+
+    /// Eight f16 patterns as two `f32x4` registers, exactly.
+    #[inline(always)]
+    unsafe fn f16_halves(raw: uint16x8_t) -> [float32x4_t; 2] {
+        [
+            f16_bits_to_f32x4(vmovl_u16(vget_low_u16(raw))),
+            f16_bits_to_f32x4(vmovl_high_u16(raw)),
+        ]
+    }
+
+    impl Load8 for half::bf16 {
+        type High = uint16x8_t;
+        #[inline(always)]
+        unsafe fn no_high() -> uint16x8_t {
+            vdupq_n_u16(0)
+        }
+        #[inline(always)]
+        unsafe fn load8(ptr: *const half::bf16, high: &mut uint16x8_t) -> [float64x2_t; 4] {
+            let raw = vld1q_u16(ptr.cast());
+            *high = vmaxq_u16(*high, raw);
+            let [a, b] = bf16_halves(raw);
+            let ([a0, a1], [b0, b1]) = (widen(a), widen(b));
+            [a0, a1, b0, b1]
+        }
+        #[inline(always)]
+        unsafe fn load8_ps(ptr: *const half::bf16) -> [float32x4_t; 2] {
+            bf16_halves(vld1q_u16(ptr.cast()))
+        }
+        #[inline(always)]
+        unsafe fn all_valid(high: uint16x8_t) -> bool {
+            vmaxvq_u16(high) <= half::bf16::LARGEST_FINITE
+        }
+    }
+
+    /// Eight bf16 patterns as two `f32x4` registers: bfloat16 is the high
+    /// half of an f32, so widen and shift left 16 places, exactly.
+    #[inline(always)]
+    unsafe fn bf16_halves(raw: uint16x8_t) -> [float32x4_t; 2] {
+        [
+            vreinterpretq_f32_u32(vshll_n_u16::<16>(vget_low_u16(raw))),
+            vreinterpretq_f32_u32(vshll_high_n_u16::<16>(raw)),
+        ]
+    }
+
+    impl Load8 for f64 {
+        type High = uint64x2_t;
+        #[inline(always)]
+        unsafe fn no_high() -> uint64x2_t {
+            vdupq_n_u64(0)
+        }
+        #[inline(always)]
+        unsafe fn load8(ptr: *const f64, high: &mut uint64x2_t) -> [float64x2_t; 4] {
+            let v = [
+                vld1q_f64(ptr),
+                vld1q_f64(ptr.add(2)),
+                vld1q_f64(ptr.add(4)),
+                vld1q_f64(ptr.add(6)),
+            ];
+            // No unsigned 64-bit max in NEON: an unsigned compare with the
+            // limit flags the lanes above it (NaN, inf, the sign bit set).
+            let limit = vdupq_n_u64(f64::LARGEST_FINITE);
+            for x in v {
+                *high = vorrq_u64(*high, vcgtq_u64(vreinterpretq_u64_f64(x), limit));
+            }
+            v
+        }
+        #[inline(always)]
+        unsafe fn load8_ps(ptr: *const f64) -> [float32x4_t; 2] {
+            let [a, b, c, d] = [
+                vld1q_f64(ptr),
+                vld1q_f64(ptr.add(2)),
+                vld1q_f64(ptr.add(4)),
+                vld1q_f64(ptr.add(6)),
+            ];
+            [
+                vcvt_high_f32_f64(vcvt_f32_f64(a), b),
+                vcvt_high_f32_f64(vcvt_f32_f64(c), d),
+            ]
+        }
+        #[inline(always)]
+        unsafe fn all_valid(high: uint64x2_t) -> bool {
+            vmaxvq_u32(vreinterpretq_u32_u64(high)) == 0
         }
     }
 }

@@ -25,7 +25,7 @@ use ndarray::ArrayView1;
 use crate::checks::{bad_probability, Pos, RowAt};
 use crate::error::CoreError;
 use crate::prob::Prob;
-use crate::simd::{self, combine_lanes, Kernel, PairOp, Portable, ScaledResidual, SUM_LANES};
+use crate::simd::{self, combine_lanes, Kernel, PairOp, ScaledResidual, SUM_LANES};
 use crate::view::Row;
 
 /// Elements per block of the canonical summation.
@@ -213,15 +213,16 @@ pub(crate) fn lane_sum(start: usize, end: usize, weight: impl Fn(usize) -> f64) 
 }
 
 /// Fills `block_sums` with the canonical block sums of `w` and returns their
-/// total, checking every probability read. Compiled twice: for AVX2 (chosen at
-/// run time) and for the baseline target; both compute the same bits.
+/// total, checking every probability read. Compiled twice on x86-64: for AVX2
+/// (chosen at run time) and for the baseline target; on aarch64 with the NEON
+/// kernel ([`simd::Baseline`]). All compute the same bits.
 pub(crate) fn sum_blocks<W: Weights>(w: &W, block_sums: &mut Vec<f64>) -> Result<f64, CoreError> {
     #[cfg(target_arch = "x86_64")]
     if simd::has_avx2() {
         // SAFETY: the CPU supports AVX2 and F16C, checked just above.
         return unsafe { sum_blocks_avx2(w, block_sums) };
     }
-    sum_blocks_with::<Portable, W>(w, block_sums)
+    sum_blocks_with::<simd::Baseline, W>(w, block_sums)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -267,7 +268,7 @@ pub(crate) fn store_pair_blocks<O: PairOp, P: Prob, Q: Prob>(
         // SAFETY: the CPU supports AVX2 and F16C, checked just above.
         return unsafe { store_pair_blocks_avx2(op, p, q, out, block_sums) };
     }
-    store_pair_blocks_with::<Portable, O, P, Q>(op, p, q, out, block_sums)
+    store_pair_blocks_with::<simd::Baseline, O, P, Q>(op, p, q, out, block_sums)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -307,7 +308,7 @@ pub(crate) fn update_pair_blocks<O: PairOp, Q: Prob>(
         // SAFETY: the CPU supports AVX2 and F16C, checked just above.
         return unsafe { update_pair_blocks_avx2(op, w, q, block_sums) };
     }
-    update_pair_blocks_with::<Portable, O, Q>(op, w, q, block_sums)
+    update_pair_blocks_with::<simd::Baseline, O, Q>(op, w, q, block_sums)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -437,7 +438,9 @@ pub(crate) fn argmax<P: Prob, R: Row<P>>(row: R, at: RowAt) -> Result<usize, Cor
 const ARGMAX_BLOCK: usize = SUM_BLOCK;
 
 /// Argmax of a unit-stride row by bit patterns (which order like the values
-/// for `+0.0 ..= MAX`); `None` if a value is outside that range.
+/// for `+0.0 ..= MAX`); `None` if a value is outside that range. The block
+/// maxima are integer reductions the compiler vectorizes: with AVX2 where the
+/// CPU has it, with NEON (baseline) on aarch64; the result is the same.
 fn dense_argmax<P: Prob>(p: &[P]) -> Option<usize> {
     #[cfg(target_arch = "x86_64")]
     if simd::has_avx2() {

@@ -1,10 +1,12 @@
 //! Block kernels of the canonical summation (see [`crate::sample`]): a portable
-//! version, and an AVX2 one chosen at run time on x86-64. Both compute the same
-//! bits: lane `l` of the [`SUM_LANES`] accumulators adds the elements with
+//! version, an AVX2 one chosen at run time on x86-64, and a NEON one on aarch64
+//! (always: NEON is part of its baseline). All compute the same bits: lane `l`
+//! of the [`SUM_LANES`] accumulators adds the elements with
 //! `i % SUM_LANES == l` in index order; the AVX2 kernel holds four lanes per
-//! register, so each register add is four of the portable adds. Sixteen lanes
-//! make four independent chains of adds, enough to hide the add latency while
-//! reading the row front to back (what the hardware prefetcher follows best).
+//! register and the NEON kernel two, so each register add is four (two) of the
+//! portable adds. Sixteen lanes make four independent chains of adds (eight
+//! with NEON), enough to hide the add latency while reading the row front to
+//! back (what the hardware prefetcher follows best).
 //!
 //! Each kernel also reports whether every value it read is surely finite and
 //! non-negative, by keeping the largest bit pattern seen (see [`Prob`]);
@@ -50,6 +52,28 @@ pub(crate) trait PairOp: Copy + Sync {
         p: std::arch::x86_64::__m256d,
         q: std::arch::x86_64::__m256d,
     ) -> std::arch::x86_64::__m256d;
+    /// [`PairOp::apply`] on two lanes, the same bits.
+    ///
+    /// # Safety
+    /// None beyond NEON, which every aarch64 target has (`unsafe` for the
+    /// intrinsics' sake).
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn apply2(
+        self,
+        p: std::arch::aarch64::float64x2_t,
+        q: std::arch::aarch64::float64x2_t,
+    ) -> std::arch::aarch64::float64x2_t;
+}
+
+/// [`positive_part`] on two lanes: `d` where `d > 0`, else `+0.0`. A compare
+/// and a select, not `vmaxq_f64`, which returns NaN for a NaN `d` where
+/// `positive_part` (and x86's `maxpd(d, 0)`) give `+0.0`.
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+unsafe fn positive_part2(d: std::arch::aarch64::float64x2_t) -> std::arch::aarch64::float64x2_t {
+    use std::arch::aarch64::*;
+    let zero = vdupq_n_f64(0.0);
+    vbslq_f64(vcgtq_f64(d, zero), d, zero)
 }
 
 /// `max(0, p - q)`: the residual after a rejection.
@@ -83,6 +107,15 @@ impl PairOp for Residual {
         // MAXPD(d, 0) returns d when d > 0, else 0: `positive_part`.
         _mm256_max_pd(_mm256_sub_pd(p, q), _mm256_setzero_pd())
     }
+    #[cfg(target_arch = "aarch64")]
+    #[inline(always)]
+    unsafe fn apply2(
+        self,
+        p: std::arch::aarch64::float64x2_t,
+        q: std::arch::aarch64::float64x2_t,
+    ) -> std::arch::aarch64::float64x2_t {
+        positive_part2(std::arch::aarch64::vsubq_f64(p, q))
+    }
 }
 
 impl PairOp for ScaledResidual {
@@ -101,6 +134,19 @@ impl PairOp for ScaledResidual {
         use std::arch::x86_64::*;
         let scaled = _mm256_mul_pd(_mm256_set1_pd(self.0), p);
         _mm256_max_pd(_mm256_sub_pd(scaled, q), _mm256_setzero_pd())
+    }
+    #[cfg(target_arch = "aarch64")]
+    #[inline(always)]
+    unsafe fn apply2(
+        self,
+        p: std::arch::aarch64::float64x2_t,
+        q: std::arch::aarch64::float64x2_t,
+    ) -> std::arch::aarch64::float64x2_t {
+        use std::arch::aarch64::*;
+        // A product, then a difference: two roundings, as `apply` (LLVM does
+        // not fuse separate intrinsics into FMLS).
+        let scaled = vmulq_f64(vdupq_n_f64(self.0), p);
+        positive_part2(vsubq_f64(scaled, q))
     }
 }
 
@@ -124,10 +170,33 @@ impl PairOp for Overlap {
     ) -> std::arch::x86_64::__m256d {
         std::arch::x86_64::_mm256_min_pd(p, q)
     }
+    #[cfg(target_arch = "aarch64")]
+    #[inline(always)]
+    unsafe fn apply2(
+        self,
+        p: std::arch::aarch64::float64x2_t,
+        q: std::arch::aarch64::float64x2_t,
+    ) -> std::arch::aarch64::float64x2_t {
+        use std::arch::aarch64::*;
+        // MINPD's rule by compare and select (`vminq_f64` differs for NaN and
+        // for -0.0 against +0.0).
+        vbslq_f64(vcltq_f64(p, q), p, q)
+    }
 }
 
-/// Plain Rust, for every target.
+/// Plain Rust, for every target: the bits every SIMD kernel matches (on
+/// aarch64, where NEON is baseline, only the tests run it).
+#[cfg_attr(all(target_arch = "aarch64", not(test)), allow(dead_code))]
 pub(crate) struct Portable;
+
+/// The kernel every CPU of the target runs: `Neon` on aarch64, else
+/// [`Portable`] (on x86-64 the callers pick `Avx2` at run time on top).
+#[cfg(target_arch = "aarch64")]
+pub(crate) type Baseline = Neon;
+/// The kernel every CPU of the target runs: `Neon` on aarch64, else
+/// [`Portable`] (on x86-64 the callers pick `Avx2` at run time on top).
+#[cfg(not(target_arch = "aarch64"))]
+pub(crate) type Baseline = Portable;
 
 /// `max(0, d)` for a finite `d`, written as x86's `maxpd(d, 0)` computes it.
 #[inline(always)]
@@ -495,9 +564,210 @@ mod x86 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) use aarch64::Neon;
+
+#[cfg(target_arch = "aarch64")]
+mod aarch64 {
+    use std::arch::aarch64::*;
+
+    use super::{
+        add_dense_tail, add_pair_tail, combine_lanes, store_pair_tail, update_pair_tail, Kernel,
+        PairOp, SUM_LANES,
+    };
+    use crate::prob::Prob;
+
+    /// The NEON kernels. NEON is part of the aarch64 baseline: no run-time
+    /// check, every CPU of the target runs them.
+    pub(crate) struct Neon;
+
+    impl Kernel for Neon {
+        #[inline(always)]
+        fn dense<P: Prob>(p: &[P]) -> (f64, bool) {
+            // SAFETY: NEON is always present on aarch64; the loads stay in `p`.
+            unsafe { dense(p) }
+        }
+        #[inline(always)]
+        fn pair<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool) {
+            // SAFETY: as above; `p` and `q` have equal lengths (checked shapes).
+            unsafe { pair::<O, P, Q>(op, p, q) }
+        }
+        #[inline(always)]
+        fn pair_store<O: PairOp, P: Prob, Q: Prob>(
+            op: O,
+            p: &[P],
+            q: &[Q],
+            out: &mut [f64],
+        ) -> (f64, bool) {
+            // SAFETY: as above; `out` is as long as `p` (asserted there).
+            unsafe { pair_store::<O, P, Q>(op, p, q, out) }
+        }
+        #[inline(always)]
+        fn pair_update<O: PairOp, Q: Prob>(op: O, w: &mut [f64], q: &[Q]) -> (f64, bool) {
+            // SAFETY: as above; `q` is as long as `w` (asserted there).
+            unsafe { pair_update::<O, Q>(op, w, q) }
+        }
+    }
+
+    /// `f64x2` registers holding the lanes: register `r` holds lanes `2r, 2r + 1`.
+    const REGS: usize = SUM_LANES / 2;
+
+    /// The accumulators' lanes in order, for the scalar tail and [`combine_lanes`].
+    #[inline(always)]
+    unsafe fn spill(acc: [float64x2_t; REGS]) -> [f64; SUM_LANES] {
+        let mut lanes = [0.0f64; SUM_LANES];
+        for (r, reg) in acc.into_iter().enumerate() {
+            vst1q_f64(lanes.as_mut_ptr().add(2 * r), reg);
+        }
+        lanes
+    }
+
+    /// [`Kernel::dense`]: each chunk of 16 is two loads of 8, each feeding
+    /// four registers (lanes `8h .. 8h + 8`).
+    #[inline(always)]
+    unsafe fn dense<P: Prob>(p: &[P]) -> (f64, bool) {
+        let mut acc = [vdupq_n_f64(0.0); REGS];
+        let mut high = P::no_high();
+        let (chunks, tail) = p.as_chunks::<SUM_LANES>();
+        for c in chunks {
+            for (h, eight) in c.as_chunks::<8>().0.iter().enumerate() {
+                let v = P::load8(eight.as_ptr(), &mut high);
+                for (k, x) in v.into_iter().enumerate() {
+                    acc[4 * h + k] = vaddq_f64(acc[4 * h + k], x);
+                }
+            }
+        }
+        let body_ok = P::all_valid(high);
+        let mut lanes = spill(acc);
+        let mut high = [P::Bits::default(); SUM_LANES];
+        add_dense_tail(&mut lanes, &mut high, tail);
+        let ok = body_ok & high.iter().all(|&h| h <= P::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+
+    /// [`Kernel::pair`].
+    #[inline(always)]
+    unsafe fn pair<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool) {
+        let mut acc = [vdupq_n_f64(0.0); REGS];
+        let (mut high_p, mut high_q) = (P::no_high(), Q::no_high());
+        let (p_chunks, p_tail) = p.as_chunks::<SUM_LANES>();
+        let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
+        for (pc, qc) in p_chunks.iter().zip(q_chunks) {
+            let eights = pc.as_chunks::<8>().0.iter().zip(qc.as_chunks::<8>().0);
+            for (h, (p8, q8)) in eights.enumerate() {
+                let pv = P::load8(p8.as_ptr(), &mut high_p);
+                let qv = Q::load8(q8.as_ptr(), &mut high_q);
+                for k in 0..4 {
+                    acc[4 * h + k] = vaddq_f64(acc[4 * h + k], op.apply2(pv[k], qv[k]));
+                }
+            }
+        }
+        let body_ok = P::all_valid(high_p) & Q::all_valid(high_q);
+        let mut lanes = spill(acc);
+        let mut high_p = [P::Bits::default(); SUM_LANES];
+        let mut high_q = [Q::Bits::default(); SUM_LANES];
+        add_pair_tail::<O, P, Q>(op, &mut lanes, &mut high_p, &mut high_q, p_tail, q_tail);
+        let ok = body_ok
+            & high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
+            & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+
+    /// [`Kernel::pair_update`]: each register of weights is loaded, combined
+    /// with `q`, stored back and added.
+    #[inline(always)]
+    unsafe fn pair_update<O: PairOp, Q: Prob>(op: O, w: &mut [f64], q: &[Q]) -> (f64, bool) {
+        assert!(q.len() == w.len());
+        let mut acc = [vdupq_n_f64(0.0); REGS];
+        let mut high_q = Q::no_high();
+        let (w_chunks, w_tail) = w.as_chunks_mut::<SUM_LANES>();
+        let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
+        for (wc, qc) in w_chunks.iter_mut().zip(q_chunks) {
+            for (h, q8) in qc.as_chunks::<8>().0.iter().enumerate() {
+                let qv = Q::load8(q8.as_ptr(), &mut high_q);
+                for (k, qk) in qv.into_iter().enumerate() {
+                    let at = wc.as_mut_ptr().add(8 * h + 2 * k);
+                    let n = op.apply2(vld1q_f64(at), qk);
+                    vst1q_f64(at, n);
+                    acc[4 * h + k] = vaddq_f64(acc[4 * h + k], n);
+                }
+            }
+        }
+        let body_ok = Q::all_valid(high_q);
+        let mut lanes = spill(acc);
+        let mut high_q = [Q::Bits::default(); SUM_LANES];
+        update_pair_tail::<O, Q>(op, &mut lanes, &mut high_q, w_tail, q_tail);
+        let ok = body_ok & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+
+    /// [`Kernel::pair_store`].
+    #[inline(always)]
+    unsafe fn pair_store<O: PairOp, P: Prob, Q: Prob>(
+        op: O,
+        p: &[P],
+        q: &[Q],
+        out: &mut [f64],
+    ) -> (f64, bool) {
+        assert!(q.len() == p.len() && out.len() == p.len());
+        let mut acc = [vdupq_n_f64(0.0); REGS];
+        let (mut high_p, mut high_q) = (P::no_high(), Q::no_high());
+        let (p_chunks, p_tail) = p.as_chunks::<SUM_LANES>();
+        let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
+        let (o_chunks, o_tail) = out.as_chunks_mut::<SUM_LANES>();
+        for ((pc, qc), oc) in p_chunks.iter().zip(q_chunks).zip(o_chunks) {
+            let eights = pc.as_chunks::<8>().0.iter().zip(qc.as_chunks::<8>().0);
+            for (h, (p8, q8)) in eights.enumerate() {
+                let pv = P::load8(p8.as_ptr(), &mut high_p);
+                let qv = Q::load8(q8.as_ptr(), &mut high_q);
+                for k in 0..4 {
+                    let w = op.apply2(pv[k], qv[k]);
+                    vst1q_f64(oc.as_mut_ptr().add(8 * h + 2 * k), w);
+                    acc[4 * h + k] = vaddq_f64(acc[4 * h + k], w);
+                }
+            }
+        }
+        let body_ok = P::all_valid(high_p) & Q::all_valid(high_q);
+        let mut lanes = spill(acc);
+        let mut high_p = [P::Bits::default(); SUM_LANES];
+        let mut high_q = [Q::Bits::default(); SUM_LANES];
+        store_pair_tail::<O, P, Q>(
+            op,
+            &mut lanes,
+            &mut high_p,
+            &mut high_q,
+            p_tail,
+            q_tail,
+            o_tail,
+        );
+        let ok = body_ok
+            & high_p.iter().all(|&h| h <= P::LARGEST_FINITE)
+            & high_q.iter().all(|&h| h <= Q::LARGEST_FINITE);
+        (combine_lanes(lanes), ok)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Runs `$body` once for each SIMD kernel this target and CPU run, with
+    /// `$k` naming it: `Avx2` on x86-64 where the CPU has it, `Neon` on
+    /// aarch64; nothing elsewhere. One test body covers both architectures.
+    macro_rules! for_simd_kernels {
+        ($k:ident => $body:expr) => {{
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                type $k = Avx2;
+                $body;
+            }
+            #[cfg(target_arch = "aarch64")]
+            {
+                type $k = Neon;
+                $body;
+            }
+        }};
+    }
 
     fn rows(len: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
         // A small LCG: varied magnitudes, exact zeros, equal pairs.
@@ -525,73 +795,101 @@ mod tests {
         (p, q)
     }
 
-    #[cfg(target_arch = "x86_64")]
+    /// The same sum bits (any NaN alike) and the same validity flag.
+    fn assert_same(a: (f64, bool), b: (f64, bool), what: &str) {
+        let same = a.0.to_bits() == b.0.to_bits() || (a.0.is_nan() && b.0.is_nan());
+        assert!(same && a.1 == b.1, "{what}: {a:?} against {b:?}");
+    }
+
+    /// Every kernel of the target gives `Portable`'s sums and flags on `p`, `q`.
     fn check_same<P: Prob, Q: Prob>(p: &[P], q: &[Q]) {
-        if !has_avx2() {
-            return;
-        }
-        let (a, b) = (Portable::dense(p), Avx2::dense(p));
-        assert_eq!(
-            (a.0.to_bits(), a.1),
-            (b.0.to_bits(), b.1),
-            "dense, len {}",
-            p.len()
+        for_simd_kernels!(K => check_same_as::<K, P, Q>(p, q));
+    }
+
+    fn check_same_as<K: Kernel, P: Prob, Q: Prob>(p: &[P], q: &[Q]) {
+        let len = p.len();
+        assert_same(
+            Portable::dense(p),
+            K::dense(p),
+            &format!("dense, len {len}"),
         );
         for (op, a, b) in [
             (
                 "residual",
                 Portable::pair(Residual, p, q),
-                Avx2::pair(Residual, p, q),
+                K::pair(Residual, p, q),
             ),
             (
                 "overlap",
                 Portable::pair(Overlap, p, q),
-                Avx2::pair(Overlap, p, q),
+                K::pair(Overlap, p, q),
             ),
             (
                 "scaled residual",
                 Portable::pair(ScaledResidual(0.3), p, q),
-                Avx2::pair(ScaledResidual(0.3), p, q),
+                K::pair(ScaledResidual(0.3), p, q),
             ),
         ] {
-            assert_eq!(
-                (a.0.to_bits(), a.1),
-                (b.0.to_bits(), b.1),
-                "{op}, len {}",
-                p.len()
-            );
+            assert_same(a, b, &format!("{op}, len {len}"));
         }
     }
 
-    /// `pair_store` writes `op(p_i, q_i)` and sums them as `pair` does, on both kernels.
-    #[cfg(target_arch = "x86_64")]
+    /// `pair_store` writes `op(p_i, q_i)` and sums them as `pair` does, on
+    /// every kernel of the target.
     fn check_store<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) {
+        check_store_as::<Portable, O, P, Q>(op, p, q);
+        for_simd_kernels!(K => check_store_as::<K, O, P, Q>(op, p, q));
+    }
+
+    fn check_store_as<K: Kernel, O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) {
         let want: Vec<u64> = p
             .iter()
             .zip(q)
             .map(|(a, b)| op.apply(a.to_f64(), b.to_f64()).to_bits())
             .collect();
         let sum = Portable::pair(op, p, q);
-        type Store<O, P, Q> = fn(O, &[P], &[Q], &mut [f64]) -> (f64, bool);
-        let mut kernels: Vec<Store<O, P, Q>> = vec![Portable::pair_store::<O, P, Q>];
-        if has_avx2() {
-            kernels.push(Avx2::pair_store::<O, P, Q>);
-        }
-        for kernel in kernels {
-            let mut out = vec![f64::NAN; p.len()];
-            let got = kernel(op, p, q, &mut out);
-            assert_eq!(
-                (got.0.to_bits(), got.1),
-                (sum.0.to_bits(), sum.1),
-                "len {}",
-                p.len()
+        let mut out = vec![f64::NAN; p.len()];
+        let got = K::pair_store(op, p, q, &mut out);
+        assert_same(got, sum, &format!("len {}", p.len()));
+        let bits: Vec<u64> = out.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(bits, want, "len {}", p.len());
+    }
+
+    /// `pair_update` on `w`: the values and sum `pair_store` writes from
+    /// `p = w`, and only `q` checked: a bad value anywhere in it (vector body
+    /// or tail) clears the flag.
+    fn check_update_as<K: Kernel>(p: &[f64], q: &[f32]) {
+        let len = p.len();
+        for op in [ScaledResidual(1.0), ScaledResidual(0.3 / 0.7)] {
+            let mut want = vec![0.0; len];
+            let sum = Portable::pair_store(op, p, q, &mut want);
+            let mut w = p.to_vec();
+            assert_same(K::pair_update(op, &mut w, q), sum, &format!("len {len}"));
+            let (w, want): (Vec<u64>, Vec<u64>) = (
+                w.iter().map(|v| v.to_bits()).collect(),
+                want.iter().map(|v| v.to_bits()).collect(),
             );
-            let bits: Vec<u64> = out.iter().map(|v| v.to_bits()).collect();
-            assert_eq!(bits, want, "len {}", p.len());
+            assert_eq!(w, want, "len {len}");
+        }
+        for at in 0..len {
+            for bad in [f32::NAN, -1.0, f32::INFINITY, -0.0] {
+                let mut q_bad = q.to_vec();
+                q_bad[at] = bad;
+                let mut w = p.to_vec();
+                assert!(
+                    K::pair_update(ScaledResidual(0.5), &mut w, q).1,
+                    "len {len}"
+                );
+                let mut w = p.to_vec();
+                let got = K::pair_update(ScaledResidual(0.5), &mut w, &q_bad);
+                let mut w = p.to_vec();
+                let want = Portable::pair_update(ScaledResidual(0.5), &mut w, &q_bad);
+                assert!(!got.1, "{bad} at {at} of {len}");
+                assert_same(got, want, &format!("{bad} at {at} of {len}"));
+            }
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
     #[test]
     fn pair_store_writes_and_sums_as_pair() {
         for (len, seed) in (0..70)
@@ -610,48 +908,12 @@ mod tests {
                 check_store(op, &p, &q32);
                 check_store(op, &p16, &q32);
             }
-            // In place: the same values and sums as writing elsewhere.
-            for op in [ScaledResidual(1.0), ScaledResidual(0.3 / 0.7)] {
-                type Update = fn(ScaledResidual, &mut [f64], &[f32]) -> (f64, bool);
-                let mut kernels: Vec<Update> = vec![Portable::pair_update::<ScaledResidual, f32>];
-                if has_avx2() {
-                    kernels.push(Avx2::pair_update::<ScaledResidual, f32>);
-                }
-                let mut want = vec![0.0; len];
-                let sum = Portable::pair_store(op, &p, &q32, &mut want);
-                for kernel in kernels {
-                    let mut w = p.clone();
-                    let got = kernel(op, &mut w, &q32);
-                    assert_eq!(
-                        (got.0.to_bits(), got.1),
-                        (sum.0.to_bits(), sum.1),
-                        "len {len}"
-                    );
-                    assert_eq!(w, want, "len {len}");
-                }
-            }
-            // In place, only the draft row is checked: a bad value anywhere in
-            // it (vector body or tail) clears the flag on both kernels.
-            for at in 0..len {
-                for bad in [f32::NAN, -1.0, f32::INFINITY] {
-                    type Update = fn(ScaledResidual, &mut [f64], &[f32]) -> (f64, bool);
-                    let mut kernels: Vec<Update> =
-                        vec![Portable::pair_update::<ScaledResidual, f32>];
-                    if has_avx2() {
-                        kernels.push(Avx2::pair_update::<ScaledResidual, f32>);
-                    }
-                    let mut q_bad = q32.clone();
-                    q_bad[at] = bad;
-                    for kernel in kernels {
-                        let mut w = p.clone();
-                        assert!(kernel(ScaledResidual(0.5), &mut w, &q32).1, "len {len}");
-                        assert!(
-                            !kernel(ScaledResidual(0.5), &mut w, &q_bad).1,
-                            "len {len} at {at}"
-                        );
-                    }
-                }
-            }
+            check_store(Residual, &p, &q32);
+            check_store(Overlap, &p16, &q);
+            // In place: the same values and sums as writing elsewhere, and
+            // only the draft row checked.
+            check_update_as::<Portable>(&p, &q32);
+            for_simd_kernels!(K => check_update_as::<K>(&p, &q32));
             // The scale 1 is the residual, bit for bit.
             let mut a = vec![0.0; len];
             let mut b = vec![0.0; len];
@@ -664,9 +926,8 @@ mod tests {
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
     #[test]
-    fn avx2_kernels_compute_the_portable_bits() {
+    fn simd_kernels_compute_the_portable_bits() {
         for (len, seed) in (0..70)
             .map(|n| (n, n as u64))
             .chain([(256, 1), (1000, 2), (1100, 3)])
@@ -712,56 +973,159 @@ mod tests {
         }
     }
 
-    /// Every 16-bit pattern through the AVX2 and portable kernels: each value
-    /// summed alone (the others zero) in a row of exactly `SUM_LANES` elements,
-    /// so it goes through the vector body (`load8`), never the scalar tail; the
-    /// pattern's position cycles over every lane, so both loads of a chunk and
-    /// both halves of each load are used. Same sum, same validity.
-    #[cfg(target_arch = "x86_64")]
-    fn every_16_bit_pattern<P: Prob>(from_bits: fn(u16) -> P, zero: P) {
+    /// The differences `Residual` and `Overlap` must round as the portable
+    /// ones do: `+0.0` for `p - q = -0.0` or `+0.0`, `min` of equal zeros of
+    /// either sign, ties, and (from bad input) NaN and infinities, in each
+    /// lane of a register (position `at` in a row of `SUM_LANES`).
+    #[test]
+    fn simd_pair_ops_keep_the_portable_bits_at_zeros_and_ties() {
+        let specials = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            f64::MIN_POSITIVE,
+            5e-324,
+            f64::MAX,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ];
+        for &a in &specials {
+            for &b in &specials {
+                for at in 0..SUM_LANES {
+                    let (mut p, mut q) = ([0.0f64; SUM_LANES], [0.0f64; SUM_LANES]);
+                    (p[at], q[at]) = (a, b);
+                    check_store(Residual, &p, &q);
+                    check_store(ScaledResidual(0.75), &p, &q);
+                    check_store(Overlap, &p, &q);
+                    check_same(&p, &q);
+                }
+            }
+        }
+    }
+
+    /// Every 16-bit pattern through the target's SIMD and the portable
+    /// kernels: each value summed alone (the others zero) in a row of exactly
+    /// `SUM_LANES` elements, so it goes through the vector body (`load8`),
+    /// never the scalar tail; the pattern's position cycles over every lane,
+    /// so both loads of a chunk and every register of each load are used.
+    /// Same sum, same validity.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn every_16_bit_pattern<K: Kernel, P: Prob>(from_bits: fn(u16) -> P, zero: P) {
         for bits in 0..=u16::MAX {
             let mut row = [zero; SUM_LANES];
             row[usize::from(bits) % SUM_LANES] = from_bits(bits);
-            let (a, b) = (Portable::dense(&row), Avx2::dense(&row));
-            let same = a.0.to_bits() == b.0.to_bits() || (a.0.is_nan() && b.0.is_nan());
-            assert!(same && a.1 == b.1, "dense {bits:#06x}");
+            assert_same(
+                Portable::dense(&row),
+                K::dense(&row),
+                &format!("dense {bits:#06x}"),
+            );
             // Each operand of a pair kernel: max(0, x - 0) and max(0, 0 - x).
             let zeros = [zero; SUM_LANES];
             for (p, q) in [(&row, &zeros), (&zeros, &row)] {
-                let (a, b) = (Portable::pair(Residual, p, q), Avx2::pair(Residual, p, q));
-                let same = a.0.to_bits() == b.0.to_bits() || (a.0.is_nan() && b.0.is_nan());
-                assert!(same && a.1 == b.1, "pair {bits:#06x}");
+                let what = format!("pair {bits:#06x}");
+                assert_same(
+                    Portable::pair(Residual, p, q),
+                    K::pair(Residual, p, q),
+                    &what,
+                );
             }
         }
         // The float32 loads of the screens (`load8_ps`): each lane exact.
         let all: Vec<P> = (0..=u16::MAX).map(from_bits).collect();
-        for (n, eight) in all.chunks_exact(8).enumerate() {
-            // SAFETY: 8 readable elements; `has_avx2()` was checked by the caller.
-            let v = unsafe { P::load8_ps(eight.as_ptr()) };
-            let mut got = [0.0f32; 8];
-            // SAFETY: `got` holds 8 f32.
-            unsafe { std::arch::x86_64::_mm256_storeu_ps(got.as_mut_ptr(), v) };
+        check_load8_ps(&all);
+    }
+
+    /// `load8_ps` of each 8 elements of `row` gives `x as f32` in each lane.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    fn check_load8_ps<P: Prob>(row: &[P]) {
+        for (n, eight) in row.chunks_exact(8).enumerate() {
+            let got = load8_ps(eight);
             for (i, (&g, &x)) in got.iter().zip(eight).enumerate() {
                 let want = x.to_f64() as f32;
                 let same = g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan());
-                assert!(same, "load8_ps {:#06x}", n * 8 + i);
+                assert!(same, "load8_ps at {}: {g:e} for {want:e}", n * 8 + i);
             }
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
+    /// `load8_ps` of f32 (exact) and f64 (rounded as `as f32`: ties, f32
+    /// subnormals, overflow to infinity) rows, every lane.
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     #[test]
-    fn avx2_f16_loads_convert_every_bit_pattern_exactly() {
-        if has_avx2() {
-            every_16_bit_pattern(half::f16::from_bits, half::f16::ZERO);
+    fn simd_float32_loads_of_f32_and_f64_rows() {
+        #[cfg(target_arch = "x86_64")]
+        if !has_avx2() {
+            return;
         }
+        let (p, q) = rows(1024, 11);
+        let specials = [
+            0.0,
+            -0.0,
+            1.0 + f64::EPSILON,
+            1.0 + 2f64.powi(-24),
+            1.0 + 3.0 * 2f64.powi(-24),
+            1e-40,
+            1e-46,
+            f64::MAX,
+            -f64::MAX,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            -1e300,
+            3.0e38,
+            f64::MIN_POSITIVE,
+            0.1,
+        ];
+        let row: Vec<f64> = p
+            .iter()
+            .zip(&q)
+            .map(|(&a, &b)| a * 1e6 - b * 3e5)
+            .chain(specials.iter().cycle().take(8 * specials.len()).copied())
+            .chain(specials.iter().rev().copied())
+            .collect();
+        check_load8_ps(&row);
+        let row32: Vec<f32> = row.iter().map(|&v| v as f32).collect();
+        check_load8_ps(&row32);
     }
 
+    /// `P::load8_ps` of the first 8 elements of `eight`, stored.
     #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn avx2_bf16_loads_convert_every_bit_pattern_exactly() {
-        if has_avx2() {
-            every_16_bit_pattern(half::bf16::from_bits, half::bf16::ZERO);
+    fn load8_ps<P: Prob>(eight: &[P]) -> [f32; 8] {
+        assert!(eight.len() >= 8);
+        let mut got = [0.0f32; 8];
+        // SAFETY: 8 readable elements; the callers checked `has_avx2()`;
+        // `got` holds 8 f32.
+        unsafe {
+            let v = P::load8_ps(eight.as_ptr());
+            std::arch::x86_64::_mm256_storeu_ps(got.as_mut_ptr(), v);
         }
+        got
+    }
+
+    /// `P::load8_ps` of the first 8 elements of `eight`, stored.
+    #[cfg(target_arch = "aarch64")]
+    fn load8_ps<P: Prob>(eight: &[P]) -> [f32; 8] {
+        assert!(eight.len() >= 8);
+        let mut got = [0.0f32; 8];
+        // SAFETY: 8 readable elements; NEON is always present; `got` holds 8 f32.
+        unsafe {
+            let [a, b] = P::load8_ps(eight.as_ptr());
+            std::arch::aarch64::vst1q_f32(got.as_mut_ptr(), a);
+            std::arch::aarch64::vst1q_f32(got.as_mut_ptr().add(4), b);
+        }
+        got
+    }
+
+    #[test]
+    fn simd_f16_loads_convert_every_bit_pattern_exactly() {
+        for_simd_kernels!(K => every_16_bit_pattern::<K, _>(half::f16::from_bits, half::f16::ZERO));
+    }
+
+    #[test]
+    fn simd_bf16_loads_convert_every_bit_pattern_exactly() {
+        for_simd_kernels!(K => every_16_bit_pattern::<K, _>(half::bf16::from_bits, half::bf16::ZERO));
     }
 }

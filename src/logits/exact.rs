@@ -137,7 +137,8 @@ fn exp_row_sum_fma<L: Prob>(values: &[L], inverse: f64, max: f64, w: &mut [f64])
     exp_row_sum::<crate::simd::Avx2, L, true>(values, inverse, max, w)
 }
 
-/// The two passes of the softmax, AVX2 when the CPU has it: `(valid, max)`.
+/// The two passes of the softmax, AVX2 when the CPU has it (aarch64: the
+/// baseline NEON build, FMA and the NEON kernel): `(valid, max)`.
 pub(super) fn row_max(values: &[impl Prob]) -> (bool, f64) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {
@@ -158,17 +159,25 @@ pub(super) fn row_exp_sum(values: &[impl Prob], inverse: f64, max: f64, w: &mut 
         // SAFETY: as above.
         return unsafe { exp_row_sum_avx2(values, inverse, max, w) };
     }
-    exp_row_sum::<crate::simd::Portable, _, false>(values, inverse, max, w)
+    exp_row_sum::<crate::simd::Baseline, _, BASELINE_FMA>(values, inverse, max, w)
 }
+
+/// Whether every CPU of the target fuses `mul_add` in one instruction, so
+/// the baseline pass runs the FMA variant: aarch64 (FMADD is part of its
+/// base instruction set). Elsewhere `mul_add` could be a library call.
+const BASELINE_FMA: bool = cfg!(target_arch = "aarch64");
 
 /// `w_x = exp((l_x - max) / T)` with the bits the exact pass gives it (the
 /// same `exp` variant as [`row_exp_sum`] picks).
 pub(super) fn exact_weight(l: impl Prob, max: f64, inverse: f64) -> f64 {
     let x = (l.to_f64() - max) * inverse;
-    #[cfg(target_arch = "x86_64")]
     if uses_fma() {
+        #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU supports FMA, checked by `uses_fma`.
         return unsafe { exp_fma(x) };
+        // Baseline FMA: `mul_add` is one instruction without a target feature.
+        #[cfg(not(target_arch = "x86_64"))]
+        return exp_nonpositive::<true>(x, &EXP2_TABLE);
     }
     exp_nonpositive::<false>(x, &EXP2_TABLE)
 }
@@ -187,7 +196,7 @@ fn uses_fma() -> bool {
     if crate::simd::has_avx2() {
         return std::is_x86_feature_detected!("fma");
     }
-    false
+    BASELINE_FMA
 }
 
 /// The exact pass alone over a row of logits (max, then float64 `exp` and
@@ -216,6 +225,37 @@ mod tests {
             x -= 0.000_913;
         }
         assert!(worst < 4.5e-16, "relative error {worst}");
+    }
+
+    /// [`exact_weight`] gives each weight the bits [`row_exp_sum`] writes (the
+    /// same `exp` variant: FMA or not), and the sum is the canonical sum of
+    /// them. The variants differ on about one input in 2000: the row holds
+    /// some of those, so a mismatch would show.
+    #[test]
+    fn exact_weight_has_the_bits_of_the_exact_pass() {
+        let values: Vec<f64> = (0..40_000)
+            .map(|i| f64::from(i) * -0.000_913)
+            .chain([f64::NEG_INFINITY, -1e-30])
+            .collect();
+        let table: &[f64; 256] = &EXP2_TABLE;
+        for temperature in [1.0, 0.7] {
+            let inverse = 1.0 / temperature;
+            let (ok, max) = row_max(&values);
+            assert!(ok && max == 0.0);
+            let differ = values.iter().filter(|&&l| {
+                let x = (l - max) * inverse;
+                exp_nonpositive::<true>(x, table) != exp_nonpositive::<false>(x, table)
+            });
+            assert!(differ.count() > 5);
+            let mut w = vec![f64::NAN; values.len()];
+            let total = row_exp_sum(&values, inverse, max, &mut w);
+            for (&l, &wi) in values.iter().zip(&w) {
+                assert_eq!(exact_weight(l, max, inverse).to_bits(), wi.to_bits(), "{l}");
+            }
+            let weights = crate::sample::BufferWeights { w: &w };
+            let canonical = crate::sample::canonical_sum(&weights, &mut Vec::new()).unwrap();
+            assert_eq!(canonical.to_bits(), total.to_bits());
+        }
     }
 
     #[test]
