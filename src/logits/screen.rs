@@ -111,17 +111,24 @@ const SCREEN_LANES: usize = 16;
 const SCREEN_CHUNK: usize = 2048;
 
 /// Validity (no NaN, no `+inf`) and max of f16/bf16/f32 logits, in `f32`
-/// (exact): the AVX2 kernel where the CPU has it.
+/// (exact): the AVX2 kernel where the CPU has it, the NEON kernel on aarch64
+/// (the same bits as [`max_chunk_f32`]).
 pub(super) fn max_of<L: Prob>(values: &[L]) -> (bool, f32) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {
         // SAFETY: the CPU supports AVX2 and F16C, checked just above.
         return unsafe { x86::max_of(values) };
     }
-    max_chunk_f32(values)
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: NEON is part of the aarch64 baseline.
+    return unsafe { neon::max_of(values) };
+    #[cfg(not(target_arch = "aarch64"))]
+    return max_chunk_f32(values);
 }
 
-/// [`max_of`], portable.
+/// [`max_of`], portable: element `j` of every group of [`SCREEN_LANES`]
+/// goes to lane `j`, then the tail's (see [`max_lanes_finish`]).
+#[cfg_attr(target_arch = "aarch64", allow(dead_code))] // the NEON kernel's twin there
 #[inline(always)]
 fn max_chunk_f32<L: Prob>(chunk: &[L]) -> (bool, f32) {
     let mut max = [f32::NEG_INFINITY; SCREEN_LANES];
@@ -130,35 +137,62 @@ fn max_chunk_f32<L: Prob>(chunk: &[L]) -> (bool, f32) {
     let (groups, tail) = chunk.as_chunks::<SCREEN_LANES>();
     for group in groups {
         for j in 0..SCREEN_LANES {
-            let v = group[j].to_f32();
-            bad[j] = if v < f32::INFINITY { bad[j] } else { 1.0 };
-            max[j] = if v > max[j] { v } else { max[j] };
+            max_lane(&mut max[j], &mut bad[j], group[j]);
         }
     }
-    for (j, l) in tail.iter().enumerate() {
-        let v = l.to_f32();
-        bad[j] = if v < f32::INFINITY { bad[j] } else { 1.0 };
-        max[j] = if v > max[j] { v } else { max[j] };
+    max_lanes_finish(max, bad, tail)
+}
+
+/// One element into a lane of [`max_chunk_f32`]: `bad` becomes 1 for NaN or
+/// `+inf` (not below `+inf`), `max` takes a value above it (never NaN).
+#[inline(always)]
+fn max_lane<L: Prob>(max: &mut f32, bad: &mut f32, l: L) {
+    let v = l.to_f32();
+    *bad = if v < f32::INFINITY { *bad } else { 1.0 };
+    *max = if v > *max { v } else { *max };
+}
+
+/// The end of [`max_chunk_f32`] (and of its NEON twin): the tail's element
+/// `j` into lane `j`, then the lanes folded in order: `(valid, max)`.
+#[inline(always)]
+fn max_lanes_finish<L: Prob>(
+    mut max: [f32; SCREEN_LANES],
+    mut bad: [f32; SCREEN_LANES],
+    tail: &[L],
+) -> (bool, f32) {
+    for (j, &l) in tail.iter().enumerate() {
+        max_lane(&mut max[j], &mut bad[j], l);
     }
     let top = max.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     (bad.iter().all(|&b| b == 0.0), top)
 }
 
-/// `sum e` of one chunk, `e = exp2_screen(y')` (see [`exp2_arg`]).
+/// `sum e` of one chunk, `e = exp2_screen(y')` (see [`exp2_arg`]): element
+/// `j` of every group of [`SCREEN_LANES`] into the float32 sum of lane `j`,
+/// then the tail's (see [`sum_lanes_finish`]).
 #[inline(always)]
 fn screen_chunk<L: Prob, const FMA: bool>(chunk: &[L], max: f32, log2e_inverse: f32) -> f64 {
     let mut sum = [0.0f32; SCREEN_LANES];
-    let mut add = |j: usize, l: L| {
-        sum[j] += exp2_screen::<FMA>(exp2_arg(l.to_f32(), max, log2e_inverse));
-    };
     let (groups, tail) = chunk.as_chunks::<SCREEN_LANES>();
     for group in groups {
         for (j, &l) in group.iter().enumerate() {
-            add(j, l);
+            sum[j] += exp2_screen::<FMA>(exp2_arg(l.to_f32(), max, log2e_inverse));
         }
     }
+    sum_lanes_finish::<L, FMA>(sum, tail, max, log2e_inverse)
+}
+
+/// The end of [`screen_chunk`] (and of its NEON twin): the tail's term `j`
+/// into lane `j`, then the lanes summed in float64, in order.
+#[inline(always)]
+fn sum_lanes_finish<L: Prob, const FMA: bool>(
+    mut sum: [f32; SCREEN_LANES],
+    tail: &[L],
+    max: f32,
+    log2e_inverse: f32,
+) -> f64 {
     for (j, &l) in tail.iter().enumerate() {
-        add(j, l);
+        sum[j] += exp2_screen::<FMA>(exp2_arg(l.to_f32(), max, log2e_inverse));
     }
     sum.iter().map(|&v| f64::from(v)).sum()
 }
@@ -191,6 +225,20 @@ fn screen_row<L: Prob, const FMA: bool>(values: &[L], inverse: f64) -> Option<Sc
             x86::Fused::MaskedStart => {} // below, chunk by chunk
         }
     }
+    #[cfg(target_arch = "aarch64")]
+    if FMA {
+        // SAFETY: NEON (and FMA) are part of the aarch64 baseline.
+        let (max, sum) = unsafe { neon::screen_row(values, inverse) }?;
+        let bound = screen_bound(sum, values.len());
+        return Some(Screened { max, sum, bound });
+    }
+    screen_chunked::<L, FMA>(values, inverse)
+}
+
+/// [`screen_row`], portable: chunk by chunk, a max pass and an `exp` pass
+/// over each.
+#[inline(always)]
+fn screen_chunked<L: Prob, const FMA: bool>(values: &[L], inverse: f64) -> Option<Screened> {
     let (mut max, mut sum) = (f64::NEG_INFINITY, 0.0f64);
     for chunk in values.chunks(SCREEN_CHUNK) {
         let (ok, chunk_max) = max_of(chunk);
@@ -256,7 +304,12 @@ fn screen_values<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
         // SAFETY: the CPU supports AVX2 and F16C, checked just above.
         return unsafe { screen_row_avx2(values, inverse) };
     }
-    screen_row::<L, false>(values, inverse)
+    // aarch64 always has FMA (and NEON): the FMA variant, as the certified
+    // pass's there.
+    #[cfg(target_arch = "aarch64")]
+    return screen_row::<L, true>(values, inverse);
+    #[cfg(not(target_arch = "aarch64"))]
+    return screen_row::<L, false>(values, inverse);
 }
 
 /// `p = w_x / sum` as the exact pass computes it lies in `(low, high)`.
@@ -517,6 +570,248 @@ pub(super) mod x86 {
     }
 }
 
+/// The screen's kernels in NEON registers (aarch64, where NEON and FMA are
+/// part of the baseline): the max and validity of logits, and the screen of a
+/// row in one read of each chunk where the max does not grow there. Sixteen
+/// logits a step in four `f32x4`: lane `j` of the portable code's
+/// [`SCREEN_LANES`] is lane `j % 4` of register `j / 4`, each lane sees the
+/// same float32 operations in the same order (per term those of
+/// [`exp2_screen`]`::<true>`), and the tails and the ends are the portable
+/// functions themselves ([`max_lanes_finish`], [`sum_lanes_finish`]): the
+/// same bits as [`max_chunk_f32`] and [`screen_chunked`]`::<_, true>`, not
+/// merely within the bound. float16 logits load through [`Prob`]'s NEON
+/// `load8_ps` (integer steps: the stable NEON API has no float16 conversion),
+/// exactly, as bfloat16 (a 16-bit shift) and float32.
+#[cfg(target_arch = "aarch64")]
+pub(super) mod neon {
+    use std::arch::aarch64::*;
+
+    use super::{max_lanes_finish, sum_lanes_finish, EXP2_FLOOR, SCREEN_LANES, SCREEN_POLY};
+    use crate::prob::Prob;
+
+    /// Sixteen logits as `f32` (exact for f16, bf16 and f32): element `j` in
+    /// lane `j % 4` of register `j / 4`.
+    ///
+    /// # Safety
+    /// `p` points at 16 readable elements.
+    #[inline(always)]
+    unsafe fn load16<L: Prob>(p: *const L) -> [float32x4_t; 4] {
+        let [a, b] = L::load8_ps(p);
+        let [c, d] = L::load8_ps(p.add(8));
+        [a, b, c, d]
+    }
+
+    /// Four registers as the portable code's lanes (the inverse of [`load16`]).
+    #[inline(always)]
+    unsafe fn lanes(v: [float32x4_t; 4]) -> [f32; SCREEN_LANES] {
+        let mut out = [0.0f32; SCREEN_LANES];
+        for (k, v) in v.into_iter().enumerate() {
+            vst1q_f32(out.as_mut_ptr().add(4 * k), v);
+        }
+        out
+    }
+
+    /// The running maxima of [`max_of`]'s lanes, and their validity.
+    struct MaxLanes {
+        max: [float32x4_t; 4],
+        /// All ones while every value read is below `+inf`: one register
+        /// for the sixteen lanes (their flags only reach an `all`), so the
+        /// fused loop keeps more in registers.
+        good: uint32x4_t,
+    }
+
+    impl MaxLanes {
+        #[inline(always)]
+        unsafe fn new() -> Self {
+            MaxLanes {
+                max: [vdupq_n_f32(f32::NEG_INFINITY); 4],
+                good: vdupq_n_u32(u32::MAX),
+            }
+        }
+
+        /// [`super::max_lane`] on sixteen lanes: `v > max` selects `v`
+        /// (compare and select, not `vmaxq_f32`: NaN never enters, and a
+        /// zero max keeps the sign it had first, as the portable `if`);
+        /// NaN and `+inf` (not below `+inf`) clear `good`.
+        #[inline(always)]
+        unsafe fn add(&mut self, v: [float32x4_t; 4]) {
+            let inf = vdupq_n_f32(f32::INFINITY);
+            let below = |v| vcltq_f32(v, inf);
+            let all = vandq_u32(
+                vandq_u32(below(v[0]), below(v[1])),
+                vandq_u32(below(v[2]), below(v[3])),
+            );
+            self.good = vandq_u32(self.good, all);
+            for (max, v) in self.max.iter_mut().zip(v) {
+                *max = vbslq_f32(vcgtq_f32(v, *max), v, *max);
+            }
+        }
+
+        /// [`max_lanes_finish`] with the tail: `(valid, max)`.
+        #[inline(always)]
+        unsafe fn finish<L: Prob>(self, tail: &[L]) -> (bool, f32) {
+            // The portable lanes' `bad` (of which only `all == 0` counts):
+            // 1 in the first four where `good` was cleared, else 0.
+            let one = vreinterpretq_u32_f32(vdupq_n_f32(1.0));
+            let flags = vreinterpretq_f32_u32(vbicq_u32(one, self.good));
+            let zero = vdupq_n_f32(0.0);
+            max_lanes_finish(lanes(self.max), lanes([flags, zero, zero, zero]), tail)
+        }
+    }
+
+    /// [`super::max_of`]: [`super::max_chunk_f32`]'s lanes and operations,
+    /// the same bits.
+    ///
+    /// # Safety
+    /// None beyond NEON, which every aarch64 target has.
+    pub(super) unsafe fn max_of<L: Prob>(values: &[L]) -> (bool, f32) {
+        let mut max = MaxLanes::new();
+        let (groups, tail) = values.as_chunks::<SCREEN_LANES>();
+        for group in groups {
+            max.add(load16(group.as_ptr()));
+        }
+        max.finish(tail)
+    }
+
+    /// [`super::exp2_arg`] of four logits: `vmaxq_f32` is the clamp (`y`
+    /// where `y >= EXP2_FLOOR`, the floor below it, and NaN stays the same
+    /// NaN, as the portable `if` returns it).
+    #[inline(always)]
+    pub(in crate::logits) unsafe fn exp2_arg4(
+        l: float32x4_t,
+        max: float32x4_t,
+        log2e_inverse: float32x4_t,
+    ) -> float32x4_t {
+        let y = vmulq_f32(vsubq_f32(l, max), log2e_inverse);
+        vmaxq_f32(y, vdupq_n_f32(EXP2_FLOOR))
+    }
+
+    /// [`super::exp2_by`] of four arguments, its operations one for one:
+    /// `n` from adding and subtracting `1.5 * 2^23`, `r = y - n`, and the
+    /// low bits of `y + 1.5 * 2^23` shifted into the exponent of `2^r`.
+    #[inline(always)]
+    pub(in crate::logits) unsafe fn exp2_by4(
+        y: float32x4_t,
+        two_r: impl Fn(float32x4_t) -> float32x4_t,
+    ) -> float32x4_t {
+        let round = vdupq_n_f32(12_582_912.0); // 1.5 * 2^23
+        let shifted = vaddq_f32(y, round);
+        let r = vsubq_f32(y, vsubq_f32(shifted, round));
+        let two_n = vshlq_n_u32::<23>(vreinterpretq_u32_f32(shifted));
+        vreinterpretq_f32_u32(vaddq_u32(vreinterpretq_u32_f32(two_r(r)), two_n))
+    }
+
+    /// `exp2_screen::<true>(exp2_arg(l))` of four logits `l`: Horner's
+    /// scheme in fused multiply-adds, `vfmaq_f32(c, a, b)` being
+    /// `a.mul_add(b, c)`.
+    #[inline(always)]
+    pub(super) unsafe fn term4(
+        l: float32x4_t,
+        max: float32x4_t,
+        log2e_inverse: float32x4_t,
+    ) -> float32x4_t {
+        let [c0, c1, c2, c3] = SCREEN_POLY.map(|c| vdupq_n_f32(c));
+        exp2_by4(exp2_arg4(l, max, log2e_inverse), |r| {
+            vfmaq_f32(c0, vfmaq_f32(c1, vfmaq_f32(c2, c3, r), r), r)
+        })
+    }
+
+    /// Adds the terms of sixteen logits to the lanes of `sum`.
+    #[inline(always)]
+    unsafe fn add_terms(
+        sum: &mut [float32x4_t; 4],
+        v: [float32x4_t; 4],
+        max: float32x4_t,
+        log2e_inverse: float32x4_t,
+    ) {
+        for (sum, v) in sum.iter_mut().zip(v) {
+            *sum = vaddq_f32(*sum, term4(v, max, log2e_inverse));
+        }
+    }
+
+    /// [`super::screen_chunk`]`::<L, true>`: the same bits.
+    ///
+    /// # Safety
+    /// None beyond NEON.
+    unsafe fn screen_chunk<L: Prob>(chunk: &[L], max: f32, log2e_inverse: f32) -> f64 {
+        let (vmax, vinv) = (vdupq_n_f32(max), vdupq_n_f32(log2e_inverse));
+        let mut sum = [vdupq_n_f32(0.0); 4];
+        let (groups, tail) = chunk.as_chunks::<SCREEN_LANES>();
+        for group in groups {
+            add_terms(&mut sum, load16(group.as_ptr()), vmax, vinv);
+        }
+        sum_lanes_finish::<L, true>(lanes(sum), tail, max, log2e_inverse)
+    }
+
+    /// One read of a chunk: its validity and max (as [`max_of`]) and the sum
+    /// of its terms against `max`, the row's max before it (as
+    /// [`screen_chunk`]), in `(valid, chunk max, sum)`. Where the chunk's
+    /// max is above `max`, the sum is not the one the row needs. NaN and
+    /// `+inf` give garbage terms, but an invalid chunk.
+    ///
+    /// # Safety
+    /// None beyond NEON.
+    unsafe fn fused_chunk<L: Prob>(chunk: &[L], max: f32, log2e_inverse: f32) -> (bool, f32, f64) {
+        let (vmax, vinv) = (vdupq_n_f32(max), vdupq_n_f32(log2e_inverse));
+        let mut top = MaxLanes::new();
+        let mut sum = [vdupq_n_f32(0.0); 4];
+        let (groups, tail) = chunk.as_chunks::<SCREEN_LANES>();
+        for group in groups {
+            let v = load16(group.as_ptr());
+            top.add(v);
+            add_terms(&mut sum, v, vmax, vinv);
+        }
+        let (ok, chunk_max) = top.finish(tail);
+        let sum = sum_lanes_finish::<L, true>(lanes(sum), tail, max, log2e_inverse);
+        (ok, chunk_max, sum)
+    }
+
+    /// [`super::screen_chunked`]`::<L, true>`: `(max, sum)`, the same
+    /// operations chunk by chunk and so the same bits, `None` where it gives
+    /// `None`. The chunked screen computes a chunk's terms against the max
+    /// of the row up to and including that chunk; where the chunk does not
+    /// raise it (all but a few chunks of a row), that is the max before the
+    /// chunk, so the terms come in the read that finds the chunk's max and
+    /// validity ([`fused_chunk`]); where it does, the chunk is read again
+    /// with the new max. The first chunk (no max yet) is read twice.
+    ///
+    /// # Safety
+    /// None beyond NEON.
+    pub(super) unsafe fn screen_row<L: Prob>(values: &[L], inverse: f64) -> Option<(f64, f64)> {
+        let log2e_inverse = super::log2e_inverse(inverse);
+        let (mut max, mut sum) = (f64::NEG_INFINITY, 0.0f64);
+        for chunk in values.chunks(super::SCREEN_CHUNK) {
+            let (ok, chunk_max, mut terms) = if max > f64::NEG_INFINITY {
+                // `max` is a logit, so an exact f32.
+                let (ok, chunk_max, terms) = fused_chunk(chunk, max as f32, log2e_inverse);
+                (ok, chunk_max, Some(terms))
+            } else {
+                let (ok, chunk_max) = max_of(chunk);
+                (ok, chunk_max, None)
+            };
+            if !ok {
+                return None;
+            }
+            let chunk_max = f64::from(chunk_max);
+            if chunk_max > max {
+                sum *= ((max - chunk_max) * inverse).exp();
+                max = chunk_max;
+                terms = None; // against the old max
+            }
+            if max > f64::NEG_INFINITY {
+                sum += match terms {
+                    Some(terms) => terms,
+                    None => screen_chunk(chunk, max as f32, log2e_inverse),
+                };
+            }
+        }
+        if max == f64::NEG_INFINITY {
+            return None;
+        }
+        Some((max, sum))
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
@@ -588,6 +883,163 @@ pub(super) mod tests {
                         exp2_screen::<true>(y).to_bits(),
                         "{l} at {inverse}"
                     );
+                }
+            }
+        }
+    }
+
+    /// The NEON kernels against their portable twins, bit for bit.
+    #[cfg(target_arch = "aarch64")]
+    pub(crate) mod neon_twins {
+        use super::super::*;
+        use super::{rows, shaped_rows};
+
+        /// Rows around the kernels' steps (16 logits, the 2048 of a chunk, the
+        /// 256 of a certified block): spread, with `-inf`, with huge negatives
+        /// (clamped terms), tied (whole numbers, zeros of both signs), a max
+        /// that grows in every chunk (each read again), a first chunk all
+        /// `-inf`, and the max in the tail.
+        pub(crate) fn kernel_rows(seed: u64) -> Vec<Vec<f32>> {
+            let lengths = [
+                0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 33, 100, 255, 256, 257, 263, 2047, 2048, 2049,
+                2065, 4111, 6000,
+            ];
+            let mut out = Vec::new();
+            for (i, len) in lengths.into_iter().enumerate() {
+                let case = seed as usize + i;
+                let mut row = rows(seed * 97 + i as u64, len, 24.0, 3.0);
+                for (k, v) in row.iter_mut().enumerate() {
+                    *v = match case % 6 {
+                        0 => *v,
+                        1 if k % 3 == 0 => f32::NEG_INFINITY,
+                        2 if k % 4 == 1 => -1e30,
+                        2 if k % 7 == 0 => -3e38,
+                        3 if k % 5 == 0 => [0.0, -0.0][k % 2],
+                        3 => v.round(),
+                        4 => k as f32 * 0.01 - 20.0,
+                        5 if k < 2048 && len > 2048 => f32::NEG_INFINITY,
+                        _ => *v,
+                    };
+                }
+                if case.is_multiple_of(6) && len > 0 {
+                    row[len - 1] = 40.0; // the max in the tail
+                }
+                out.push(row);
+            }
+            // A max of zero, -0.0 met first in every lane.
+            let mut zeros = vec![-0.0f32; 16];
+            zeros.extend([0.0; 16]);
+            zeros.extend(rows(seed, 300, 10.0, -6.0));
+            out.push(zeros);
+            out
+        }
+
+        /// Bit patterns of a screen's `(max, sum)`.
+        fn bits(found: Option<(f64, f64)>) -> Option<(u64, u64)> {
+            found.map(|(max, sum)| (max.to_bits(), sum.to_bits()))
+        }
+
+        fn check_kernels<L: Prob>(row: &[L], what: &str) {
+            // SAFETY: NEON is part of the aarch64 baseline.
+            let (ok, max) = unsafe { neon::max_of(row) };
+            let (portable_ok, portable_max) = max_chunk_f32(row);
+            assert_eq!(
+                (ok, max.to_bits()),
+                (portable_ok, portable_max.to_bits()),
+                "max_of, {what}"
+            );
+            // The tiny temperatures (1e6, 1e30) clamp most terms.
+            for inverse in [1e-30, 1e-3, 0.7, 1.25, 40.0, 1e6, 1e30] {
+                // SAFETY: as above.
+                let found = unsafe { neon::screen_row(row, inverse) };
+                let portable = screen_chunked::<L, true>(row, inverse).map(|s| (s.max, s.sum));
+                assert_eq!(bits(found), bits(portable), "screen at {inverse}, {what}");
+            }
+        }
+
+        fn check_all_types(row: &[f32], what: &str) {
+            check_kernels(row, what);
+            let halves: Vec<half::f16> = row.iter().map(|&v| half::f16::from_f32(v)).collect();
+            check_kernels(&halves, what);
+            let brains: Vec<half::bf16> = row.iter().map(|&v| half::bf16::from_f32(v)).collect();
+            check_kernels(&brains, what);
+        }
+
+        #[test]
+        fn the_neon_screen_is_the_portable_screen() {
+            let mut valid = 0;
+            for seed in 0..3u64 {
+                for row in kernel_rows(seed) {
+                    let what = format!("length {}, seed {seed}", row.len());
+                    check_all_types(&row, &what);
+                    valid += usize::from(screen_chunked::<f32, true>(&row, 1.0).is_some());
+                }
+                for (row, _) in shaped_rows(seed) {
+                    check_all_types(&row, "shaped");
+                }
+            }
+            assert!(valid > 50, "{valid} rows screened");
+        }
+
+        #[test]
+        fn the_neon_screen_declines_nan_and_inf() {
+            // In a step and in the tail, of the first chunk and of a later one.
+            for at in [0, 5, 16 * 20 + 3, 2040, 2047, 2048 + 100, 4095, 4100] {
+                for bad in [f32::NAN, f32::INFINITY] {
+                    let mut row = rows(at as u64, 4101, 8.0, 0.0);
+                    row[at] = bad;
+                    let what = format!("{bad} at {at}");
+                    check_all_types(&row, &what);
+                    // SAFETY: NEON is part of the aarch64 baseline.
+                    unsafe {
+                        assert!(!neon::max_of(&row).0, "{what}");
+                        assert!(neon::screen_row(&row, 1.0).is_none(), "{what}");
+                    }
+                    assert!(screen_values(&row, 1.0).is_none(), "{what}");
+                }
+            }
+            // A float16 NaN with payload bits, and bfloat16 +inf.
+            let mut halves = vec![half::f16::from_f32(1.0); 40];
+            halves[21] = half::f16::from_bits(0x7e01);
+            assert!(screen_values(&halves, 1.0).is_none());
+            let mut brains = vec![half::bf16::from_f32(1.0); 40];
+            brains[3] = half::bf16::INFINITY;
+            assert!(screen_values(&brains, 1.0).is_none());
+        }
+
+        #[test]
+        fn the_neon_terms_are_the_scalar_terms() {
+            use std::arch::aarch64::*;
+            let mut logits = rows(9, 4000, 300.0, -150.0);
+            logits.extend([
+                0.0,
+                -0.0,
+                f32::NEG_INFINITY,
+                -1e30,
+                -1e-30,
+                -0.5,
+                -1.5,
+                -2.5,
+            ]);
+            for inverse in [1.25, 0.7, 1e-3, 40.0] {
+                let (max, scale) = (-0.0f32, log2e_inverse(inverse));
+                for four in logits.chunks_exact(4) {
+                    let mut lanes = [0.0f32; 4];
+                    // SAFETY: NEON is part of the aarch64 baseline; four
+                    // readable and four writable f32.
+                    unsafe {
+                        let l = vld1q_f32(four.as_ptr());
+                        let e = neon::term4(l, vdupq_n_f32(max), vdupq_n_f32(scale));
+                        vst1q_f32(lanes.as_mut_ptr(), e);
+                    }
+                    for (&l, &e) in four.iter().zip(&lanes) {
+                        let y = exp2_arg(l, max, scale);
+                        assert_eq!(
+                            e.to_bits(),
+                            exp2_screen::<true>(y).to_bits(),
+                            "{l} at {inverse}"
+                        );
+                    }
                 }
             }
         }
@@ -694,23 +1146,31 @@ pub(super) mod tests {
     fn the_bound_holds_where_every_error_has_the_same_sign() {
         // Random rows average the errors of exp2_screen out; a row whose
         // terms all sit at its worst input adds them up: the bound must
-        // still hold. Logits `x <= 0` against a max of 0, at T = 1.
+        // still hold. Logits `x <= 0` against a max of 0, at T = 1; the worst
+        // input of each variant (aarch64 runs the FMA one, x86-64 either).
         let (low, high) = ((-0.0f32).to_bits(), (-2.0f32).to_bits());
-        let error = |x: f32| {
-            let exact = f64::from(x).exp();
-            let y = exp2_arg(x, 0.0, log2e_inverse(1.0));
-            (f64::from(exp2_screen::<false>(y)) - exact).abs() / exact
-        };
-        let worst = (low..=high)
-            .step_by(101)
-            .map(f32::from_bits)
-            .max_by(|&a, &b| error(a).total_cmp(&error(b)))
-            .unwrap();
-        assert!(error(worst) > SCREEN_EXP_ERROR / 2.0, "a coherent case");
-        for len in [2, 100, 5000] {
-            let mut row = vec![worst; len];
-            row[0] = 0.0;
-            check_screen(&row, 1.0);
+        for fused in [false, true] {
+            let error = |x: f32| {
+                let exact = f64::from(x).exp();
+                let y = exp2_arg(x, 0.0, log2e_inverse(1.0));
+                let e = if fused {
+                    exp2_screen::<true>(y)
+                } else {
+                    exp2_screen::<false>(y)
+                };
+                (f64::from(e) - exact).abs() / exact
+            };
+            let worst = (low..=high)
+                .step_by(101)
+                .map(f32::from_bits)
+                .max_by(|&a, &b| error(a).total_cmp(&error(b)))
+                .unwrap();
+            assert!(error(worst) > SCREEN_EXP_ERROR / 2.0, "a coherent case");
+            for len in [2, 100, 5000] {
+                let mut row = vec![worst; len];
+                row[0] = 0.0;
+                check_screen(&row, 1.0);
+            }
         }
     }
 
