@@ -174,6 +174,7 @@ impl Blocks {
 /// The weights of one row: per block, the float64 sum of `e` and the
 /// float32 sum of `|y'| e` (the bound's term, inflated for its roundings);
 /// with `store`, every `e` too (for [`Residual`]).
+#[cfg_attr(target_arch = "aarch64", allow(dead_code))] // the NEON kernel's twin there
 #[inline(always)]
 fn row_blocks<L: Prob, const FMA: bool>(
     values: &[L],
@@ -214,6 +215,9 @@ fn row_blocks_avx2<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, store:
 /// Where a row pass keeps its terms `e` (as long as the row), if anywhere.
 type Store<'a> = Option<&'a mut [f32]>;
 
+/// The row pass: AVX2 with FMA, AVX2, or portable on x86-64 (chosen at run
+/// time); on aarch64 the NEON kernel, which computes the FMA variant's terms
+/// (as the screen there).
 fn row_blocks_dispatch<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, store: Store<'_>) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {
@@ -224,7 +228,11 @@ fn row_blocks_dispatch<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, st
         // SAFETY: the CPU supports AVX2 and F16C, checked just above.
         return unsafe { row_blocks_avx2(values, scale, out, store) };
     }
-    row_blocks::<L, false>(values, scale, out, store);
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: NEON (and FMA) are part of the aarch64 baseline.
+    return unsafe { neon::row_blocks(values, scale, out, store) };
+    #[cfg(not(target_arch = "aarch64"))]
+    return row_blocks::<L, false>(values, scale, out, store);
 }
 
 /// A contiguous row of logits the certified pass applies to: float16,
@@ -773,8 +781,8 @@ impl Residual<'_> {
 }
 
 /// `sum max(0, fl(a_i - fl(b_i rho)))` over a block in float64 (`b = None`:
-/// `sum a_i`): the AVX2 kernel where the CPU has it (four float64
-/// accumulators; the same terms, added in another order).
+/// `sum a_i`): the AVX2 kernel where the CPU has it, the NEON kernel on
+/// aarch64 (float64 accumulators; the same terms, added in another order).
 #[inline(always)]
 fn residual_block(a: &[f32], b: Option<&[f32]>, rho: f32) -> f64 {
     #[cfg(target_arch = "x86_64")]
@@ -782,7 +790,11 @@ fn residual_block(a: &[f32], b: Option<&[f32]>, rho: f32) -> f64 {
         // SAFETY: the CPU supports AVX2, F16C and FMA, checked just above.
         return unsafe { x86::residual_block(a, b, rho) };
     }
-    residual_block_scalar(a, b, rho)
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: NEON is part of the aarch64 baseline.
+    return unsafe { neon::residual_block(a, b, rho) };
+    #[cfg(not(target_arch = "aarch64"))]
+    return residual_block_scalar(a, b, rho);
 }
 
 /// [`residual_block`], portable: the terms added in order.
@@ -972,6 +984,187 @@ mod x86 {
     }
 }
 
+/// The passes in NEON registers (aarch64, where NEON and FMA are part of the
+/// baseline), four terms a register and sixteen a step, laid out as the AVX2
+/// kernel's (see [`x86`] there). Each term `e` and `y'` has the operations of
+/// [`term`]`::<_, true>` ([`exp2_certified`]`::<true>`) one for one, so the
+/// kept terms are the portable FMA pass's bits. The sums are not: as in the
+/// AVX2 kernel, a block's `sum e` adds the terms of a step in float32 pairs
+/// `(e0 + e1) + (e2 + e3)` (two roundings per term, [`PAIR_ERROR`]), then in
+/// float64 (two `f64x2` accumulators: a term meets at most 30 float64
+/// roundings, fewer than the portable loop's up to 255 in order, which
+/// [`EXACT_ERROR`] and [`INFLATE`] hold); `sum |y'| e` is a float32 sum in
+/// another order (a term rounded at most 30 times, against the portable
+/// loop's 256 and the `2e-5` [`row_block_bound`] allows), and a residual
+/// block's float64 sum another order of the same terms. The bounds
+/// therefore hold as they are, and the decisions they make are the exact
+/// pass's. float16 logits load through [`Prob`]'s NEON `load8_ps` (integer
+/// steps: the stable NEON API has no float16 conversion), exactly.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::arch::aarch64::*;
+
+    use super::{term, Blocks, Scale, Store, EXP2_POLY};
+    use crate::logits::screen::neon::{exp2_arg4, exp2_by4};
+    use crate::prob::Prob;
+    use crate::sample::SUM_BLOCK;
+
+    /// `(e, y')` of four logits (see [`super::term`]; `y' <= 0`, so `|y'|`
+    /// is `-y'`: the callers subtract its products), with the operations of
+    /// [`super::exp2_certified`]`::<true>`: `vfmaq_f32(c, a, b)` is
+    /// `a.mul_add(b, c)`.
+    #[inline(always)]
+    pub(super) unsafe fn term4(
+        l: float32x4_t,
+        max: float32x4_t,
+        log2e_inverse: float32x4_t,
+    ) -> (float32x4_t, float32x4_t) {
+        let y = exp2_arg4(l, max, log2e_inverse);
+        let [c1, c2, c3, c4, c5, c6] = EXP2_POLY.map(|c| vdupq_n_f32(c));
+        let e = exp2_by4(y, |r| {
+            let p = vfmaq_f32(c5, c6, r);
+            let p = vfmaq_f32(c4, p, r);
+            let p = vfmaq_f32(c3, p, r);
+            let p = vfmaq_f32(c2, p, r);
+            let p = vfmaq_f32(c1, p, r);
+            vfmaq_f32(vdupq_n_f32(1.0), p, r)
+        });
+        (e, y)
+    }
+
+    /// `acc += v` in float64, four `f32` lanes into two `f64x2` (exact
+    /// widening).
+    #[inline(always)]
+    unsafe fn add_f64(acc: &mut [float64x2_t; 2], v: float32x4_t) {
+        acc[0] = vaddq_f64(acc[0], vcvt_f64_f32(vget_low_f32(v)));
+        acc[1] = vaddq_f64(acc[1], vcvt_high_f64_f32(v));
+    }
+
+    #[inline(always)]
+    unsafe fn total_f64([a, b]: [float64x2_t; 2]) -> f64 {
+        vaddvq_f64(vaddq_f64(a, b))
+    }
+
+    #[inline(always)]
+    unsafe fn total_f32(v: float32x4_t) -> f64 {
+        let mut lanes = [0.0f32; 4];
+        vst1q_f32(lanes.as_mut_ptr(), v);
+        lanes.iter().map(|&l| f64::from(l)).sum()
+    }
+
+    /// [`super::residual_block`]: eight terms a step into four `f64x2`, each
+    /// term as the portable one (`fl(b_i rho)`, then the difference, then
+    /// `d` where `d > 0`, else `+0`: the mask of the compare, as the
+    /// portable `if`), the tail the portable code itself.
+    ///
+    /// # Safety
+    /// None beyond NEON, which every aarch64 target has.
+    pub(super) unsafe fn residual_block(a: &[f32], b: Option<&[f32]>, rho: f32) -> f64 {
+        let (rho4, zero) = (vdupq_n_f32(rho), vdupq_n_f32(0.0));
+        let term = |i: usize| {
+            let v = vld1q_f32(a[i..i + 4].as_ptr());
+            match b {
+                Some(b) => {
+                    let q = vmulq_f32(vld1q_f32(b[i..i + 4].as_ptr()), rho4);
+                    let d = vsubq_f32(v, q);
+                    let positive = vcgtq_f32(d, zero);
+                    vreinterpretq_f32_u32(vandq_u32(positive, vreinterpretq_u32_f32(d)))
+                }
+                None => v,
+            }
+        };
+        let mut low = [vdupq_n_f64(0.0); 2];
+        let mut high = [vdupq_n_f64(0.0); 2];
+        let steps = a.len() / 8;
+        for step in 0..steps {
+            add_f64(&mut low, term(8 * step));
+            add_f64(&mut high, term(8 * step + 4));
+        }
+        let done = 8 * steps;
+        let tail = super::residual_block_scalar(&a[done..], b.map(|b| &b[done..]), rho);
+        total_f64(low) + total_f64(high) + tail
+    }
+
+    /// [`super::row_blocks`] (FMA variant): the same kept terms, the sums
+    /// as the module docs say.
+    ///
+    /// # Safety
+    /// None beyond NEON, which every aarch64 target has.
+    pub(super) unsafe fn row_blocks<L: Prob>(
+        values: &[L],
+        scale: Scale,
+        out: &mut Blocks,
+        store: Store<'_>,
+    ) {
+        let max = vdupq_n_f32(scale.max);
+        let inverse = vdupq_n_f32(scale.log2e_inverse);
+        let dst = match store {
+            Some(store) => {
+                assert!(store.len() >= values.len());
+                store.as_mut_ptr()
+            }
+            None => std::ptr::null_mut(),
+        };
+        for (j, block) in values.chunks(SUM_BLOCK).enumerate() {
+            let dst = if dst.is_null() {
+                dst
+            } else {
+                dst.add(j * SUM_BLOCK)
+            };
+            let mut sum = [vdupq_n_f64(0.0); 2];
+            let mut arg = vdupq_n_f32(0.0);
+            let (quads, rest) = block.as_chunks::<16>();
+            for (k, quad) in quads.iter().enumerate() {
+                let p = quad.as_ptr();
+                let ([l0, l1], [l2, l3]) = (L::load8_ps(p), L::load8_ps(p.add(8)));
+                let (e0, x0) = term4(l0, max, inverse);
+                let (e1, x1) = term4(l1, max, inverse);
+                let (e2, x2) = term4(l2, max, inverse);
+                let (e3, x3) = term4(l3, max, inverse);
+                if !dst.is_null() {
+                    let d = dst.add(16 * k);
+                    vst1q_f32(d, e0);
+                    vst1q_f32(d.add(4), e1);
+                    vst1q_f32(d.add(8), e2);
+                    vst1q_f32(d.add(12), e3);
+                }
+                let pairs = vaddq_f32(vaddq_f32(e0, e1), vaddq_f32(e2, e3));
+                add_f64(&mut sum, pairs);
+                // sum |y'| e = -sum y' e.
+                let a01 = vfmaq_f32(vmulq_f32(x0, e0), x1, e1);
+                let a23 = vfmaq_f32(vmulq_f32(x2, e2), x3, e3);
+                arg = vsubq_f32(arg, vaddq_f32(a01, a23));
+            }
+            // A row's last block: at most one group of eight, then the tail.
+            let (groups, tail) = rest.as_chunks::<8>();
+            let mut i = 16 * quads.len();
+            for group in groups {
+                for l in L::load8_ps(group.as_ptr()) {
+                    let (e, x) = term4(l, max, inverse);
+                    if !dst.is_null() {
+                        vst1q_f32(dst.add(i), e);
+                    }
+                    i += 4;
+                    add_f64(&mut sum, e);
+                    arg = vfmsq_f32(arg, x, e);
+                }
+            }
+            let mut s = total_f64(sum);
+            let mut a = total_f32(arg);
+            for &l in tail {
+                let (e, x) = term::<L, true>(l, scale);
+                if !dst.is_null() {
+                    *dst.add(i) = e;
+                }
+                i += 1;
+                s += f64::from(e);
+                a += f64::from(x * e);
+            }
+            out.push_row_block(s, a, block.len(), scale.arg);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1035,7 +1228,8 @@ mod tests {
         let mut blocks = Blocks::default();
         let mut terms = vec![f32::NAN; values.len()];
         let (total, error) = row.total(&mut blocks, Some(&mut terms));
-        // The kept terms are the pass's own, each in its place.
+        // The kept terms are the pass's own, each in its place (on aarch64
+        // always the FMA variant's, as the screen's there).
         for (i, (&l, &e)) in values.iter().zip(&terms).enumerate() {
             let fma = term::<f32, true>(l, row.scale).0;
             let plain = term::<f32, false>(l, row.scale).0;
@@ -1043,6 +1237,8 @@ mod tests {
                 e == fma || e == plain,
                 "term {i}: {e} is neither {fma} nor {plain}"
             );
+            #[cfg(target_arch = "aarch64")]
+            assert_eq!(e.to_bits(), fma.to_bits(), "term {i}");
         }
         let (w, exact, exact_total) = exact_blocks(values, inverse);
         // Each kept term's own interval holds the exact weight.
@@ -1066,6 +1262,287 @@ mod tests {
         }
         assert!((exact_total - total).abs() <= error);
         tightest
+    }
+
+    /// The NEON kernels against their portable twins: the kept terms bit for
+    /// bit, the sums within the roundings that tell them apart, the bounds
+    /// against the exact pass.
+    #[cfg(target_arch = "aarch64")]
+    mod neon_twins {
+        use super::*;
+        use crate::logits::screen::tests::neon_twins::kernel_rows;
+
+        #[test]
+        fn the_neon_terms_are_the_scalar_terms() {
+            use std::arch::aarch64::*;
+            let mut logits = rows(9, 4000, 300.0, -150.0);
+            logits.extend([
+                0.0,
+                -0.0,
+                f32::NEG_INFINITY,
+                -1e30,
+                -1e-30,
+                -0.5,
+                -1.5,
+                -2.5,
+            ]);
+            for inverse in [1.25, 0.7, 1e-3, 40.0] {
+                let pair = [0.0f32, -1.0];
+                let scale = Row::of(ArrayView1::from(&pair[..]), inverse).unwrap().scale;
+                for four in logits.chunks_exact(4) {
+                    let (mut e4, mut y4) = ([0.0f32; 4], [0.0f32; 4]);
+                    // SAFETY: NEON is part of the aarch64 baseline; four
+                    // readable and four writable f32.
+                    unsafe {
+                        let (e, y) = neon::term4(
+                            vld1q_f32(four.as_ptr()),
+                            vdupq_n_f32(scale.max),
+                            vdupq_n_f32(scale.log2e_inverse),
+                        );
+                        vst1q_f32(e4.as_mut_ptr(), e);
+                        vst1q_f32(y4.as_mut_ptr(), y);
+                    }
+                    for ((&l, &e), &y) in four.iter().zip(&e4).zip(&y4) {
+                        let (scalar_e, scalar_y) = term::<f32, true>(l, scale);
+                        assert_eq!(e.to_bits(), scalar_e.to_bits(), "{l} at {inverse}");
+                        assert_eq!((-y).to_bits(), scalar_y.to_bits(), "{l} at {inverse}");
+                    }
+                }
+            }
+        }
+
+        /// The NEON row pass and the portable FMA pass over `values`.
+        fn check_row_pass<L: Prob>(values: &[L], inverse: f64, what: &str) {
+            let Some(row) = Row::of(ArrayView1::from(values), inverse) else {
+                return; // empty, all -inf: no pass
+            };
+            let len = values.len();
+            let (mut found, mut portable, mut unstored) = Default::default();
+            let (mut terms, mut portable_terms) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+            // SAFETY: NEON is part of the aarch64 baseline.
+            unsafe {
+                neon::row_blocks(values, row.scale, &mut found, Some(&mut terms));
+                neon::row_blocks(values, row.scale, &mut unstored, None);
+            }
+            row_blocks::<L, true>(values, row.scale, &mut portable, Some(&mut portable_terms));
+            let bits = |v: &[f32]| v.iter().map(|e| e.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&terms), bits(&portable_terms), "kept terms, {what}");
+            let (found, portable, unstored): (Blocks, Blocks, Blocks) = (found, portable, unstored);
+            assert_eq!(found.sum.len(), len.div_ceil(SUM_BLOCK), "{what}");
+            assert_eq!(found.sum.len(), portable.sum.len(), "{what}");
+            for j in 0..found.sum.len() {
+                let (s, p) = (found.sum[j], portable.sum[j]);
+                assert_eq!(s.to_bits(), unstored.sum[j].to_bits(), "{what}");
+                assert_eq!(found.bound[j].to_bits(), unstored.bound[j].to_bits());
+                // Two float32 roundings a term (PAIR_ERROR) and the float64
+                // ones of both orders (at most 255 each).
+                let apart = (PAIR_ERROR + 600.0 / 9_007_199_254_740_992.0) * p;
+                assert!((s - p).abs() <= apart, "block {j}: {s} against {p}, {what}");
+                // The bounds differ through the sums of |y'| e (float32, a
+                // term rounded at most 256 times in either).
+                let (b, q) = (found.bound[j], portable.bound[j]);
+                assert!(
+                    (b - q).abs() <= 600.0 * U32 * q,
+                    "block {j}: bound {b} against {q}, {what}"
+                );
+            }
+        }
+
+        #[test]
+        fn the_neon_row_pass_keeps_the_portable_terms() {
+            let mut passes = 0;
+            for seed in 0..2u64 {
+                let mut cases = kernel_rows(seed);
+                cases.extend(test_rows().into_iter().step_by(3));
+                for row in cases {
+                    for inverse in [1e-30, 1e-3, 0.7, 1.25, 40.0, 1e6] {
+                        let what = format!("length {}, seed {seed}, 1/T {inverse}", row.len());
+                        check_row_pass(&row, inverse, &what);
+                        let halves: Vec<half::f16> =
+                            row.iter().map(|&v| half::f16::from_f32(v)).collect();
+                        check_row_pass(&halves, inverse, &what);
+                        let brains: Vec<half::bf16> =
+                            row.iter().map(|&v| half::bf16::from_f32(v)).collect();
+                        check_row_pass(&brains, inverse, &what);
+                        passes +=
+                            usize::from(Row::of(ArrayView1::from(&row[..]), inverse).is_some());
+                    }
+                }
+            }
+            assert!(passes > 200, "{passes} passes");
+        }
+
+        #[test]
+        fn the_neon_block_bounds_hold() {
+            for row in kernel_rows(4) {
+                if Row::of(ArrayView1::from(&row[..]), 1.0).is_none() {
+                    continue;
+                }
+                for inverse in [1e-3, 0.7, 1.25, 40.0, 1e6] {
+                    check_blocks(&row, inverse);
+                }
+            }
+        }
+
+        #[test]
+        fn the_neon_residual_block_sums_the_portable_terms() {
+            let unit = 1.0 / 9_007_199_254_740_992.0; // 2^-53
+            for (case, len) in [0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 100, 255, 256]
+                .into_iter()
+                .enumerate()
+            {
+                let case = case as u64;
+                // Kept terms: positive, with zeros and ties between the rows.
+                let mut a: Vec<f32> = rows(case, len, 2.0, 1.0).iter().map(|v| v.abs()).collect();
+                let b: Vec<f32> = rows(case + 40, len, 2.0, 1.0)
+                    .iter()
+                    .map(|v| v.abs())
+                    .collect();
+                for i in (0..len).step_by(5) {
+                    a[i] = if i % 2 == 0 { 0.0 } else { b[i] };
+                }
+                for rho in [0.0f32, 0.5, 1.0, 1.7, 1e-3] {
+                    for q in [Some(&b[..]), None] {
+                        // SAFETY: NEON is part of the aarch64 baseline.
+                        let found = unsafe { neon::residual_block(&a, q, rho) };
+                        let portable = residual_block_scalar(&a, q, rho);
+                        // Terms of one sign: each order within its roundings.
+                        let apart = 2.0 * len as f64 * unit * portable;
+                        assert!(
+                            (found - portable).abs() <= apart,
+                            "{found} against {portable}: length {len}, rho {rho}"
+                        );
+                        assert!(found >= 0.0);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn the_neon_passes_decline_nan_and_inf() {
+            let mut scratch = CertifiedScratch::default();
+            for at in [0, 5, 16 * 20 + 3, 2047, 2048 + 100, 4095, 4100] {
+                for bad in [f32::NAN, f32::INFINITY] {
+                    let mut row = rows(at as u64, 4101, 8.0, 0.0);
+                    row[at] = bad;
+                    let view = ArrayView1::from(&row[..]);
+                    assert!(Row::of(view, 1.0).is_none(), "{bad} at {at}");
+                    assert!(bonus(view, 1.0, 0.5, &mut scratch).is_none());
+                    let halves: Vec<half::f16> =
+                        row.iter().map(|&v| half::f16::from_f32(v)).collect();
+                    assert!(Row::of(ArrayView1::from(&halves[..]), 1.0).is_none());
+                }
+            }
+        }
+    }
+
+    /// `verify_logits` on rows without filters (the screen and the certified
+    /// passes: the NEON kernels on aarch64, AVX2 or portable on x86-64)
+    /// against the same rows with top-k at `V`, which keeps every token and
+    /// runs the float64 pass: the same tokens, for every dtype; and the same
+    /// error for a row with NaN or `+inf`.
+    #[test]
+    fn verify_logits_decides_as_the_exact_pass() {
+        use crate::chain::ChainOutputs;
+        use crate::error::RowErrors;
+        use crate::logits::{verify_logits, LogitsInputs};
+        use crate::method::Method;
+        use crate::view::{FloatView, IntView};
+        use ndarray::{Array1, Array2, Array3};
+
+        type Outputs = (Array2<i64>, Array1<i64>);
+        fn run<L: Prob>(
+            target: &Array3<L>,
+            draft: &Array3<L>,
+            ids: &Array2<i64>,
+            (temperature, top_k): (&Array1<f64>, &Array1<i64>),
+            (uniforms, recovery): (&Array2<f64>, &Array1<f64>),
+        ) -> Result<Outputs, String> {
+            let (batch, k) = ids.dim();
+            let top_p = Array1::from_elem(batch, 1.0);
+            let inputs = LogitsInputs {
+                draft_token_ids: IntView::I64(ids.view()),
+                target_logits: target.view(),
+                draft_logits: Some(draft.view()),
+                temperature: FloatView::F64(temperature.view()),
+                top_k: IntView::I64(top_k.view()),
+                top_p: FloatView::F64(top_p.view()),
+                num_draft_tokens: None,
+                uniforms: Some(FloatView::F64(uniforms.view())),
+                recovery_uniforms: Some(FloatView::F64(recovery.view())),
+                draft_token_probs: None,
+                method: Method::Token,
+            };
+            let (mut tokens, mut accepted) = (Array2::zeros((batch, k + 1)), Array1::zeros(batch));
+            let mut emitted = Array1::zeros(batch);
+            let mut out = ChainOutputs {
+                output_token_ids: tokens.view_mut(),
+                num_accepted: accepted.view_mut(),
+                num_emitted: emitted.view_mut(),
+            };
+            verify_logits(&inputs, &mut out, RowErrors::Raise).map_err(|e| e.to_string())?;
+            Ok((tokens, accepted))
+        }
+        fn check<L: Prob>(convert: impl Fn(f32) -> L) -> usize {
+            let (batch, k) = (4, 3);
+            let mut rejected = 0;
+            for (seed, vocab) in [(0u64, 9), (1, 300), (2, 2100), (3, 5000)] {
+                let target: Vec<f32> = rows(seed, batch * (k + 1) * vocab, 12.0, 0.0);
+                let noise = rows(seed + 7, batch * (k + 1) * vocab, 2.0, 0.0);
+                // Drafts near the target: accepted mostly, rejected sometimes.
+                let draft: Vec<f32> = target.iter().zip(&noise).map(|(a, b)| a + b).collect();
+                let unit = rows(seed + 11, batch * (k + 2), 1.0, 0.5);
+                let ids = Array2::from_shape_fn((batch, k), |(b, t)| {
+                    // The draft row's best token, or one at random.
+                    let row = &draft[(b * (k + 1) + t) * vocab..][..vocab];
+                    let best = (0..vocab).max_by(|&i, &j| row[i].total_cmp(&row[j]));
+                    if unit[b * k + t] < 0.7 {
+                        best.unwrap() as i64
+                    } else {
+                        (unit[b * k + t] * 1e6) as i64 % vocab as i64
+                    }
+                });
+                let uniforms = Array2::from_shape_fn((batch, k), |(b, t)| {
+                    f64::from(unit[(b + 1) * k + t + 1]).clamp(0.0, 0.999)
+                });
+                let recovery =
+                    Array1::from_shape_fn(batch, |b| f64::from(unit[b]).clamp(0.0, 0.999));
+                let shaped = |v: &[f32]| {
+                    Array3::from_shape_vec(
+                        (batch, k + 1, vocab),
+                        v.iter().map(|&x| convert(x)).collect(),
+                    )
+                    .unwrap()
+                };
+                let (mut target, draft) = (shaped(&target), shaped(&draft[..])); // draft [B, K+1, V]
+                let draft = draft
+                    .slice_move(ndarray::s![.., ..k, ..])
+                    .as_standard_layout()
+                    .to_owned();
+                let temperature = Array1::from(vec![1.25, 0.8, 1e-3, 40.0]);
+                let (screened, full) =
+                    (Array1::zeros(batch), Array1::from_elem(batch, vocab as i64));
+                let uniforms = (&uniforms, &recovery);
+                let found = run(&target, &draft, &ids, (&temperature, &screened), uniforms);
+                let exact = run(&target, &draft, &ids, (&temperature, &full), uniforms);
+                let (found, exact) = (found.unwrap(), exact.unwrap());
+                assert_eq!(found, exact, "vocab {vocab}");
+                rejected += exact.1.iter().filter(|&&n| n < k as i64).count();
+                // A bad value in a row the rule reads.
+                for (bad, at) in [(f32::NAN, vocab / 2), (f32::INFINITY, vocab - 1)] {
+                    let keep = target[[1, 0, at]];
+                    target[[1, 0, at]] = convert(bad);
+                    let found = run(&target, &draft, &ids, (&temperature, &screened), uniforms);
+                    let exact = run(&target, &draft, &ids, (&temperature, &full), uniforms);
+                    assert!(found.is_err(), "{bad} at {at}");
+                    assert_eq!(found, exact, "{bad} at {at}");
+                    target[[1, 0, at]] = keep;
+                }
+            }
+            rejected
+        }
+        let rejected = check(|v| v) + check(half::f16::from_f32) + check(half::bf16::from_f32);
+        assert!(rejected >= 6, "{rejected} rejections");
     }
 
     /// The screen's test rows, three seeds.

@@ -981,6 +981,11 @@ fn residual_of(
     }
 }
 
+/// [`residual_pair_with`]: compiled for AVX2 where the CPU has it. On
+/// aarch64 NEON is part of the baseline, and the portable loop is vectorised
+/// as it stands (`fdiv` on `f64x2`, as seen in the assembly): the same bits,
+/// as on x86 (the divisions and the difference are IEEE operations in any
+/// register).
 fn residual_pair(wp: &[f64], total_p: f64, wq: &[f64], total_q: f64, out: &mut [f64]) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {
