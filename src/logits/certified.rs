@@ -26,8 +26,8 @@
 //!   `|y'| <= 125`);
 //! - [`exp2_certified`] itself: [`EXP_ERROR`] relative (analysis at the
 //!   function, measured over every float32 in `[-125, 0]` by a unit test);
-//! - the sums of `e` are float64, after float32 pairs in the AVX2 kernel
-//!   ([`PAIR_ERROR`]; the float64 roundings are in [`EXACT_ERROR`]);
+//! - the sums of `e` are float64, after float32 pairs in the AVX2 and NEON
+//!   kernels ([`PAIR_ERROR`]; the float64 roundings are in [`EXACT_ERROR`]);
 //! - terms below `2^-125` are taken as about `2^-125`: [`FLOOR`] each at
 //!   most;
 //! - the exact pass's own error (float64 `exp` within an ulp, canonical sum):
