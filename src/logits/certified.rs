@@ -1275,17 +1275,7 @@ mod tests {
         #[test]
         fn the_neon_terms_are_the_scalar_terms() {
             use std::arch::aarch64::*;
-            let mut logits = rows(9, 4000, 300.0, -150.0);
-            logits.extend([
-                0.0,
-                -0.0,
-                f32::NEG_INFINITY,
-                -1e30,
-                -1e-30,
-                -0.5,
-                -1.5,
-                -2.5,
-            ]);
+            let logits = crate::logits::screen::tests::term_logits();
             for inverse in [1.25, 0.7, 1e-3, 40.0] {
                 let pair = [0.0f32, -1.0];
                 let scale = Row::of(ArrayView1::from(&pair[..]), inverse).unwrap().scale;

@@ -853,18 +853,7 @@ pub(super) mod tests {
         if !(crate::simd::has_avx2() && std::is_x86_feature_detected!("fma")) {
             return;
         }
-        // At most the max, 0: spread over the clamp, ties at halves, -inf.
-        let mut logits = rows(9, 4000, 300.0, -150.0);
-        logits.extend([
-            0.0,
-            -0.0,
-            f32::NEG_INFINITY,
-            -1e30,
-            -1e-30,
-            -0.5,
-            -1.5,
-            -2.5,
-        ]);
+        let logits = term_logits();
         for inverse in [1.25, 0.7, 1e-3, 40.0] {
             let (max, scale) = (-0.0f32, log2e_inverse(inverse));
             for eight in logits.chunks_exact(8) {
@@ -1010,17 +999,7 @@ pub(super) mod tests {
         #[test]
         fn the_neon_terms_are_the_scalar_terms() {
             use std::arch::aarch64::*;
-            let mut logits = rows(9, 4000, 300.0, -150.0);
-            logits.extend([
-                0.0,
-                -0.0,
-                f32::NEG_INFINITY,
-                -1e30,
-                -1e-30,
-                -0.5,
-                -1.5,
-                -2.5,
-            ]);
+            let logits = super::term_logits();
             for inverse in [1.25, 0.7, 1e-3, 40.0] {
                 let (max, scale) = (-0.0f32, log2e_inverse(inverse));
                 for four in logits.chunks_exact(4) {
@@ -1077,6 +1056,23 @@ pub(super) mod tests {
     }
 
     /// A small xorshift generator: rows without a dependency.
+    /// Logits at most the max 0 for the kernels' per-term tests: spread over
+    /// the clamp, then signed zeros, -inf, huge and tiny, and ties at halves.
+    pub(crate) fn term_logits() -> Vec<f32> {
+        let mut logits = rows(9, 4000, 300.0, -150.0);
+        logits.extend([
+            0.0,
+            -0.0,
+            f32::NEG_INFINITY,
+            -1e30,
+            -1e-30,
+            -0.5,
+            -1.5,
+            -2.5,
+        ]);
+        logits
+    }
+
     pub(crate) fn rows(seed: u64, len: usize, scale: f32, offset: f32) -> Vec<f32> {
         let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         (0..len)
