@@ -1,0 +1,146 @@
+"""Two builds of the native module side by side in one process, calls interleaved.
+
+The build machine is a shared VM whose speed drifts by 20-30% between runs, more than
+most changes are worth. This script loads a second build of ``specaccept._native``
+next to the installed one and alternates calls between them (the order swapped every
+round), so both run under the same conditions; it checks that both give the same
+tokens. Run after ``pip install .`` (the installed build, ``A``)::
+
+    cargo build --release --features python --target-dir /tmp/ab   # build B
+    cp /tmp/ab/release/libspecaccept.so /tmp/b.so
+    python benches/ab.py /tmp/b.so tree-token            # also: tree-traversal,
+                                                         # chain, rate, smollm2
+
+It prints the median time of each build and ``B / A``. Passing the installed build
+itself as ``B`` shows the noise floor (a ratio within about 1.5% of 1 on the build
+machine). ``--quick`` runs small shapes, as CI's smoke test does. ``smollm2`` runs ``verify_logits`` at ``B = 1`` on SmolLM2's logits as
+``bench_logits.py``'s realistic table does (needs PyTorch, transformers and the model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.machinery
+import importlib.util
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+import specaccept
+import specaccept._api
+import specaccept._logits
+import specaccept._tree
+
+WRAPPERS = (specaccept._api, specaccept._tree, specaccept._logits)
+
+
+def load(path: str):
+    """The native module built at ``path``, loaded under its own name."""
+    loader = importlib.machinery.ExtensionFileLoader("specaccept._native", path)
+    spec = importlib.util.spec_from_file_location("specaccept._native", path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def rejected_rows(rng, batch: int, rows: int, vocab: int):
+    """float32 target and draft rows, each node's or position's token given draft
+    probability 1, and uniforms just under 1: every candidate is rejected."""
+    p = rng.random((batch, rows, vocab), dtype=np.float32)
+    q = rng.random((batch, rows, vocab), dtype=np.float32)
+    tokens = rng.integers(0, vocab, size=(batch, rows))
+    q[np.arange(batch)[:, None], np.arange(rows), tokens] = 1.0
+    u = np.full((batch, rows), np.nextafter(1.0, 0.0))
+    return p, q, tokens, u, np.full(batch, 0.5)
+
+
+def workloads(name: str, quick: bool) -> list[Callable[[], object]]:
+    """The calls one round makes, each returning what both builds must agree on."""
+    rng = np.random.default_rng(0)
+    batch, vocab = (4, 4096) if quick else (64, 128256)
+    if name in ("tree-token", "tree-traversal"):
+        # bench_tree.py's 3 x 4 tree, every candidate rejected.
+        nodes = 16
+        parents = np.array([-1, 0, 0, 0] + [1 + (n - 4) // 4 for n in range(4, nodes)])
+        p, q, tokens, u, ru = rejected_rows(rng, batch, nodes, vocab)
+        method = name.removeprefix("tree-")
+        return [
+            lambda: (
+                specaccept.verify_tree(
+                    tokens, parents, p, q, uniforms=u, recovery_uniforms=ru, method=method
+                ).output_token_ids
+            )
+        ]
+    if name == "chain":
+        p, q, tokens, u, ru = rejected_rows(rng, batch, 16, vocab)
+        ids, q, u = tokens[:, 1:], q[:, 1:], u[:, 1:]
+        return [
+            lambda: specaccept.verify(ids, p, q, uniforms=u, recovery_uniforms=ru).output_token_ids
+        ]
+    if name == "rate":
+        p = rng.random((batch, 5, vocab), dtype=np.float32)
+        q = rng.random((batch, 5, vocab), dtype=np.float32)
+        return [lambda: specaccept.acceptance_rate(p, q)]
+    if name == "smollm2":
+        import torch
+        from bench_logits import SMOLLM2_DRAFTERS, TEMPERATURE, smollm2_logits, smollm2_steps
+
+        logits = smollm2_logits(torch)
+        if logits is None:
+            raise SystemExit("SmolLM2 is not installed")
+        filters = dict(temperature=TEMPERATURE, top_k=0, top_p=1.0)
+        calls = []
+        for _, sigma in SMOLLM2_DRAFTERS:
+            for ids, target, draft, _ in smollm2_steps(logits, sigma, filters, seed=7):
+                u, ru = rng.random((1, ids.shape[1])), rng.random(1)
+
+                def call(ids=ids, target=target, draft=draft, u=u, ru=ru):
+                    return specaccept.verify_logits(
+                        ids, target, draft, **filters, uniforms=u, recovery_uniforms=ru
+                    ).output_token_ids
+
+                calls.append(call)
+        return calls
+    raise SystemExit(f"unknown workload {name!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("build", help="path of the other build's libspecaccept.so")
+    parser.add_argument(
+        "workload", choices=["tree-token", "tree-traversal", "chain", "rate", "smollm2"]
+    )
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="small shapes (a smoke test)")
+    args = parser.parse_args()
+    builds = {"A": specaccept._native, "B": load(args.build)}
+    for module in builds.values():
+        module.set_num_threads(args.threads)
+    calls = workloads(args.workload, args.quick)
+    times: dict[str, list[float]] = {"A": [], "B": []}
+    for r in range(args.rounds):
+        for i, call in enumerate(calls):
+            order = ("A", "B") if (r + i) % 2 == 0 else ("B", "A")
+            results = {}
+            for name in order:
+                for wrapper in WRAPPERS:
+                    wrapper._native = builds[name]
+                start = time.perf_counter()
+                results[name] = call()
+                times[name].append(time.perf_counter() - start)
+            if not np.array_equal(results["A"], results["B"]):
+                raise SystemExit(f"the builds disagree on call {i} of round {r}")
+    for wrapper in WRAPPERS:
+        wrapper._native = builds["A"]
+    a, b = statistics.median(times["A"]), statistics.median(times["B"])
+    print(
+        f"{args.workload}, {args.threads} thread(s), {args.rounds} rounds: "
+        f"A {a * 1e3:.3f} ms, B {b * 1e3:.3f} ms, B / A = {b / a:.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
