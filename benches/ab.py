@@ -9,7 +9,8 @@ tokens. Run after ``pip install .`` (the installed build, ``A``)::
     cargo build --release --features python --target-dir /tmp/ab   # build B
     cp /tmp/ab/release/libspecaccept.so /tmp/b.so
     python benches/ab.py /tmp/b.so tree-token            # also: tree-traversal,
-                                                         # chain, rate, smollm2
+                                                         # tree-logits, chain, rate,
+                                                         # smollm2
 
 It prints the median time of each build and ``B / A``. Passing the installed build
 itself as ``B`` shows the noise floor (a ratio within about 1.5% of 1 on the build
@@ -73,6 +74,29 @@ def workloads(name: str, quick: bool) -> list[Callable[[], object]]:
                 ).output_token_ids
             )
         ]
+    if name == "tree-logits":
+        # bench_tree.py's logits table: the same tree from float32 logits, every
+        # child rejected (its draft logit raised by 30), temperature 0.8.
+        nodes = 16
+        parents = np.array([-1, 0, 0, 0] + [1 + (n - 4) // 4 for n in range(4, nodes)])
+        tokens = rng.integers(0, vocab, size=(batch, nodes))
+        u, ru = np.full((batch, nodes), np.nextafter(1.0, 0.0)), np.full(batch, 0.5)
+        target = rng.normal(size=(batch, nodes, vocab)).astype(np.float32)
+        draft = rng.normal(size=(batch, nodes, vocab)).astype(np.float32)
+        draft[np.arange(batch)[:, None], np.arange(nodes), tokens] += 30.0
+        return [
+            lambda: (
+                specaccept.verify_tree_logits(
+                    tokens,
+                    parents,
+                    target,
+                    draft,
+                    temperature=0.8,
+                    uniforms=u,
+                    recovery_uniforms=ru,
+                ).output_token_ids
+            )
+        ]
     if name == "chain":
         p, q, tokens, u, ru = rejected_rows(rng, batch, 16, vocab)
         ids, q, u = tokens[:, 1:], q[:, 1:], u[:, 1:]
@@ -110,7 +134,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("build", help="path of the other build's libspecaccept.so")
     parser.add_argument(
-        "workload", choices=["tree-token", "tree-traversal", "chain", "rate", "smollm2"]
+        "workload",
+        choices=["tree-token", "tree-traversal", "tree-logits", "chain", "rate", "smollm2"],
     )
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1)
