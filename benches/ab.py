@@ -145,6 +145,10 @@ def main() -> None:
     for module in builds.values():
         module.set_num_threads(args.threads)
     calls = workloads(args.workload, args.quick)
+    for name in builds:  # warm-up: each build's buffers and workers
+        for wrapper in WRAPPERS:
+            wrapper._native = builds[name]
+        calls[0]()
     times: dict[str, list[float]] = {"A": [], "B": []}
     for r in range(args.rounds):
         for i, call in enumerate(calls):
