@@ -1,21 +1,21 @@
 """Two builds of the native module side by side in one process, calls interleaved.
 
-The build machine is a shared VM whose speed drifts by 20-30% between runs, more than
-most changes are worth. This script loads a second build of ``specaccept._native``
+The build machine is a shared VM whose speed drifts by 20% to 30% between runs, more
+than most changes are worth. This script loads a second build of ``specaccept._native``
 next to the installed one and alternates calls between them (the order swapped every
-round), so both run under the same conditions; it checks that both give the same
-tokens. Run after ``pip install .`` (the installed build, ``A``)::
+call and round), so both run under the same conditions; it checks that both give the
+same tokens. Run after ``pip install .`` (the installed build, ``A``)::
 
-    cargo build --release --features python --target-dir /tmp/ab   # build B
-    cp /tmp/ab/release/libspecaccept.so /tmp/b.so
-    python benches/ab.py /tmp/b.so tree-token            # also: tree-traversal,
-                                                         # tree-logits, chain, rate,
-                                                         # smollm2
+    PYO3_BUILD_EXTENSION_MODULE=1 cargo build --release --features python --target-dir /tmp/ab
+    cp /tmp/ab/release/libspecaccept.so /tmp/b.so        # build B
+    python benches/ab.py /tmp/b.so tree-token
 
-It prints the median time of each build and ``B / A``. Passing the installed build
-itself as ``B`` shows the noise floor (a ratio within about 1.5% of 1 on the build
-machine). ``--quick`` runs small shapes, as CI's smoke test does. ``smollm2`` runs ``verify_logits`` at ``B = 1`` on SmolLM2's logits as
-``bench_logits.py``'s realistic table does (needs PyTorch, transformers and the model).
+Workloads: ``tree-token``, ``tree-traversal``, ``tree-logits``, ``chain``, ``rate``,
+``smollm2``. It prints the median time of each build and ``B / A``. A copy of the
+installed build as ``B`` shows the noise floor (within about 1.5% of 1 on the build
+machine). ``--quick`` runs small shapes, as CI's smoke test does. ``smollm2`` runs
+``verify_logits`` at ``B = 1`` on SmolLM2's logits as ``bench_logits.py``'s realistic
+table does (needs PyTorch, transformers and the model).
 """
 
 from __future__ import annotations
@@ -24,16 +24,19 @@ import argparse
 import importlib.machinery
 import importlib.util
 import statistics
+import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
 import specaccept
-import specaccept._api
-import specaccept._logits
-import specaccept._tree
 
-WRAPPERS = (specaccept._api, specaccept._tree, specaccept._logits)
+
+def use(build) -> None:
+    """Points every module of the package that calls the native module at ``build``."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("specaccept") and hasattr(module, "_native"):
+            module._native = build
 
 
 def load(path: str):
@@ -141,13 +144,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="small shapes (a smoke test)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     builds = {"A": specaccept._native, "B": load(args.build)}
     for module in builds.values():
         module.set_num_threads(args.threads)
     calls = workloads(args.workload, args.quick)
-    for name in builds:  # warm-up: each build's buffers and workers
-        for wrapper in WRAPPERS:
-            wrapper._native = builds[name]
+    for build in builds.values():  # warm-up: each build's buffers and workers
+        use(build)
         calls[0]()
     times: dict[str, list[float]] = {"A": [], "B": []}
     for r in range(args.rounds):
@@ -155,15 +159,13 @@ def main() -> None:
             order = ("A", "B") if (r + i) % 2 == 0 else ("B", "A")
             results = {}
             for name in order:
-                for wrapper in WRAPPERS:
-                    wrapper._native = builds[name]
+                use(builds[name])
                 start = time.perf_counter()
                 results[name] = call()
                 times[name].append(time.perf_counter() - start)
             if not np.array_equal(results["A"], results["B"]):
                 raise SystemExit(f"the builds disagree on call {i} of round {r}")
-    for wrapper in WRAPPERS:
-        wrapper._native = builds["A"]
+    use(builds["A"])
     a, b = statistics.median(times["A"]), statistics.median(times["B"])
     print(
         f"{args.workload}, {args.threads} thread(s), {args.rounds} rounds: "

@@ -15,8 +15,8 @@ Run after ``pip install .``::
    target row and 3 draft rows are read, and 3 residuals computed), against
    ``verify`` on a chain of ``K = 15`` rejected at position 0, and against the floor
    (bytes that must be read / this machine's read bandwidth, measured in the run).
-   Then the same tree from logits: time per row transformed, against
-   ``verify_logits`` on the chain.
+   Then the same tree from logits, on one thread and on all: time per row
+   transformed, against ``verify_logits`` on the chain.
 """
 
 from __future__ import annotations
@@ -197,8 +197,10 @@ def logits_timing(tokens, parents, u, ru, batch: int, vocab: int, repeats: int) 
     )
     assert (chain.num_accepted == 0).all()
     n = specaccept.get_num_threads()
-    print(f"\nFrom float32 logits, temperature 0.8, every candidate rejected ({n} threads):")
-    print(f"  {'':22} {'ms':>8} {'rows':>5} {'us per row':>11}")
+    print("\nFrom float32 logits, temperature 0.8, every candidate rejected:")
+    print(
+        f"  {'':22} {'1t ms':>8} {f'{n}t ms':>8} {'rows':>5} {'us/row 1t':>10} {f'us/row {n}t':>10}"
+    )
     for name, transformed, fn in (
         (
             "verify_tree_logits",
@@ -229,8 +231,16 @@ def logits_timing(tokens, parents, u, ru, batch: int, vocab: int, repeats: int) 
             ),
         ),
     ):
-        ms = median_ms(fn, repeats)
-        print(f"  {name:22} {ms:8.2f} {transformed:5d} {ms * 1e3 / (batch * transformed):11.1f}")
+        times = []
+        for used in (1, n):
+            specaccept.set_num_threads(used)
+            times.append(median_ms(fn, repeats))
+        specaccept.set_num_threads(n)
+        per_row = [ms * 1e3 / (batch * transformed) for ms in times]
+        print(
+            f"  {name:22} {times[0]:8.2f} {times[1]:8.2f} {transformed:5d} {per_row[0]:10.1f}"
+            f" {per_row[1]:10.1f}"
+        )
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -434,20 +434,25 @@ mod x86 {
     /// How far ahead of a step [`ahead`] asks for a row's line.
     const PREFETCH_BYTES: usize = 2048;
 
-    /// Asks for the line [`PREFETCH_BYTES`] past the start of `chunk`, in the
-    /// kernels that write or update a residual (`pair_store`, `pair_update`:
-    /// the rounds of a tree, which stream a draft row next to a float64 buffer
-    /// that does not stay in L2). The hint keeps more of the draft row's
-    /// misses in flight than the hardware prefetcher alone: 3% to 13% faster
-    /// on `bench_tree.py`'s fully rejected trees, measured side by side in one
-    /// process. `pair`, which streams two cold rows and nothing else, does not
-    /// use it: there it measured 3% (a chain's residual) to 10%
-    /// (`acceptance_rate`) slower. A hint never faults: past the row's end it
-    /// asks for a line nobody reads. The NEON kernels have none: ARM speed
-    /// is not measured.
+    /// Asks for the line [`PREFETCH_BYTES`] past the start of `chunk`, once per
+    /// step of [`SUM_LANES`] entries (every line of a float32 row, every other
+    /// line of a float64 one), in the kernels that write or update a
+    /// residual (`pair_store`, `pair_update`: the rounds of a tree, which stream
+    /// their input rows next to a float64 buffer that does not stay in L2). The
+    /// hint keeps more of the rows' misses in flight than the hardware
+    /// prefetcher alone: 3% to 14% faster on `bench_tree.py`'s fully rejected
+    /// trees, measured side by side in one process (`benches/ab.py`). `pair`,
+    /// which streams two cold rows and nothing else, keeps none: with it a
+    /// chain's residual measured 3% slower and `acceptance_rate` 10%. Callers
+    /// pass one block at a time, so the line asked for is usually the next
+    /// block's; past a row's end it is a line nobody reads. The NEON kernels
+    /// have none: ARM speed is not measured.
     #[inline(always)]
-    unsafe fn ahead<T>(chunk: &[T]) {
-        _mm_prefetch::<_MM_HINT_T0>(chunk.as_ptr().cast::<i8>().wrapping_add(PREFETCH_BYTES));
+    fn ahead<T>(chunk: &[T]) {
+        let line = chunk.as_ptr().cast::<i8>().wrapping_add(PREFETCH_BYTES);
+        // SAFETY: a prefetch is only a hint: it reads nothing the program sees
+        // and never faults, whatever the address (SSE, part of x86-64).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line) };
     }
 
     #[inline]
