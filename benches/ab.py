@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 import specaccept
+from bench_tree import TIMED_PARENTS
 
 
 def use(build) -> None:
@@ -66,8 +67,7 @@ def workloads(name: str, quick: bool) -> list[Callable[[], object]]:
     batch, vocab = (4, 4096) if quick else (64, 128256)
     if name in ("tree-token", "tree-traversal"):
         # bench_tree.py's 3 x 4 tree, every candidate rejected.
-        nodes = 16
-        parents = np.array([-1, 0, 0, 0] + [1 + (n - 4) // 4 for n in range(4, nodes)])
+        parents, nodes = TIMED_PARENTS, len(TIMED_PARENTS)
         p, q, tokens, u, ru = rejected_rows(rng, batch, nodes, vocab)
         method = name.removeprefix("tree-")
         return [
@@ -80,8 +80,7 @@ def workloads(name: str, quick: bool) -> list[Callable[[], object]]:
     if name == "tree-logits":
         # bench_tree.py's logits table: the same tree from float32 logits, every
         # child rejected (its draft logit raised by 30), temperature 0.8.
-        nodes = 16
-        parents = np.array([-1, 0, 0, 0] + [1 + (n - 4) // 4 for n in range(4, nodes)])
+        parents, nodes = TIMED_PARENTS, len(TIMED_PARENTS)
         tokens = rng.integers(0, vocab, size=(batch, nodes))
         u, ru = np.full((batch, nodes), np.nextafter(1.0, 0.0)), np.full(batch, 0.5)
         target = rng.normal(size=(batch, nodes, vocab)).astype(np.float32)

@@ -31,6 +31,8 @@ from harness import median_of_runs, read_bandwidth
 CHAIN_K = 6
 # Root 0 -> 1, 2; 1 -> 3 -> 5; 2 -> 4 -> 6: six drafted nodes, depth 3.
 TREE_PARENTS = np.array([-1, 0, 0, 1, 2, 3, 4])
+# The timed tree: a root with 3 children, each with 4 children (16 nodes).
+TIMED_PARENTS = np.array([-1, 0, 0, 0] + [1 + (n - 4) // 4 for n in range(4, 16)])
 
 
 def acceptance(a_target: float, rows: int, seed: int) -> tuple[float, float, float, float]:
@@ -112,8 +114,8 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
 
 def timing(batch: int, vocab: int, repeats: int) -> None:
     rng = np.random.default_rng(0)
-    nodes = 16
-    parents = np.array([-1, 0, 0, 0] + [1 + (n - 4) // 4 for n in range(4, nodes)])
+    parents = TIMED_PARENTS
+    nodes = len(parents)
     p = rng.random((batch, nodes, vocab), dtype=np.float32)
     q = rng.random((batch, nodes, vocab), dtype=np.float32)
     tokens = rng.integers(0, vocab, size=(batch, nodes))
@@ -256,8 +258,8 @@ def sampled_timing(batch: int, vocab: int, repeats: int) -> None:
     was drawn from). The token rule against traversal on the same trees, uniforms
     and thread count."""
     rng = np.random.default_rng(3)
-    nodes = 16
-    parents = np.array([-1, 0, 0, 0] + [1 + (n - 4) // 4 for n in range(4, nodes)])
+    parents = TIMED_PARENTS
+    nodes = len(parents)
     n = specaccept.get_num_threads()
     print(f"\nThe same shape drafted from sampled rows ({batch} rows, V = {vocab}, {n} threads):")
     print(
