@@ -25,13 +25,15 @@
 //!
 //! Shared by all of them: [`checks`] (the input checks, and where a value
 //! lives so errors can name it), [`prob`] (the probability element types and
-//! their loaders), [`view`] (the input views: any dtype, any strides), [`error`] (the one error type, and what a bad row does to a
+//! their loaders), [`division`] (a row divided by its total with the bits of
+//! the division instruction, faster), [`view`] (the input views: any dtype, any strides), [`error`] (the one error type, and what a bad row does to a
 //! batch) and [`memory`] (fallible buffers: a size too large is an error, not
 //! an abort). The contract they implement is `docs/spec.md`.
 
 pub mod block;
 pub mod chain;
 pub mod checks;
+pub mod division;
 pub mod error;
 pub mod logits;
 pub mod lossy;

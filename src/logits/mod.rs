@@ -821,7 +821,8 @@ fn typical_row<P: Prob, Q: Prob>(
         // The probabilities themselves, as the reference's transform returns them.
         residual.clear();
         memory::reserve(residual, wp.len(), "target_logits")?;
-        residual.extend(wp.iter().map(|&w| w / total));
+        residual.extend_from_slice(wp);
+        crate::division::divide_row(residual, total);
         let p = ArrayView1::from(&residual[..]);
         let at = RowAt {
             arg: "target_logits",

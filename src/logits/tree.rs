@@ -160,7 +160,7 @@ impl<P: Prob, Q: Prob> LogitsRows<'_, '_, P, Q> {
         };
         let total = transform(row, self.params, &mut w, &mut self.scratch.borrow_mut())?;
         // The largest weight is exp(0) = 1, so `total >= 1`.
-        divide(&mut w, total);
+        crate::division::divide_row(&mut w, total);
         Ok(cell.get_or_init(|| w))
     }
 }
@@ -192,30 +192,6 @@ thread_local! {
     static ROWS: RefCell<Vec<Vec<f64>>> = const { RefCell::new(Vec::new()) };
     /// The transform's scratch (`O(V)`), reused across batch rows and calls.
     static SCRATCH: RefCell<Scratch> = RefCell::default();
-}
-
-/// `w_i / total` for every `i`: a true division (the same bits on every path),
-/// four lanes at a time where the CPU has AVX2.
-fn divide(w: &mut [f64], total: f64) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::simd::has_avx2() {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        return unsafe { divide_avx2(w, total) };
-    }
-    divide_with(w, total);
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn divide_avx2(w: &mut [f64], total: f64) {
-    divide_with(w, total);
-}
-
-#[inline(always)]
-fn divide_with(w: &mut [f64], total: f64) {
-    for v in w.iter_mut() {
-        *v /= total;
-    }
 }
 
 impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
