@@ -10,7 +10,7 @@ same tokens. Run after ``pip install .`` (the installed build, ``A``)::
     cp /tmp/ab/release/libspecaccept.so /tmp/b.so        # build B
     python benches/ab.py /tmp/b.so tree-token
 
-Workloads: ``tree-token``, ``tree-traversal``, ``tree-logits``, ``chain``, ``rate``,
+Workloads: ``tree-token``, ``tree-traversal``, ``tree-sampled``, ``tree-logits``, ``chain``, ``rate``,
 ``smollm2``. It prints the median time of each build and ``B / A``. A copy of the
 installed build as ``B`` shows the noise floor (within about 1.5% of 1 on the build
 machine). ``--quick`` runs small shapes, as CI's smoke test does. ``smollm2`` runs
@@ -77,6 +77,28 @@ def workloads(name: str, quick: bool) -> list[Callable[[], object]]:
                 ).output_token_ids
             )
         ]
+    if name == "tree-sampled":
+        # bench_tree.py's sampled trees (sigma = 1), traversal; each call its own uniforms.
+        from bench_tree import sampled_tree
+
+        tokens, target, draft = sampled_tree(rng, batch, vocab, 1.0)
+        shape = (batch, len(TIMED_PARENTS))
+        calls = []
+        for u, ru in [(rng.random(shape), rng.random(batch)) for _ in range(8)]:
+
+            def sampled(u=u, ru=ru):
+                return specaccept.verify_tree(
+                    tokens,
+                    TIMED_PARENTS,
+                    target,
+                    draft,
+                    uniforms=u,
+                    recovery_uniforms=ru,
+                    method="traversal",
+                ).output_token_ids
+
+            calls.append(sampled)
+        return calls
     if name == "tree-logits":
         # bench_tree.py's logits table: the same tree from float32 logits, every
         # child rejected (its draft logit raised by 30), temperature 0.8.
@@ -137,7 +159,15 @@ def main() -> None:
     parser.add_argument("build", help="path of the other build's libspecaccept.so")
     parser.add_argument(
         "workload",
-        choices=["tree-token", "tree-traversal", "tree-logits", "chain", "rate", "smollm2"],
+        choices=[
+            "tree-token",
+            "tree-traversal",
+            "tree-sampled",
+            "tree-logits",
+            "chain",
+            "rate",
+            "smollm2",
+        ],
     )
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1)

@@ -250,6 +250,29 @@ def softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def sampled_tree(rng, batch: int, vocab: int, sigma: float):
+    """``TIMED_PARENTS`` drafted as a serving loop drafts it (see ``sampled_timing``):
+    the node tokens, float32 target rows and float32 draft rows."""
+    parents = TIMED_PARENTS
+    nodes = len(parents)
+    logits = rng.standard_normal((batch, nodes, vocab), dtype=np.float32) * 3
+    target = softmax(logits / 0.8).astype(np.float32)
+    noise = rng.standard_normal((batch, nodes, vocab), dtype=np.float32) * sigma
+    at_node = softmax((logits + noise) / 0.8)
+    tokens = np.zeros((batch, nodes), np.int64)
+    draft = np.zeros((batch, nodes, vocab), np.float32)
+    for b in range(batch):
+        taken: dict[int, list[int]] = {}
+        for c in range(1, nodes):
+            row = at_node[b, parents[c]].copy()
+            row[taken.get(parents[c], [])] = 0.0
+            row /= row.sum()
+            tokens[b, c] = rng.choice(vocab, p=row)
+            draft[b, c] = row
+            taken.setdefault(int(parents[c]), []).append(int(tokens[b, c]))
+    return tokens, target, draft
+
+
 def sampled_timing(batch: int, vocab: int, repeats: int) -> None:
     """The 3 x 4 tree drafted as a serving loop drafts it: target rows
     ``softmax(l / 0.8)`` of logits ``3 N(0, 1)``, a drafter whose logits are the
@@ -266,21 +289,7 @@ def sampled_timing(batch: int, vocab: int, repeats: int) -> None:
         f"  {'sigma':>5} {'accepted: token':>16} {'traversal':>10} {'token ms':>9} {'traversal ms':>13} {'ratio':>6}"
     )
     for sigma in (0.5, 1.0, 2.0):
-        logits = rng.standard_normal((batch, nodes, vocab), dtype=np.float32) * 3
-        target = softmax(logits / 0.8).astype(np.float32)
-        noise = rng.standard_normal((batch, nodes, vocab), dtype=np.float32) * sigma
-        at_node = softmax((logits + noise) / 0.8)
-        tokens = np.zeros((batch, nodes), np.int64)
-        draft = np.zeros((batch, nodes, vocab), np.float32)
-        for b in range(batch):
-            taken: dict[int, list[int]] = {}
-            for c in range(1, nodes):
-                row = at_node[b, parents[c]].copy()
-                row[taken.get(parents[c], [])] = 0.0
-                row /= row.sum()
-                tokens[b, c] = rng.choice(vocab, p=row)
-                draft[b, c] = row
-                taken.setdefault(int(parents[c]), []).append(int(tokens[b, c]))
+        tokens, target, draft = sampled_tree(rng, batch, vocab, sigma)
         u, ru = rng.random((batch, nodes)), rng.random(batch)
         args = (tokens, parents, target, draft)
         kwargs = dict(uniforms=u, recovery_uniforms=ru)

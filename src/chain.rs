@@ -677,7 +677,8 @@ fn gathered<P: Prob, Q: Prob, C: Chain<P, Q>>(
 /// The block rule (docs/spec.md section 2.6): the path weights `rho_i` from
 /// every gathered value, then `tau`, the largest `i` with `eta_i < h_i`,
 /// searched from the top down so that a row accepted whole reads no full row
-/// and each step down reads one more pair of rows.
+/// and each step down reads one more pair of rows, except a step whose
+/// `eta_i >= rho_i` (then `h_i <= rho_i` fails it without a round).
 fn block_prefix<P: Prob, Q: Prob, C: Chain<P, Q>>(
     chain: &C,
     b: usize,
@@ -702,6 +703,9 @@ fn block_prefix<P: Prob, Q: Prob, C: Chain<P, Q>>(
         });
     }
     for i in (1..k).rev() {
+        if eta(i)? >= rho[i] {
+            continue; // h_i <= rho_i: fails without its round
+        }
         let (z, mass) = match chain.draft_row(b, i) {
             Some(q) => {
                 let z = residual_mass(chain.target_row(b, i), q, chain.pos(b, i), rho[i], scratch)?;

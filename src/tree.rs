@@ -788,6 +788,10 @@ fn traverse_row<R: NodeRows>(
             vocab,
         )
     };
+    let uniform = |n: usize| match inputs.uniforms {
+        Some(u) => check_uniform(u.get(b, n), "uniforms", &[b, n]),
+        None => unreachable!("checked by the caller"),
+    };
     // Mb(x) at the frame on level `d`: its target row's p(x), or w[x] / T.
     let share = |f: &Frame, levels: &[Vec<f64>], d: usize, x: usize| -> Result<f64, CoreError> {
         if f.residual {
@@ -823,13 +827,7 @@ fn traverse_row<R: NodeRows>(
             });
             continue;
         }
-        let accept = f.node == 0 || {
-            let u = match inputs.uniforms {
-                Some(u) => check_uniform(u.get(b, f.node), "uniforms", &[b, f.node])?,
-                None => unreachable!("checked by the caller"),
-            };
-            u < f.rate
-        };
+        let accept = f.node == 0 || uniform(f.node)? < f.rate;
         if accept {
             let drawn = if let Some(last) = f.pending {
                 // `scratch` holds the block sums of the removal just made.
@@ -878,6 +876,15 @@ fn traverse_row<R: NodeRows>(
         frames.pop();
         let pd = d - 1;
         let parent = frames[pd];
+        if parent.node != 0
+            && next_sibling[f.node] == usize::MAX
+            && uniform(parent.node)? >= parent.rate
+        {
+            // Its last child: the update can only lower the rate, which already
+            // rejects the parent (docs/spec.md section 7.6, step 3).
+            frames[pd].child = usize::MAX;
+            continue;
+        }
         let x = token(f.node)?;
         if levels.len() <= pd {
             levels.resize_with(pd + 1, Vec::new);

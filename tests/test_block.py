@@ -57,7 +57,8 @@ def step_law(drafts, target_rows, draft_rows, variant="block"):
     ``target_rows[t]`` is ``p_t`` (``t <= k``), ``draft_rows[t]`` is ``q_t``.
     ``variant``: ``"block"`` (the rule), ``"token"`` (the token rule), or a
     plausibly wrong block rule: ``"first-failure"`` (stop at the first failure)
-    or ``"no-rho"`` (residual ``p_tau - q_tau`` without ``rho_tau``).
+    or ``"no-rho"`` (residual ``p_tau - q_tau`` without ``rho_tau``), or
+    ``"early-skip"`` (a step fails without its round when ``eta_i >= rho_i / 2``).
     """
     k = len(drafts)
     law: dict[tuple[int, int], Fraction] = {}
@@ -94,6 +95,10 @@ def step_law(drafts, target_rows, draft_rows, variant="block"):
         z = sum(positive(rho[i] * target_rows[i][v] - draft_rows[i][v]) for v in range(V))
         denominator = z + 1 - rho[i]
         h[i] = F(1) if denominator == 0 else z / denominator
+        # A step with eta_i >= rho_i fails without its round (docs/spec.md section
+        # 2.6): it succeeds with probability min(rho_i, h_i), which is h_i.
+        assert h[i] <= rho[i]
+        h[i] = min(h[i], rho[i] / 2 if variant == "early-skip" else rho[i])
     if k:
         h[k] = rho[k]
     for tau in range(k + 1):
@@ -184,7 +189,7 @@ def test_the_block_rule_emits_the_target_law_exactly(k, one_hot):
     assert sequence_law(k, one_hot, "token") == target_law(k + 1)
 
 
-@pytest.mark.parametrize("variant", ["first-failure", "no-rho"])
+@pytest.mark.parametrize("variant", ["first-failure", "no-rho", "early-skip"])
 def test_plausibly_wrong_block_rules_are_caught(variant):
     # Each wrong rule breaks the law on these models (and the test above would fail).
     assert sequence_law(3, False, variant) != target_law(4)
@@ -370,6 +375,31 @@ def test_a_later_success_overrides_an_earlier_failure():
     for fn in (specaccept.verify, reference.verify):
         r = fn(ids, p, q, **kwargs, method="block")
         assert r.num_accepted[0] == 2
+
+
+@pytest.mark.parametrize("fn", [specaccept.verify, reference.verify], ids=["native", "reference"])
+def test_a_step_whose_uniform_reaches_rho_fails_without_reading_its_rows(fn):
+    # k = 3, V = 4: rho_1 = 0.2 / 0.4 = 1/2, rho_2 = 1/4, rho_3 = 1/8. Draft row 1 holds a
+    # NaN off its drafted token, so the step down to i = 1 raises if it reads the row.
+    nan = float("nan")
+    p = np.array([[[0.2, 0.3, 0.3, 0.2], [0.25] * 4, [0.25] * 4, [0.1, 0.2, 0.3, 0.4]]])
+    q = np.array([[[0.4, 0.2, 0.2, 0.2], [0.5, nan, 0.25, 0.25], [0.5, 0.25, 0.25, 0.0]]])
+    ids = np.array([[0, 0, 0]])
+    ru = np.array([0.5])
+    # eta_3 = eta_2 = 0.99 fail; eta_1 = rho_1 fails without the round: tau = 0, and the
+    # token rule's residual max(0, p_0 - q_0) = (0, 0.1, 0.1, 0) draws token 1 or 2.
+    r = fn(ids, p, q, uniforms=np.array([[0.5, 0.99, 0.99]]), recovery_uniforms=ru, method="block")
+    assert r.num_accepted[0] == 0 and r.output_token_ids[0, 0] in (1, 2)
+    # Just below rho_1 the step computes h_1 from the rows, and the NaN is an error.
+    with pytest.raises(ValueError, match=r"draft_probs\[0, 1, 1\]"):
+        fn(
+            ids,
+            p,
+            q,
+            uniforms=np.array([[np.nextafter(0.5, 0), 0.99, 0.99]]),
+            recovery_uniforms=ru,
+            method="block",
+        )
 
 
 @pytest.mark.parametrize("seed", range(10))

@@ -252,3 +252,47 @@ def test_traversal_expects_more_on_the_builtin_ngram_models():
     gain = np.array(gain)
     # Paired over the same trees: above zero by 4 standard errors.
     assert gain.mean() > 4 * gain.std() / np.sqrt(len(gain)), gain.mean()
+
+
+@pytest.mark.parametrize(
+    "fn", [specaccept.verify_tree, reference.verify_tree], ids=["native", "reference"]
+)
+def test_a_node_rejected_before_its_last_childs_round_reads_neither_row(fn):
+    # Root 0 -> node 1 (rate 0.2 / 0.4 = 1/2) -> node 2 (rate 1/2 * 0.25 / 0.5 = 1/4), V = 4.
+    # Node 1's target row and node 2's draft row hold a NaN off the drafted tokens: the
+    # round that removes node 2 would read both.
+    nan = float("nan")
+    p = np.array([[[0.2, 0.3, 0.3, 0.2], [0.25, nan, 0.5, 0.25], [0.25] * 4]])
+    q = np.array([[[0.25] * 4, [0.4, 0.2, 0.2, 0.2], [0.5, nan, 0.25, 0.25]]])
+    ids, parents, ru = np.array([[0, 0, 0]]), np.array([-1, 0, 1]), np.array([0.5])
+    # u_2 rejects node 2; u_1 = a_1 rejects node 1 without the round; the root's residual
+    # max(0, p_0 - q_1) = (0, 0.1, 0.1, 0) draws token 1 or 2.
+    r = fn(
+        ids,
+        parents,
+        p,
+        q,
+        uniforms=np.array([[0.0, 0.5, 0.99]]),
+        recovery_uniforms=ru,
+        method="traversal",
+    )
+    assert r.num_accepted[0] == 0 and r.output_token_ids[0, 0] in (1, 2)
+    # Just below a_1 the round is made, and it reads node 1's target row first.
+    u = np.array([[0.0, np.nextafter(0.5, 0), 0.99]])
+    with pytest.raises(ValueError, match=r"target_probs\[0, 1, 1\]"):
+        fn(ids, parents, p, q, uniforms=u, recovery_uniforms=ru, method="traversal")
+
+
+@pytest.mark.parametrize(
+    "fn", [specaccept.verify_tree, reference.verify_tree], ids=["native", "reference"]
+)
+def test_a_rejected_child_that_is_not_the_last_is_always_removed_by_its_round(fn):
+    # As above with a second child under node 1: removing node 2 needs the round (its
+    # sibling's rate comes from the residual) whatever node 1's uniform is.
+    nan = float("nan")
+    p = np.array([[[0.2, 0.3, 0.3, 0.2], [0.25, nan, 0.5, 0.25], [0.25] * 4, [0.25] * 4]])
+    q = np.array([[[0.25] * 4, [0.4, 0.2, 0.2, 0.2], [0.5, 0.25, 0.25, 0.0], [0.25] * 4]])
+    ids, parents = np.array([[0, 0, 0, 2]]), np.array([-1, 0, 1, 1])
+    u = np.array([[0.0, 0.5, 0.99, 0.99]])
+    with pytest.raises(ValueError, match=r"target_probs\[0, 1, 1\]"):
+        fn(ids, parents, p, q, uniforms=u, recovery_uniforms=np.array([0.5]), method="traversal")

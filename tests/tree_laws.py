@@ -91,7 +91,8 @@ def traversal_law(tree, prefix, target, draft, variant: str = "traversal"):
     """``{(accepted tokens, next token): probability}`` of the traversal rule on one tree.
 
     ``variant``: ``"no-draft-update"`` keeps ``Ms`` when a sibling is removed;
-    ``"no-rate-update"`` keeps ``a`` (both plausibly wrong).
+    ``"no-rate-update"`` keeps ``a``; ``"early-skip"`` rejects a node whose uniform is
+    at least half its rate before its last child's round (all plausibly wrong).
     """
     law: dict[tuple[tuple[int, ...], int], Fraction] = {}
     _visit(tree, prefix, F(1), F(1), (), target, draft, variant, law)
@@ -132,9 +133,16 @@ def _visit(tree, prefix, rate, weight, path, target, draft, variant, law) -> Fra
             ms = (
                 [F(0) if y == x else ms[y] / (1 - removed) for y in range(V)] if removed < 1 else ms
             )
+        before = a  # the rate before this child's round
         if variant != "no-rate-update":
             denominator = mass + 1 - a
             a = F(1) if denominator == 0 else mass / denominator
+    if tree and path:
+        # A node rejected when its uniform is >= its rate before the last child's
+        # round skips that round (docs/spec.md section 7.6, step 3): it is accepted
+        # with probability min(before, a), which is a, since a round never raises it.
+        assert variant == "no-rate-update" or a <= before
+        a = min(a, before / 2 if variant == "early-skip" else before)
     keep = rejected_all * a
     if keep:
         total = sum(mb)

@@ -929,6 +929,8 @@ def _verify_row_block(p, q, u, ru, b: int, drafts: list[int]) -> tuple[int, int]
         tau = k  # h_k = rho_k
     else:
         for i in range(k - 1, 0, -1):
+            if row_uniforms[i - 1] >= rho[i]:
+                continue  # h_i <= rho_i: fails without its round (docs/spec.md section 2.6)
             if q is None:
                 z = rho[i] * (1.0 - p_drafted[i])  # one-hot drafts: no row is read
             else:
@@ -1386,6 +1388,15 @@ def _traverse_tree_row(p, q, u, ru, ids, children, b: int, vocab: int):
         stack.pop()
         parent = stack[-1]
         _, pa, pw, ptotal, pi = parent
+        if (
+            parent[0] != 0
+            and pi + 1 == len(children[parent[0]])
+            and _uniform(u[b, parent[0]], "uniforms", (b, parent[0])) >= pa
+        ):
+            # Its last child: the update can only lower the rate, which already
+            # rejects the parent (docs/spec.md section 7.6, step 3).
+            parent[4] = pi + 1
+            continue
         x = _tree_token(ids, b, node, vocab)
         if q is None:
             mb_x = _target_share(p, b, parent[0], x, pw, ptotal)
@@ -1786,6 +1797,8 @@ def _block_logits_row(drafts, target, draft_row, has_draft, row_u, recovery) -> 
         return k, _drawn(sample_index(target(k), recovery))
     tau = 0
     for i in range(k - 1, 0, -1):
+        if row_u[i - 1] >= rho[i]:
+            continue  # h_i <= rho_i: fails without its round (docs/spec.md section 2.6)
         if not has_draft:
             z = rho[i] * (1.0 - p_drafted[i])
         else:

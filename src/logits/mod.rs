@@ -899,6 +899,9 @@ fn block_row<P: Prob, Q: Prob>(
     let mut tau = 0;
     let mut known_mass = None;
     for i in (1..k).rev() {
+        if eta(i) >= rho[i] {
+            continue; // h_i <= rho_i: fails without its round (docs/spec.md section 2.6)
+        }
         let z = match inputs.draft_logits {
             Some(_) => {
                 let (total_p, total_q) = rows(i, wp, wq, scratch)?;
