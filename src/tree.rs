@@ -817,12 +817,18 @@ fn traverse_row<R: NodeRows>(
             let x = token(c)?;
             let mb = share(&f, levels, d, x)?;
             let ms = rows.draft_at(c, x)?;
+            let rate = block::next_rho(f.rate, mb, ms);
             frames.push(Frame {
                 node: c,
-                rate: block::next_rho(f.rate, mb, ms),
+                rate,
                 residual: false,
                 total: 1.0,
-                child: first_child[c],
+                // Rate 0: its subtree is not visited (docs/spec.md section 7.6, step 1).
+                child: if rate == 0.0 {
+                    usize::MAX
+                } else {
+                    first_child[c]
+                },
                 pending: None,
             });
             continue;

@@ -296,3 +296,30 @@ def test_a_rejected_child_that_is_not_the_last_is_always_removed_by_its_round(fn
     u = np.array([[0.0, 0.5, 0.99, 0.99]])
     with pytest.raises(ValueError, match=r"target_probs\[0, 1, 1\]"):
         fn(ids, parents, p, q, uniforms=u, recovery_uniforms=np.array([0.5]), method="traversal")
+
+
+@pytest.mark.parametrize(
+    "fn", [specaccept.verify_tree, reference.verify_tree], ids=["native", "reference"]
+)
+def test_the_subtree_of_a_node_entered_with_rate_0_is_not_visited(fn):
+    # Root 0 -> node 1 -> node 2, V = 4; node 2's token is out of range. Node 1's token
+    # has target probability 0 (rate 0): nothing under it is entered, and the root's
+    # residual max(0, p_0 - q_1) = (0, 0.5, 0.3, 0) draws token 1 or 2.
+    p = np.array([[[0.0, 0.5, 0.3, 0.2], [0.25] * 4, [0.25] * 4]])
+    q = np.array([[[0.25] * 4, [0.4, 0.0, 0.0, 0.6], [0.25] * 4]])
+    parents, u, ru = np.array([-1, 0, 1]), np.zeros((1, 3)), np.array([0.5])
+    r = fn(
+        np.array([[0, 0, 9]]), parents, p, q, uniforms=u, recovery_uniforms=ru, method="traversal"
+    )
+    assert r.num_accepted[0] == 0 and r.output_token_ids[0, 0] in (1, 2)
+    # Node 1 on token 3 (rate 0.2 / 0.6 = 1/3) is descended into, and the token is an error.
+    with pytest.raises(ValueError, match=r"node_token_ids\[0, 2\]"):
+        fn(
+            np.array([[0, 3, 9]]),
+            parents,
+            p,
+            q,
+            uniforms=u,
+            recovery_uniforms=ru,
+            method="traversal",
+        )

@@ -1375,7 +1375,9 @@ def _traverse_tree_row(p, q, u, ru, ids, children, b: int, vocab: int):
             x = _tree_token(ids, b, c, vocab)
             mb_x = _target_share(p, b, node, x, w, total)
             ms_x = 1.0 if q is None else _gathered(q[b, c, x], "draft_probs", (b, c, x))
-            stack.append([c, _next_rho(a, mb_x, ms_x), None, 1.0, 0])
+            rate = _next_rho(a, mb_x, ms_x)
+            # Rate 0: its subtree is not visited (docs/spec.md section 7.6, step 1).
+            stack.append([c, rate, None, 1.0, 0 if rate else len(children[c])])
             continue
         if node == 0 or _uniform(u[b, node], "uniforms", (b, node)) < a:
             weights = w if w is not None else _row(p[b, node], "target_probs", b, node)
