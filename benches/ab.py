@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 import specaccept
-from bench_tree import TIMED_PARENTS
+from bench_tree import TIMED_PARENTS, rejected_rows
 
 
 def use(build) -> None:
@@ -48,17 +48,6 @@ def load(path: str):
     module = importlib.util.module_from_spec(spec)
     loader.exec_module(module)
     return module
-
-
-def rejected_rows(rng, batch: int, rows: int, vocab: int):
-    """float32 target and draft rows, each node's or position's token given draft
-    probability 1, and uniforms just under 1: every candidate is rejected."""
-    p = rng.random((batch, rows, vocab), dtype=np.float32)
-    q = rng.random((batch, rows, vocab), dtype=np.float32)
-    tokens = rng.integers(0, vocab, size=(batch, rows))
-    q[np.arange(batch)[:, None], np.arange(rows), tokens] = 1.0
-    u = np.full((batch, rows), np.nextafter(1.0, 0.0))
-    return p, q, tokens, u, np.full(batch, 0.5)
 
 
 def workloads(name: str, quick: bool) -> list[Callable[[], object]]:

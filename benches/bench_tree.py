@@ -112,17 +112,27 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
     return median_of_runs(fn, repeats) * 1e3
 
 
+def rejected_rows(rng, batch: int, rows: int, vocab: int):
+    """float32 rows where every candidate is rejected and no rate is 0: target rows
+    uniform in [0.5, 1) and normalised; draft rows 1 at the node's (or position's) token
+    and below 1e-3 / V elsewhere, so every residual stays positive away from the
+    removed tokens and each later sibling keeps a rate above 0 (a node entered with
+    rate 0 has no subtree to visit); uniforms just under 1. Returns ``p, q, tokens,
+    uniforms, recovery_uniforms``."""
+    p = rng.random((batch, rows, vocab), dtype=np.float32) / 2 + np.float32(0.5)
+    p /= p.sum(axis=-1, keepdims=True)
+    q = rng.random((batch, rows, vocab), dtype=np.float32) * np.float32(1e-3 / vocab)
+    tokens = rng.integers(0, vocab, size=(batch, rows))
+    q[np.arange(batch)[:, None], np.arange(rows), tokens] = 1.0  # q(x) > p(x)
+    u = np.full((batch, rows), np.nextafter(1.0, 0.0))
+    return p, q, tokens, u, np.full(batch, 0.5)
+
+
 def timing(batch: int, vocab: int, repeats: int) -> None:
     rng = np.random.default_rng(0)
     parents = TIMED_PARENTS
     nodes = len(parents)
-    p = rng.random((batch, nodes, vocab), dtype=np.float32)
-    q = rng.random((batch, nodes, vocab), dtype=np.float32)
-    tokens = rng.integers(0, vocab, size=(batch, nodes))
-    u = np.full((batch, nodes), np.nextafter(1.0, 0.0))  # reject unless q <= p
-    rows = np.arange(batch)[:, None]
-    q[rows, np.arange(nodes), tokens] = 1.0  # so q(x) > p(x): every child is rejected
-    ru = np.full(batch, 0.5)
+    p, q, tokens, u, ru = rejected_rows(rng, batch, nodes, vocab)
     tree = specaccept.verify_tree(tokens, parents, p, q, uniforms=u, recovery_uniforms=ru)
     assert (tree.num_accepted == 0).all()
     k = nodes - 1
@@ -132,9 +142,10 @@ def timing(batch: int, vocab: int, repeats: int) -> None:
     assert (chain.num_accepted == 0).all()
     single, threads = read_bandwidth(256 << 20, specaccept.get_num_threads())
     tree_bytes = batch * 4 * vocab * 4  # the root's row and 3 draft rows
-    # Traversal removes every node: 15 draft rows, and the target rows of the root
-    # and its 3 children (each parent's first residual round).
-    traversal_bytes = batch * 19 * vocab * 4
+    # Traversal removes every node, but a parent whose uniform already rejects it
+    # skips its last child's round: 12 draft rows (the root's 3 children, the first 3
+    # children of each), and the target rows of the root and its 3 children.
+    traversal_bytes = batch * 16 * vocab * 4
     chain_bytes = batch * 2 * vocab * 4  # one residual pair
     n = specaccept.get_num_threads()
     print(f"\n(B, N, V) = ({batch}, {nodes}, {vocab}) float32, every candidate rejected:")

@@ -882,16 +882,41 @@ fn traverse_row<R: NodeRows>(
         frames.pop();
         let pd = d - 1;
         let parent = frames[pd];
-        if parent.node != 0
-            && next_sibling[f.node] == usize::MAX
-            && uniform(parent.node)? >= parent.rate
-        {
-            // Its last child: the update can only lower the rate, which already
-            // rejects the parent (docs/spec.md section 7.6, step 3).
+        let x = token(f.node)?;
+        if parent.node != 0 && uniform(parent.node)? >= parent.rate && {
+            // Whether every later child would enter with rate 0: its entry after
+            // this update, from single entries, is 0 (and stays 0).
+            let mut none = true;
+            let mut j = next_sibling[f.node];
+            while j != usize::MAX {
+                let xj = token(j)?;
+                let w = if parent.residual {
+                    levels[pd][xj]
+                } else {
+                    let v = rows.target_row(parent.node)?[xj].to_f64();
+                    entry(v, "target_probs", b, parent.node, xj)?
+                };
+                let e = match rows.draft_row(f.node)? {
+                    None if xj == x => 0.0,
+                    None => w,
+                    Some(q) => {
+                        let qj = entry(q[xj].to_f64(), "draft_probs", b, f.node, xj)?;
+                        (w * factor(parent.rate, parent.total) - qj).max(0.0)
+                    }
+                };
+                if e > 0.0 {
+                    none = false;
+                    break;
+                }
+                j = next_sibling[j];
+            }
+            none
+        } {
+            // The update can only lower the rate, which already rejects the parent,
+            // and no later child can be accepted (docs/spec.md section 7.6, step 3).
             frames[pd].child = usize::MAX;
             continue;
         }
-        let x = token(f.node)?;
         if levels.len() <= pd {
             levels.resize_with(pd + 1, Vec::new);
         }

@@ -286,16 +286,31 @@ def test_a_node_rejected_before_its_last_childs_round_reads_neither_row(fn):
 @pytest.mark.parametrize(
     "fn", [specaccept.verify_tree, reference.verify_tree], ids=["native", "reference"]
 )
-def test_a_rejected_child_that_is_not_the_last_is_always_removed_by_its_round(fn):
-    # As above with a second child under node 1: removing node 2 needs the round (its
-    # sibling's rate comes from the residual) whatever node 1's uniform is.
+def test_a_rejected_node_skips_its_rounds_only_if_no_later_child_can_enter_above_rate_0(fn):
+    # As above with a second child (node 3, token 2) under node 1, whose draft row holds a
+    # NaN at its own token: read only if node 3 is entered. Removing node 2 would leave
+    # node 1's weight at token 2 at max(0, 0.5 * 0.5 - q_2(2)).
     nan = float("nan")
     p = np.array([[[0.2, 0.3, 0.3, 0.2], [0.25, nan, 0.5, 0.25], [0.25] * 4, [0.25] * 4]])
-    q = np.array([[[0.25] * 4, [0.4, 0.2, 0.2, 0.2], [0.5, 0.25, 0.25, 0.0], [0.25] * 4]])
     ids, parents = np.array([[0, 0, 0, 2]]), np.array([-1, 0, 1, 1])
-    u = np.array([[0.0, 0.5, 0.99, 0.99]])
+    u, ru = np.array([[0.0, 0.5, 0.99, 0.99]]), np.array([0.5])
+
+    def rows(q_2_at_2):
+        q_2 = [0.5, 0.25, q_2_at_2, 0.25 - q_2_at_2]
+        return np.array([[[0.25] * 4, [0.4, 0.2, 0.2, 0.2], q_2, [0.25, 0.25, nan, 0.5]]])
+
+    # q_2(2) = 0.25: node 3 could only enter with rate 0, and u_1 = a_1 rejects node 1:
+    # neither node 1's row nor node 3's is read.
+    r = fn(ids, parents, p, rows(0.25), uniforms=u, recovery_uniforms=ru, method="traversal")
+    assert r.num_accepted[0] == 0 and r.output_token_ids[0, 0] in (1, 2)
+    # q_2(2) = 0.1: node 3 keeps weight 0.15, so node 2's round is made (its sibling's
+    # rate needs it) whatever node 1's uniform is, and it reads node 1's target row.
     with pytest.raises(ValueError, match=r"target_probs\[0, 1, 1\]"):
-        fn(ids, parents, p, q, uniforms=u, recovery_uniforms=np.array([0.5]), method="traversal")
+        fn(ids, parents, p, rows(0.1), uniforms=u, recovery_uniforms=ru, method="traversal")
+    # With node 1 not yet rejected by its uniform, the round is made too.
+    u_low = np.array([[0.0, np.nextafter(0.5, 0), 0.99, 0.99]])
+    with pytest.raises(ValueError, match=r"target_probs\[0, 1, 1\]"):
+        fn(ids, parents, p, rows(0.25), uniforms=u_low, recovery_uniforms=ru, method="traversal")
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,9 @@ def test_the_traversal_rule_is_lossless(name, seed, zeros):
     assert sequence_law(shape, target, draft) == target_sequences(depth(shape) + 1, target)
 
 
-@pytest.mark.parametrize("variant", ["no-draft-update", "no-rate-update", "early-skip"])
+@pytest.mark.parametrize(
+    "variant", ["no-draft-update", "no-rate-update", "early-skip", "doomed-skip"]
+)
 def test_plausibly_wrong_traversal_rules_are_caught(variant):
     shape = SHAPES["two levels"]
     target, draft = MarkovModel(11), MarkovModel(101)

@@ -92,7 +92,9 @@ def traversal_law(tree, prefix, target, draft, variant: str = "traversal"):
 
     ``variant``: ``"no-draft-update"`` keeps ``Ms`` when a sibling is removed;
     ``"no-rate-update"`` keeps ``a``; ``"early-skip"`` rejects a node whose uniform is
-    at least half its rate before its last child's round (all plausibly wrong).
+    at least half its rate before its last child's round; ``"doomed-skip"`` rejects a
+    node at any child's removal once its uniform is at least its rate, without trying
+    its later children (all plausibly wrong).
     """
     law: dict[tuple[tuple[int, ...], int], Fraction] = {}
     _visit(tree, prefix, F(1), F(1), (), target, draft, variant, law)
@@ -107,6 +109,7 @@ def _visit(tree, prefix, rate, weight, path, target, draft, variant, law) -> Fra
     ms = None if draft is None else list(draft(prefix))
     rejected_all = F(1)  # the probability every child so far was rejected
     accepted = F(0)
+    gate = F(1)  # "doomed-skip": the probability the node's uniform lets it go on
     for x, subtree in tree:
         if draft is None:
             ms = [F(int(y == x)) for y in range(V)]
@@ -115,14 +118,14 @@ def _visit(tree, prefix, rate, weight, path, target, draft, variant, law) -> Fra
             subtree,
             (*prefix, x),
             child_rate,
-            weight * rejected_all,
+            weight * rejected_all * gate,
             (*path, x),
             target,
             draft,
             variant,
             law,
         )
-        accepted += rejected_all * child
+        accepted += rejected_all * gate * child
         rejected_all *= 1 - child
         residual = [positive(a * mb[y] - ms[y]) for y in range(V)]
         mass = sum(residual)
@@ -134,6 +137,8 @@ def _visit(tree, prefix, rate, weight, path, target, draft, variant, law) -> Fra
                 [F(0) if y == x else ms[y] / (1 - removed) for y in range(V)] if removed < 1 else ms
             )
         before = a  # the rate before this child's round
+        if variant == "doomed-skip" and path:
+            gate = min(gate, before)
         if variant != "no-rate-update":
             denominator = mass + 1 - a
             a = F(1) if denominator == 0 else mass / denominator

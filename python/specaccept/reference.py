@@ -1390,16 +1390,20 @@ def _traverse_tree_row(p, q, u, ru, ids, children, b: int, vocab: int):
         stack.pop()
         parent = stack[-1]
         _, pa, pw, ptotal, pi = parent
+        x = _tree_token(ids, b, node, vocab)
+        siblings = children[parent[0]]
         if (
             parent[0] != 0
-            and pi + 1 == len(children[parent[0]])
             and _uniform(u[b, parent[0]], "uniforms", (b, parent[0])) >= pa
+            and not any(
+                _entry_after(p, q, b, parent, node, x, _tree_token(ids, b, j, vocab)) > 0
+                for j in siblings[pi + 1 :]
+            )
         ):
-            # Its last child: the update can only lower the rate, which already
-            # rejects the parent (docs/spec.md section 7.6, step 3).
-            parent[4] = pi + 1
+            # The update can only lower the rate, which already rejects the parent, and
+            # every later child would enter with rate 0 (docs/spec.md section 7.6, step 3).
+            parent[4] = len(siblings)
             continue
-        x = _tree_token(ids, b, node, vocab)
         if q is None:
             mb_x = _target_share(p, b, parent[0], x, pw, ptotal)
             mass = pa * (1.0 - mb_x)
@@ -1423,6 +1427,17 @@ def _traverse_tree_row(p, q, u, ru, ids, children, b: int, vocab: int):
             new_total = mass
         parent[1] = 1.0 if parent[0] == 0 else _block_h(mass, pa)
         parent[2], parent[3], parent[4] = weights, new_total, pi + 1
+
+
+def _entry_after(p, q, b: int, parent, c: int, x: int, x_j: int) -> float:
+    """The entry at ``x_j`` of the parent's weights after removing child ``c`` (token
+    ``x``), as the update computes it, from single entries (docs/spec.md section 7.6)."""
+    v, a, w, total = parent[0], parent[1], parent[2], parent[3]
+    w_x = _entry(p[b, v, x_j], "target_probs", (b, v, x_j)) if w is None else w[x_j]
+    if q is None:
+        return 0.0 if x_j == x else w_x
+    factor = a / total if total > 0 else 0.0
+    return max(0.0, w_x * factor - _entry(q[b, c, x_j], "draft_probs", (b, c, x_j)))
 
 
 def _target_share(p, b: int, node: int, x: int, w, total: float) -> float:
