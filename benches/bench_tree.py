@@ -113,15 +113,15 @@ def median_ms(fn: Callable[[], object], repeats: int) -> float:
 
 
 def rejected_rows(rng, batch: int, rows: int, vocab: int):
-    """float32 rows where every candidate is rejected and no rate is 0: target rows
-    uniform in [0.5, 1) and normalised; draft rows 1 at the node's (or position's) token
-    and below 1e-3 / V elsewhere, so every residual stays positive away from the
-    removed tokens and each later sibling keeps a rate above 0 (a node entered with
-    rate 0 has no subtree to visit); uniforms just under 1. Returns ``p, q, tokens,
-    uniforms, recovery_uniforms``."""
+    """float32 rows where every candidate is rejected and every round traversal may
+    skip is still made: target rows uniform in [0.5, 1) and normalised; draft rows 1 at
+    the node's (or position's) token and 0 elsewhere, so every residual stays positive
+    away from the removed tokens, each later sibling enters with a rate above 0, and a
+    parent's rounds are needed for its later children (docs/spec.md section 7.6, step
+    3); uniforms just under 1. Returns ``p, q, tokens, uniforms, recovery_uniforms``."""
     p = rng.random((batch, rows, vocab), dtype=np.float32) / 2 + np.float32(0.5)
     p /= p.sum(axis=-1, keepdims=True)
-    q = rng.random((batch, rows, vocab), dtype=np.float32) * np.float32(1e-3 / vocab)
+    q = np.zeros((batch, rows, vocab), np.float32)
     tokens = rng.integers(0, vocab, size=(batch, rows))
     q[np.arange(batch)[:, None], np.arange(rows), tokens] = 1.0  # q(x) > p(x)
     u = np.full((batch, rows), np.nextafter(1.0, 0.0))
