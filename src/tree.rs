@@ -792,6 +792,39 @@ fn traverse_row<R: NodeRows>(
         Some(u) => check_uniform(u.get(b, n), "uniforms", &[b, n]),
         None => unreachable!("checked by the caller"),
     };
+    // Whether every later sibling of the removed child `c` (token `x`) would enter
+    // with rate 0: the parent's entry at its token after the update, computed from
+    // single entries as the update computes it, is 0 (and stays 0 after later ones).
+    let later_all_zero = |parent: &Frame,
+                          levels: &[Vec<f64>],
+                          d: usize,
+                          c: usize,
+                          x: usize|
+     -> Result<bool, CoreError> {
+        let mut j = next_sibling[c];
+        while j != usize::MAX {
+            let xj = token(j)?;
+            let w = if parent.residual {
+                levels[d][xj]
+            } else {
+                let v = rows.target_row(parent.node)?[xj].to_f64();
+                entry(v, "target_probs", b, parent.node, xj)?
+            };
+            let e = match rows.draft_row(c)? {
+                None if xj == x => 0.0,
+                None => w,
+                Some(q) => {
+                    let qj = entry(q[xj].to_f64(), "draft_probs", b, c, xj)?;
+                    (w * factor(parent.rate, parent.total) - qj).max(0.0)
+                }
+            };
+            if e > 0.0 {
+                return Ok(false);
+            }
+            j = next_sibling[j];
+        }
+        Ok(true)
+    };
     // Mb(x) at the frame on level `d`: its target row's p(x), or w[x] / T.
     let share = |f: &Frame, levels: &[Vec<f64>], d: usize, x: usize| -> Result<f64, CoreError> {
         if f.residual {
@@ -883,35 +916,10 @@ fn traverse_row<R: NodeRows>(
         let pd = d - 1;
         let parent = frames[pd];
         let x = token(f.node)?;
-        if parent.node != 0 && uniform(parent.node)? >= parent.rate && {
-            // Whether every later child would enter with rate 0: its entry after
-            // this update, from single entries, is 0 (and stays 0).
-            let mut none = true;
-            let mut j = next_sibling[f.node];
-            while j != usize::MAX {
-                let xj = token(j)?;
-                let w = if parent.residual {
-                    levels[pd][xj]
-                } else {
-                    let v = rows.target_row(parent.node)?[xj].to_f64();
-                    entry(v, "target_probs", b, parent.node, xj)?
-                };
-                let e = match rows.draft_row(f.node)? {
-                    None if xj == x => 0.0,
-                    None => w,
-                    Some(q) => {
-                        let qj = entry(q[xj].to_f64(), "draft_probs", b, f.node, xj)?;
-                        (w * factor(parent.rate, parent.total) - qj).max(0.0)
-                    }
-                };
-                if e > 0.0 {
-                    none = false;
-                    break;
-                }
-                j = next_sibling[j];
-            }
-            none
-        } {
+        if parent.node != 0
+            && uniform(parent.node)? >= parent.rate
+            && later_all_zero(&parent, levels, pd, f.node, x)?
+        {
             // The update can only lower the rate, which already rejects the parent,
             // and no later child can be accepted (docs/spec.md section 7.6, step 3).
             frames[pd].child = usize::MAX;
