@@ -185,6 +185,24 @@ def timing(batch: int, vocab: int, repeats: int) -> None:
             f"{times[1]:10.2f} {floors[1]:7.2f} {times[1] / floors[1]:5.2f}x"
         )
     print(f"  read bandwidth {single / 1e9:.1f} GB/s on 1 thread, {threads / 1e9:.1f} GB/s on all")
+    # Labelled extra: rows uniform in [0, 1), not normalised, q = 1 at each token. The
+    # residuals lose every later child's weight, so traversal skips most rounds.
+    p = rng.random((batch, nodes, vocab), dtype=np.float32)
+    q = rng.random((batch, nodes, vocab), dtype=np.float32)
+    q[np.arange(batch)[:, None], np.arange(nodes), tokens] = 1.0
+    ms = [
+        median_ms(
+            lambda m=m: specaccept.verify_tree(
+                tokens, parents, p, q, uniforms=u, recovery_uniforms=ru, method=m
+            ),
+            repeats,
+        )
+        for m in ("token", "traversal")
+    ]
+    print(
+        f"  labelled extra, rows uniform in [0, 1) ({n} threads): token {ms[0]:.2f} ms, "
+        f"traversal {ms[1]:.2f} ms, {ms[1] / ms[0]:.2f}x"
+    )
     logits_timing(tokens, parents, u, ru, batch, vocab, repeats)
 
 
