@@ -802,20 +802,28 @@ fn traverse_row<R: NodeRows>(
                           x: usize|
      -> Result<bool, CoreError> {
         let mut j = next_sibling[c];
+        if j == usize::MAX {
+            return Ok(true);
+        }
+        let p_row = if parent.residual {
+            None
+        } else {
+            Some(rows.target_row(parent.node)?)
+        };
+        let q_row = rows.draft_row(c)?;
+        let scale = factor(parent.rate, parent.total);
         while j != usize::MAX {
             let xj = token(j)?;
-            let w = if parent.residual {
-                levels[d][xj]
-            } else {
-                let v = rows.target_row(parent.node)?[xj].to_f64();
-                entry(v, "target_probs", b, parent.node, xj)?
+            let w = match &p_row {
+                None => levels[d][xj],
+                Some(p) => entry(p[xj].to_f64(), "target_probs", b, parent.node, xj)?,
             };
-            let e = match rows.draft_row(c)? {
+            let e = match &q_row {
                 None if xj == x => 0.0,
                 None => w,
                 Some(q) => {
                     let qj = entry(q[xj].to_f64(), "draft_probs", b, c, xj)?;
-                    (w * factor(parent.rate, parent.total) - qj).max(0.0)
+                    (w * scale - qj).max(0.0)
                 }
             };
             if e > 0.0 {
