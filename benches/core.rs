@@ -11,6 +11,14 @@
 //! 128256 (one thread, in cache after the first call): the exact pass (max,
 //! float64 `exp`, canonical sum) and the screen (max and `f32` `exp` with its
 //! error bound). Criterion reports logits per second: the `exp` throughput.
+//!
+//! `tree`: `verify_tree` (token rule) on one thread at `V = 128256`, a root with
+//! three children, all rejected (the root's target row and three draft rows
+//! read, two residual rounds written and a third summed), as
+//! `benches/bench_tree.py` times it: 64 rows streamed from memory, and one row
+//! again and again (its 2 MB of rows and 1 MB residual stay in L3), which
+//! separates the rounds' float64 arithmetic from the reads. Criterion reports
+//! the bytes of rows that must be read.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use ndarray::{s, Array1, Array2, Array3, Axis};
@@ -19,6 +27,7 @@ use specaccept::error::RowErrors;
 use specaccept::logits;
 use specaccept::method::Method;
 use specaccept::threads;
+use specaccept::tree::{self, TreeInputs, TreeMethod, TreeOutputs};
 use specaccept::view::{FloatView, Greedy, IntView};
 
 struct Batch {
@@ -149,5 +158,57 @@ fn exp(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, verify, exp);
+fn token_tree(c: &mut Criterion) {
+    let (v, children) = (128_256, 3);
+    let default_threads = threads::num_threads();
+    threads::set_num_threads(1).expect("one thread");
+    let mut group = c.benchmark_group("tree");
+    group.sample_size(20);
+    for b in [64, 1] {
+        // `batch`'s target rows; child c's draft row is 1 at its token, which
+        // a uniform just under 1 rejects (as `bench_tree.rejected_rows`).
+        let rows = batch(b, children, v, "reject");
+        let ids = Array2::from_shape_fn((b, children + 1), |(i, n)| ((i + 1) * 997 * n % v) as i64);
+        let mut q = Array3::<f32>::zeros((b, children + 1, v));
+        for ((i, n), &x) in ids.indexed_iter() {
+            q[[i, n, x as usize]] = 1.0;
+        }
+        let u = Array2::from_elem((b, children + 1), 1.0 - 1e-12);
+        let parents = Array2::from_shape_fn((b, children + 1), |(_, n)| n.min(1) as i64 - 1);
+        let inputs = TreeInputs {
+            node_token_ids: IntView::I64(ids.view()),
+            parent_ids: IntView::I64(parents.view()),
+            target_probs: rows.p.view(),
+            draft_probs: Some(q.view()),
+            uniforms: Some(FloatView::F64(u.view())),
+            recovery_uniforms: Some(FloatView::F64(rows.ru.view())),
+            greedy: Greedy::All(false),
+            method: TreeMethod::Token,
+        };
+        let mut out = (
+            Array2::<i64>::zeros((b, 2)),
+            Array1::<i64>::zeros(b),
+            Array1::<i64>::zeros(b),
+            Array2::<i64>::zeros((b, 1)),
+        );
+        group.throughput(Throughput::Bytes((b * (children + 1) * v * 4) as u64));
+        let id = if b == 1 { "in_cache" } else { "streamed" };
+        group.bench_function(BenchmarkId::new(id, format!("B={b}")), |bench| {
+            bench.iter(|| {
+                let mut outputs = TreeOutputs {
+                    output_token_ids: out.0.view_mut(),
+                    num_accepted: out.1.view_mut(),
+                    num_emitted: out.2.view_mut(),
+                    accepted_node_ids: out.3.view_mut(),
+                };
+                tree::verify_tree(&inputs, &mut outputs, RowErrors::Raise).expect("valid inputs");
+            })
+        });
+        assert!(out.1.iter().all(|&n| n == 0), "every child is rejected");
+    }
+    threads::set_num_threads(default_threads).expect("at least one thread");
+    group.finish();
+}
+
+criterion_group!(benches, verify, exp, token_tree);
 criterion_main!(benches);
