@@ -176,6 +176,37 @@ def test_bad_input_names_the_argument(change, error, fragment):
         specaccept.verify_logits(**case)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("where", [1000, 2048, 4999])
+def test_a_bad_draft_logit_is_an_error_where_the_first_chunk_proves_acceptance(dtype, bad, where):
+    # The drafted token is unlikely under the draft, likely under the target: the
+    # draft row's first 2048 logits already bound q(x) far below p(x)
+    # (src/logits/screen.rs, draft_prefix_bound). The rest of the row is still
+    # checked (docs/spec.md section 8.5), as the reference checks it.
+    vocab = 5000
+    target = np.zeros((1, 2, vocab), dtype)
+    target[0, 0, 100] = 10
+    draft = np.zeros((1, 1, vocab), dtype)
+    draft[0, 0, :2048] = 5
+    draft[0, 0, 100] = 0
+    draft[0, 0, where] = bad
+    case = dict(
+        draft_token_ids=np.array([[100]]),
+        target_logits=target,
+        draft_logits=draft,
+        uniforms=np.array([[0.5]]),
+        recovery_uniforms=np.array([0.5]),
+    )
+    named = rf"draft_logits\[0, 0, {where}\] = {'nan' if np.isnan(bad) else 'inf'}"
+    for verify in (specaccept.verify_logits, reference.verify_logits):
+        with pytest.raises(ValueError, match=named):
+            verify(**case)
+    draft[0, 0, where] = -np.inf  # a masked token: valid, and the draft is accepted
+    for verify in (specaccept.verify_logits, reference.verify_logits):
+        assert verify(**case).num_accepted.tolist() == [1]
+
+
 @pytest.fixture
 def restore_threads():
     before = specaccept.get_num_threads()

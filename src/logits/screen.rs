@@ -344,9 +344,12 @@ pub(super) fn target_probability(
 /// `q(x) = exp((l_x - m) / T) / sum_i exp((l_i - m) / T)` for any `m`, and
 /// the chunk's sum is a lower bound of the whole row's. It proves most
 /// accepted positions whose draft the drafter found unlikely, for a
-/// sixtieth of a row at `V = 128256`. `None` for a row of one chunk (the
-/// caller reads the whole row anyway), a drafted logit above the chunk's
-/// max, or where the screen does not apply.
+/// sixtieth of a row's `exp` at `V = 128256`. The rest of the row is read
+/// too, without `exp`, only to check it (docs/spec.md section 8.5: each row
+/// read is checked in full): `None` where it holds a NaN or `+inf` (the exact
+/// pass names it), for a row of one chunk (the caller reads the whole row
+/// anyway), a drafted logit above the chunk's max, or where the screen does
+/// not apply.
 pub(super) fn draft_prefix_bound(
     draft: ArrayView1<'_, impl Prob>,
     x: usize,
@@ -359,7 +362,7 @@ pub(super) fn draft_prefix_bound(
     let screened = screen(prefix, inverse)?;
     let l_x = draft[x].to_f64();
     let low_sum = screened.sum - screened.bound;
-    if l_x > screened.max || low_sum <= 0.0 {
+    if l_x > screened.max || low_sum <= 0.0 || !max_of(&values[SCREEN_CHUNK..]).0 {
         return None;
     }
     // exp in f64 and the exact pass's own error: far below 1e-8.
