@@ -183,7 +183,8 @@ def test_a_bad_draft_logit_is_an_error_where_the_first_chunk_proves_acceptance(d
     # The drafted token is unlikely under the draft, likely under the target: the
     # draft row's first 2048 logits already bound q(x) far below p(x)
     # (src/logits/screen.rs, draft_prefix_bound). The rest of the row is still
-    # checked (docs/spec.md section 8.5), as the reference checks it.
+    # checked (docs/spec.md section 8.5), as the reference checks it. At 1000 the
+    # bad value is inside the first chunk, which then proves nothing (a control).
     vocab = 5000
     target = np.zeros((1, 2, vocab), dtype)
     target[0, 0, 100] = 10

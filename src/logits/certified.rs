@@ -562,8 +562,8 @@ pub(super) fn position<P: Prob, Q: Prob>(
         (Some(q), _) => Interval(q, q),
         (None, None) => Interval(1.0, 1.0), // one-hot drafts
         (None, Some(row)) => {
-            let prefix = screen::draft_prefix_bound(row, x, inverse);
-            if prefix.is_some_and(|q_high| proves_accepted(Interval(0.0, q_high))) {
+            let accepts = |q_high| proves_accepted(Interval(0.0, q_high));
+            if screen::draft_prefix_accepts(row, x, inverse, accepts) {
                 return Some(Certified::Accepted);
             }
             let row = Row::of(row, inverse)?;

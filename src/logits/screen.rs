@@ -340,33 +340,43 @@ pub(super) fn target_probability(
     Some((low, high, screened.max as f32))
 }
 
-/// An upper bound on `q(x)` of a draft row from its first chunk alone:
-/// `q(x) = exp((l_x - m) / T) / sum_i exp((l_i - m) / T)` for any `m`, and
-/// the chunk's sum is a lower bound of the whole row's. It proves most
-/// accepted positions whose draft the drafter found unlikely, for a
-/// sixtieth of a row's `exp` at `V = 128256`. The rest of the row is read
-/// too, without `exp`, only to check it (docs/spec.md section 8.5: each row
-/// read is checked in full): `None` where it holds a NaN or `+inf` (the exact
-/// pass names it), for a row of one chunk (the caller reads the whole row
-/// anyway), a drafted logit above the chunk's max, or where the screen does
-/// not apply.
-pub(super) fn draft_prefix_bound(
+/// Whether a draft row's first chunk alone proves the position accepted:
+/// `accepts` on an upper bound of `q(x)`, `q(x) = exp((l_x - m) / T) /
+/// sum_i exp((l_i - m) / T)` for any `m`, the chunk's sum being a lower bound
+/// of the whole row's. It proves most accepted positions whose draft the
+/// drafter found unlikely, for a sixtieth of a row's `exp` at `V = 128256`.
+/// Once it does, the rest of the row is read without `exp`, only to check it
+/// (docs/spec.md section 8.5: each row read is checked in full): `false`
+/// where it holds a NaN or `+inf` (the caller's passes find the row invalid,
+/// and the exact pass names the entry), for a row of one chunk (the caller
+/// reads the whole row anyway), a drafted logit above the chunk's max, or
+/// where the screen does not apply.
+pub(super) fn draft_prefix_accepts(
     draft: ArrayView1<'_, impl Prob>,
     x: usize,
     inverse: f64,
-) -> Option<f64> {
-    let values = draft.as_slice()?;
-    let prefix = values
+    accepts: impl Fn(f64) -> bool,
+) -> bool {
+    let Some(values) = draft.as_slice() else {
+        return false;
+    };
+    let Some(prefix) = values
         .get(..SCREEN_CHUNK)
-        .filter(|p| p.len() < values.len())?;
-    let screened = screen(prefix, inverse)?;
+        .filter(|p| p.len() < values.len())
+    else {
+        return false;
+    };
+    let Some(screened) = screen(prefix, inverse) else {
+        return false;
+    };
     let l_x = draft[x].to_f64();
     let low_sum = screened.sum - screened.bound;
-    if l_x > screened.max || low_sum <= 0.0 || !max_of(&values[SCREEN_CHUNK..]).0 {
-        return None;
+    if l_x > screened.max || low_sum <= 0.0 {
+        return false;
     }
     // exp in f64 and the exact pass's own error: far below 1e-8.
-    Some(((l_x - screened.max) * inverse).exp() * (1.0 + 1e-8) / low_sum)
+    let q_high = ((l_x - screened.max) * inverse).exp() * (1.0 + 1e-8) / low_sum;
+    accepts(q_high) && max_of(&values[SCREEN_CHUNK..]).0
 }
 
 /// The screen alone over a row of f16/f32 logits: `(sum, bound)` with the
@@ -1214,7 +1224,13 @@ pub(super) mod tests {
                         // w_x over the first chunk's part of the sum.
                         let q_prefix = w(x) / (0..SCREEN_CHUNK).map(w).sum::<f64>();
                         let view = ArrayView1::from(&row[..]);
-                        if let Some(bound) = draft_prefix_bound(view, x, inverse) {
+                        let seen = std::cell::Cell::new(None);
+                        let accepts = |bound| {
+                            seen.set(Some(bound));
+                            false
+                        };
+                        assert!(!draft_prefix_accepts(view, x, inverse, accepts));
+                        if let Some(bound) = seen.get() {
                             assert!(q <= bound, "q = {q} above {bound}");
                             assert!(
                                 bound <= q_prefix * 1.001,
@@ -1227,6 +1243,42 @@ pub(super) mod tests {
             }
         }
         let short = rows(1, SCREEN_CHUNK, 1.0, 0.0);
-        assert!(draft_prefix_bound(ArrayView1::from(&short[..]), 3, 1.0).is_none());
+        let asked = |_| panic!("a row of one chunk has no bound");
+        assert!(!draft_prefix_accepts(
+            ArrayView1::from(&short[..]),
+            3,
+            1.0,
+            asked
+        ));
+    }
+
+    /// Accepted from the first chunk only if the rest of the row is valid:
+    /// a NaN or `+inf` anywhere after it (the vector body or the tail) says
+    /// no, so that the exact pass names it (docs/spec.md section 8.5).
+    #[test]
+    fn the_prefix_accepts_only_a_row_valid_to_its_end() {
+        let len = SCREEN_CHUNK + 100;
+        let row = rows(2, len, 4.0, 0.0);
+        let view = ArrayView1::from(&row[..]);
+        assert!(draft_prefix_accepts(view, 7, 1.0, |_| true));
+        for at in [SCREEN_CHUNK, SCREEN_CHUNK + 40, len - 1] {
+            for bad in [f32::NAN, f32::INFINITY] {
+                let mut row = row.clone();
+                row[at] = bad;
+                let view = ArrayView1::from(&row[..]);
+                assert!(
+                    !draft_prefix_accepts(view, 7, 1.0, |_| true),
+                    "{bad} at {at}"
+                );
+            }
+            let mut row = row.clone();
+            row[at] = f32::NEG_INFINITY; // a masked token
+            assert!(draft_prefix_accepts(
+                ArrayView1::from(&row[..]),
+                7,
+                1.0,
+                |_| true
+            ));
+        }
     }
 }
