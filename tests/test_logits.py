@@ -182,7 +182,7 @@ def test_bad_input_names_the_argument(change, error, fragment):
 def test_a_bad_draft_logit_is_an_error_where_the_first_chunk_proves_acceptance(dtype, bad, where):
     # The drafted token is unlikely under the draft, likely under the target: the
     # draft row's first 2048 logits already bound q(x) far below p(x)
-    # (src/logits/screen.rs, draft_prefix_bound). The rest of the row is still
+    # (src/logits/screen.rs, draft_prefix_accepts). The rest of the row is still
     # checked (docs/spec.md section 8.5), as the reference checks it. At 1000 the
     # bad value is inside the first chunk, which then proves nothing (a control).
     vocab = 5000
