@@ -10,8 +10,8 @@ same tokens. Run after ``pip install .`` (the installed build, ``A``)::
     cp /tmp/ab/release/libspecaccept.so /tmp/b.so        # build B
     python benches/ab.py /tmp/b.so tree-token
 
-Workloads: ``tree-token``, ``tree-traversal``, ``tree-sampled``, ``tree-logits``, ``chain``, ``rate``,
-``smollm2``. It prints the median time of each build and ``B / A``. A copy of the
+Workloads: ``tree-token``, ``tree-traversal``, ``tree-sampled``, ``tree-logits``,
+``tree-smollm2`` (and ``tree-smollm2-traversal``), ``chain``, ``rate``, ``smollm2``. It prints the median time of each build and ``B / A``. A copy of the
 installed build as ``B`` shows the noise floor (within about 1.5% of 1 on the build
 machine). ``--quick`` runs small shapes, as CI's smoke test does. ``smollm2`` runs
 ``verify_logits`` at ``B = 1`` on SmolLM2's logits as ``bench_logits.py``'s realistic
@@ -110,6 +110,36 @@ def workloads(name: str, quick: bool) -> list[Callable[[], object]]:
                 ).output_token_ids
             )
         ]
+    if name.startswith("tree-smollm2"):
+        # bench_tree.py's trees from SmolLM2's logits, every drafter; each call its
+        # own uniforms. "tree-smollm2" the token rule, "tree-smollm2-traversal".
+        import torch
+        from bench_logits import SMOLLM2_DRAFTERS, TEMPERATURE, smollm2_logits
+        from bench_tree import smollm2_tree
+
+        logits = smollm2_logits(torch)
+        if logits is None:
+            raise SystemExit("SmolLM2 is not installed")
+        method = "traversal" if name.endswith("traversal") else "token"
+        calls = []
+        for _, sigma in SMOLLM2_DRAFTERS:
+            tokens, target, draft = smollm2_tree(rng, logits, 16, sigma, method)
+            for u, ru in [(rng.random(tokens.shape), rng.random(16)) for _ in range(4)]:
+
+                def tree(tokens=tokens, target=target, draft=draft, u=u, ru=ru):
+                    return specaccept.verify_tree_logits(
+                        tokens,
+                        TIMED_PARENTS,
+                        target,
+                        draft,
+                        temperature=TEMPERATURE,
+                        uniforms=u,
+                        recovery_uniforms=ru,
+                        method=method,
+                    ).output_token_ids
+
+                calls.append(tree)
+        return calls
     if name == "chain":
         p, q, tokens, u, ru = rejected_rows(rng, batch, 16, vocab)
         ids, q, u = tokens[:, 1:], q[:, 1:], u[:, 1:]
@@ -153,6 +183,8 @@ def main() -> None:
             "tree-traversal",
             "tree-sampled",
             "tree-logits",
+            "tree-smollm2",
+            "tree-smollm2-traversal",
             "chain",
             "rate",
             "smollm2",

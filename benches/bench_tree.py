@@ -336,10 +336,120 @@ def sampled_timing(batch: int, vocab: int, repeats: int) -> None:
         )
 
 
+DEPTHS = np.array([0, 1, 1, 1] + [2] * 12)  # of TIMED_PARENTS' nodes
+
+
+def smollm2_tree(rng, logits: np.ndarray, batch: int, sigma: float | None, method: str):
+    """``TIMED_PARENTS`` over SmolLM2's logits ``[T, V]`` (issue 27's realistic
+    regimes, as ``bench_logits.py``'s): in each batch row, node ``n``'s target row is
+    the text's row at ``start + depth(n)`` for a random ``start``; the drafter's row at
+    a node is its target row plus ``sigma N(0, 1)`` (``sigma=None``: the row of
+    another position, a weak drafter); children are drawn from the drafter's row
+    transformed at temperature 0.8, independently for the token rule, without
+    replacement for traversal (child ``c``'s row masks its earlier siblings'
+    tokens, ``-inf``). Returns float32 target and draft logits and the tokens."""
+    from bench_logits import TEMPERATURE
+
+    parents, nodes = TIMED_PARENTS, len(TIMED_PARENTS)
+    positions, vocab = logits.shape
+    target = np.empty((batch, nodes, vocab), np.float32)
+    draft = np.empty((batch, nodes, vocab), np.float32)
+    tokens = np.zeros((batch, nodes), np.int64)
+    for b in range(batch):
+        start = int(rng.integers(0, positions - 3))
+        target[b] = logits[start + DEPTHS]
+        drafter = {}
+        for n in range(4):  # the nodes with children
+            if sigma is None:
+                drafter[n] = logits[int(rng.integers(0, positions))].copy()
+            else:
+                noise = rng.standard_normal(vocab, dtype=np.float32) * sigma
+                drafter[n] = (target[b, n] + noise).astype(np.float32)
+        draft[b, 0] = drafter[0]  # never read: the root is not drafted
+        taken: dict[int, list[int]] = {}
+        for c in range(1, nodes):
+            row = drafter[int(parents[c])].copy()
+            if method == "traversal":
+                row[taken.get(int(parents[c]), [])] = -np.inf
+            z = row.astype(np.float64) / TEMPERATURE
+            q = np.exp(z - z.max())
+            tokens[b, c] = rng.choice(vocab, p=q / q.sum())
+            draft[b, c] = row
+            taken.setdefault(int(parents[c]), []).append(int(tokens[b, c]))
+    return tokens, target, draft
+
+
+def rows_read(result, parents: np.ndarray) -> int:
+    """Rows the token rule's float64 walk transforms: each path node's target row and
+    the draft rows of the children it tries (children in index order, up to the
+    accepted one, or all of them)."""
+    children = [np.flatnonzero(parents == n) for n in range(len(parents))]
+    total = 0
+    for path in result.accepted_node_ids:
+        nodes = [0] + [int(n) for n in path if n >= 0]
+        total += len(nodes)
+        for depth, n in enumerate(nodes):
+            kids = children[n]
+            if depth + 1 < len(nodes):
+                total += int(np.searchsorted(kids, nodes[depth + 1])) + 1
+            else:
+                total += len(kids)
+    return total
+
+
+def smollm2_timing(batch: int, repeats: int) -> None:
+    """The 3 x 4 tree from SmolLM2's logits (``smollm2_tree``), no filters,
+    temperature 0.8, fresh uniforms every call: ms per call on one thread and on
+    all, and per row the float64 walk would transform."""
+    import torch
+    from bench_logits import SMOLLM2_DRAFTERS, TEMPERATURE, smollm2_logits
+
+    logits = smollm2_logits(torch)
+    if logits is None:
+        return
+    rng = np.random.default_rng(5)
+    parents = TIMED_PARENTS
+    n = specaccept.get_num_threads()
+    vocab = logits.shape[1]
+    print(f"\nThe same shape from SmolLM2's logits ({batch} rows, V = {vocab}, no filters):")
+    print(
+        f"  {'drafter':28} {'method':>9} {'accepted':>8} {'rows':>5} {'1t ms':>7} {f'{n}t ms':>7} {'us/row 1t':>10}"
+    )
+    for name, sigma in SMOLLM2_DRAFTERS:
+        for method in ("token", "traversal"):
+            tokens, target, draft = smollm2_tree(rng, logits, batch, sigma, method)
+
+            def call(m=method, t=tokens, tg=target, d=draft):
+                # Fresh uniforms every call, drawn from ``rng``.
+                return specaccept.verify_tree_logits(
+                    t, parents, tg, d, temperature=TEMPERATURE, rng=rng, method=m
+                )
+
+            results = [call() for _ in range(16)]
+            accepted = np.mean([r.num_accepted.mean() for r in results])
+            read = np.mean([rows_read(r, parents) for r in results]) / batch
+            times = []
+            for used in (1, n):
+                specaccept.set_num_threads(used)
+                times.append(median_ms(call, repeats))
+            specaccept.set_num_threads(n)
+            per_row = times[0] * 1e3 / (batch * read) if method == "token" else float("nan")
+            print(
+                f"  {name:28} {method:>9} {accepted:>8.2f} {read:>5.1f} {times[0]:>7.2f} "
+                f"{times[1]:>7.2f} {per_row:>10.1f}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rows, a smaller vocabulary")
+    parser.add_argument(
+        "--smollm2-only", action="store_true", help="only the trees from SmolLM2's logits"
+    )
     args = parser.parse_args()
+    if args.smollm2_only:
+        smollm2_timing(batch=16, repeats=15)
+        return
     rows = 5_000 if args.quick else 100_000
     print(f"Mean accepted length on a budget of {CHAIN_K} drafted tokens ({rows} rows):")
     print(f"  {'a = sum(min(p, q))':>20} {'chain (K=6)':>12} {'tree (2x3)':>11} {'traversal':>10}")
@@ -357,6 +467,7 @@ def main() -> None:
     else:
         timing(batch=64, vocab=128256, repeats=7)
         sampled_timing(batch=64, vocab=128256, repeats=7)
+        smollm2_timing(batch=16, repeats=15)
 
 
 if __name__ == "__main__":

@@ -286,6 +286,17 @@ pub(crate) trait NodeRows {
     fn draft_row(&self, c: usize) -> Result<Option<ArrayView1<'_, Self::Q>>, CoreError>;
     /// `q_c(x)`, checked as a gathered value (1 with one-hot drafts).
     fn draft_at(&self, c: usize, x: usize) -> Result<f64, CoreError>;
+    /// Whether the token rule surely accepts child `c` (token `x`, uniform
+    /// `u`) on node `n`'s target row, proved without the rows where the
+    /// source can; `false` leaves the decision to the rows.
+    fn surely_accepts(&self, _n: usize, _c: usize, _x: usize, _u: f64) -> bool {
+        false
+    }
+    /// The draw with uniform `u` from node `n`'s target row, made without the
+    /// row where the source can (`None`: left to the row).
+    fn surely_draws(&self, _n: usize, _u: f64) -> Option<usize> {
+        None
+    }
     /// The greedy choice after node `n`.
     fn argmax(&self, n: usize) -> Result<usize, CoreError>;
     /// Where node `n`'s target row lives, for messages.
@@ -576,6 +587,8 @@ fn verify_row<R: NodeRows>(
                 // A leaf: the bonus token from its target row.
                 break if greedy {
                     rows.argmax(node)?
+                } else if let Some(token) = rows.surely_draws(node, recovery) {
+                    token
                 } else {
                     sample_row(rows.target_row(node)?, rows.at(node), recovery, scratch)?
                 };
@@ -619,6 +632,10 @@ fn verify_row<R: NodeRows>(
                     Some(u) => check_uniform(u.get(b, child), "uniforms", &[b, child])?,
                     None => unreachable!("checked above"),
                 };
+                if scale.is_none() && rows.surely_accepts(node, child, x, u) {
+                    taken = Some((child, x));
+                    break;
+                }
                 let p = match scale {
                     None => rows.target_at(node, x)?,
                     Some(total) => normalised(residual[x], total),

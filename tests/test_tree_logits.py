@@ -170,6 +170,103 @@ def test_only_the_rows_a_walk_reads_are_checked() -> None:
         assert raised.value.row == 0
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("draft", ["rows", "prefix", "one-hot"])
+def test_the_screens_decide_a_first_child_as_the_exact_pass_next_to_the_boundary(
+    dtype, draft
+) -> None:
+    # Without filters a node's first child may be accepted from the screens of the
+    # two rows (docs/spec.md section 7.7), neither row transformed. Put each first
+    # child's u at relative distances 1e-2 .. 1e-12 from p/q (either side) and at
+    # it: the tokens must equal the exact pass's, forced by top_k = V (it keeps
+    # every token; filtered rows skip the screens). "prefix": the draft rows hold
+    # nearly all their mass in their first 2048 logits, so the first chunk alone
+    # bounds q(x) (src/logits/screen.rs, draft_prefix_accepts).
+    rng = np.random.default_rng(12)
+    batch, vocab = 48, 3000
+    nodes = len(PARENTS)
+    target = (rng.normal(size=(batch, nodes, vocab)) * 2).astype(dtype)
+    noise = rng.normal(size=(batch, nodes, vocab)) * 0.5
+    drafted = target.astype(np.float64) + noise
+    if draft == "prefix":
+        drafted[:, :, :2048] += 8.0
+        target[:, :, :2048] += dtype(8.0)
+    tokens = np.argmax(drafted, axis=-1)
+    draft_logits = None if draft == "one-hot" else drafted.astype(dtype)
+    temperature = rng.choice([0.7, 1.3], size=batch)
+    u = rng.random((batch, nodes))
+    distances = np.array([1e-2, 1e-4, 1e-5, 1e-6, 1e-8, 1e-10, 1e-12, 0.0])
+    first_children = [n for n in range(1, nodes) if n == min(np.flatnonzero(PARENTS == PARENTS[n]))]
+    assert first_children == [1, 3, 5, 6]
+    for b in range(batch):
+        for i, c in enumerate(first_children):
+            law = reference.transform_logits(target[b, PARENTS[c]], temperature[b], 0, 1.0)
+            q = 1.0
+            if draft_logits is not None:
+                q = reference.transform_logits(draft_logits[b, c], temperature[b], 0, 1.0)[
+                    tokens[b, c]
+                ]
+            sign = -1.0 if (b >> i) & 1 else 1.0  # below p/q (accepted) on bit i of b
+            ratio = law[tokens[b, c]] / q
+            u[b, c] = min(ratio * (1 + sign * rng.choice(distances)), 0.999)
+    kwargs = dict(
+        node_token_ids=tokens,
+        parent_ids=PARENTS,
+        target_logits=target,
+        draft_logits=draft_logits,
+        temperature=temperature,
+        uniforms=u,
+        recovery_uniforms=rng.random(batch),
+    )
+    screened = specaccept.verify_tree_logits(**kwargs)
+    exact = specaccept.verify_tree_logits(**kwargs, top_k=vocab)
+    np.testing.assert_array_equal(screened.output_token_ids, exact.output_token_ids)
+    np.testing.assert_array_equal(screened.accepted_node_ids, exact.accepted_node_ids)
+    accepted = (screened.accepted_node_ids[:, 0] == 1).sum()
+    assert 0 < accepted < batch, "the root's first child is both accepted and rejected"
+    assert (screened.num_accepted >= 2).any(), "some walks go past a second first child"
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_the_certified_bonus_draw_is_the_exact_pass_draw_next_to_a_boundary(dtype) -> None:
+    # Without filters a leaf's bonus token may be drawn by the certified pass
+    # (docs/spec.md section 7.7), its row not transformed. Every child is accepted
+    # (u = 0, every p > 0), so each walk ends at leaf 6 after 1 and 3; the recovery
+    # uniform sits at a relative distance 1e-2 .. 1e-12 (either side) from a
+    # boundary of the leaf row's cumulative probabilities, or on it. The tokens must
+    # equal the exact pass's, forced by top_k = V.
+    rng = np.random.default_rng(13)
+    batch, vocab = 64, 3000
+    nodes = len(PARENTS)
+    target = (rng.normal(size=(batch, nodes, vocab)) * 2).astype(dtype)
+    tokens = rng.integers(0, vocab, (batch, nodes))
+    temperature = rng.choice([0.7, 1.3], size=batch)
+    recovery = np.empty(batch)
+    distances = np.array([1e-2, 1e-4, 1e-6, 1e-8, 1e-10, 1e-12, 0.0])
+    for b in range(batch):
+        law = np.asarray(reference.transform_logits(target[b, 6], temperature[b], 0, 1.0))
+        cumulative = np.cumsum(law) / law.sum()
+        edge = cumulative[rng.integers(0, vocab - 1)]
+        sign = 1.0 if b % 2 else -1.0
+        recovery[b] = min(edge * (1 + sign * distances[(b // 2) % len(distances)]), 0.999)
+    kwargs = dict(
+        node_token_ids=tokens,
+        parent_ids=PARENTS,
+        target_logits=target,
+        temperature=temperature,
+        uniforms=np.zeros((batch, nodes)),
+        recovery_uniforms=recovery,
+    )
+    drawn = specaccept.verify_tree_logits(**kwargs)
+    exact = specaccept.verify_tree_logits(**kwargs, top_k=vocab)
+    assert (drawn.accepted_node_ids == [1, 3, 6]).all()
+    np.testing.assert_array_equal(drawn.output_token_ids, exact.output_token_ids)
+    # Away from the boundary the reference agrees too.
+    far = distances[(np.arange(batch) // 2) % len(distances)] >= 1e-8
+    expected = reference.verify_tree_logits(**kwargs)
+    np.testing.assert_array_equal(drawn.output_token_ids[far], expected.output_token_ids[far])
+
+
 @pytest.mark.parametrize("method", ["token", "traversal"])
 def test_isolate_and_out(method) -> None:
     case = logits_case(6)
@@ -210,20 +307,23 @@ def _law(logits: np.ndarray, params: dict) -> np.ndarray:
     )
 
 
+FILTERED = dict(temperature=0.8, top_k=4, top_p=0.9)
+
+
 def _first_tokens(
-    method: str, draft_params: dict, rows: int, seed: int
+    method: str, draft_params: dict, rows: int, seed: int, params: dict = FILTERED
 ) -> tuple[np.ndarray, np.ndarray]:
     """First emitted tokens of a root with two children and a grandchild each,
     drafted from the transformed draft rows (siblings without replacement for
     traversal: the second child's row masks the first's token), verified with
-    the target's parameters."""
+    the target's parameters ``params``."""
     rng = np.random.default_rng(seed)
     vocab = 6
-    params = dict(temperature=0.8, top_k=4, top_p=0.9)
-    root_t = np.array([1.0, 0.2, -0.5, 0.7, -2.0, 0.1])
-    root_d = np.array([0.4, 1.0, -0.2, 0.0, 0.5, -1.0])
-    grand_t = np.array([0.3, -0.3, 0.9, 0.0, 0.2, -1.0])
-    grand_d = np.array([0.0, 0.5, 0.5, -0.5, 0.2, 0.1])
+    # float32: rows the screens apply to (docs/spec.md section 8.6).
+    root_t = np.array([1.0, 0.2, -0.5, 0.7, -2.0, 0.1], np.float32)
+    root_d = np.array([0.4, 1.0, -0.2, 0.0, 0.5, -1.0], np.float32)
+    grand_t = np.array([0.3, -0.3, 0.9, 0.0, 0.2, -1.0], np.float32)
+    grand_d = np.array([0.0, 0.5, 0.5, -0.5, 0.2, 0.1], np.float32)
     q_root = _law(root_d, draft_params)
     first = rng.choice(vocab, size=rows, p=q_root)
     second_rows = np.tile(root_d, (rows, 1))
@@ -261,9 +361,10 @@ def _p_value(observed: np.ndarray, law: np.ndarray) -> float:
 
 
 @pytest.mark.parametrize("method", ["token", "traversal"])
-def test_the_first_token_follows_the_transformed_target(method) -> None:
-    params = dict(temperature=0.8, top_k=4, top_p=0.9)
-    observed, law = _first_tokens(method, params, 40_000, seed=1)
+@pytest.mark.parametrize("params", [FILTERED, dict(temperature=1.1, top_k=0, top_p=1.0)])
+def test_the_first_token_follows_the_transformed_target(method, params) -> None:
+    # Without filters the token rule's first children go through the screens.
+    observed, law = _first_tokens(method, params, 40_000, seed=1, params=params)
     assert _p_value(observed, law) > 1e-6
 
 

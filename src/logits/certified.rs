@@ -472,6 +472,11 @@ pub(super) struct CertifiedScratch {
 }
 
 impl CertifiedScratch {
+    /// Room for [`draw_probabilities`] alone: a row's blocks.
+    pub(super) fn reserve_draw(&mut self, vocab: usize) -> Result<(), CoreError> {
+        self.target.reserve(vocab)
+    }
+
     pub(super) fn reserve(&mut self, vocab: usize) -> Result<(), CoreError> {
         self.target.reserve(vocab)?;
         self.draft.reserve(vocab)?;
@@ -504,6 +509,34 @@ pub(super) fn bonus<P: Prob>(
     draw(&scratch.target, row.values.len(), u, |i| {
         let w = row.weight(i);
         Interval(w, w)
+    })
+}
+
+/// [`bonus`] on the row's probabilities `p_i = w_i / W` (each a float64
+/// division) rather than on its weights: a tree's draws (docs/spec.md
+/// section 7.7). The draw is the same on any positive multiple of the
+/// weights, so it is taken on `p_i W = w_i (1 + d_i)`, `|d_i| <= STEP`: each
+/// block's bound widened by the divisions and by the float64 block sum of
+/// the `p_i` (a second canonical sum), each element by its division (and by
+/// an absolute `1e-300` for a quotient below the normal range).
+pub(super) fn draw_probabilities<P: Prob>(
+    row: ArrayView1<'_, P>,
+    inverse: f64,
+    u: f64,
+    scratch: &mut CertifiedScratch,
+) -> Option<usize> {
+    let row = Row::of(row, inverse)?;
+    let blocks = &mut scratch.target;
+    row.total(blocks, None);
+    for (&s, e) in blocks.sum.iter().zip(blocks.bound.iter_mut()) {
+        *e += INFLATE * (2.0 * EXACT_ERROR + STEP) * (s + *e) + SUM_BLOCK as f64 * 1e-300;
+    }
+    draw(blocks, row.values.len(), u, |i| {
+        let w = row.weight(i);
+        Interval(
+            (w * (1.0 - STEP) - 1e-300).max(0.0),
+            w * (1.0 + STEP) + 1e-300,
+        )
     })
 }
 
@@ -552,7 +585,7 @@ pub(super) fn position<P: Prob, Q: Prob>(
     // The screen of the target row: p(x) within about 2e-4, at about two
     // thirds of the cost of the certified pass; most accepted positions need
     // no more of it.
-    let (low, high, target_max) = screen::target_probability(target, x, inverse)?;
+    let (low, high, target_max) = screen::probability(target, x, inverse)?;
     let screened_p = Interval(low, high);
     let proves_accepted = |q: Interval| decide(screened_p, q, u) == Some(true);
     // The draft row: its first chunk, then the whole row (its terms kept),
@@ -691,6 +724,52 @@ pub(super) fn position<P: Prob, Q: Prob>(
     let token =
         draw(residual, len, recovery_u, kept).or_else(|| draw(residual, len, recovery_u, exact))?;
     Some(Certified::Drawn(token))
+}
+
+/// What [`screens_accept`] found: whether the position is surely accepted,
+/// and the maxima of the rows it screened whole (each then found valid), for
+/// the exact pass's transform.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Screens {
+    pub accepted: bool,
+    pub target_max: Option<f64>,
+    pub draft_max: Option<f64>,
+}
+
+/// Whether the token rule surely accepts drafted `x` with uniform `u` on the
+/// exact pass's `p` (`target`) and `q` (`draft_row`; `None`: one-hot), proved
+/// from the screens alone: the target row's, then the draft row's first
+/// chunk, then its whole screen (docs/spec.md section 7.7). Not accepted
+/// leaves the decision to the exact pass: a rejection, a decision too close
+/// to call, or a row the screen does not apply to or finds invalid. For
+/// trees, whose rejections need the float64 rows anyway: no certified pass
+/// is spent.
+pub(super) fn screens_accept<P: Prob, Q: Prob>(
+    target: ArrayView1<'_, P>,
+    draft_row: Option<ArrayView1<'_, Q>>,
+    x: usize,
+    inverse: f64,
+    u: f64,
+) -> Screens {
+    let mut found = Screens::default();
+    let Some((low, high, max)) = screen::probability(target, x, inverse) else {
+        return found;
+    };
+    found.target_max = Some(f64::from(max));
+    let accepts = |q: Interval| decide(Interval(low, high), q, u) == Some(true);
+    let Some(row) = draft_row else {
+        found.accepted = accepts(Interval(1.0, 1.0));
+        return found;
+    };
+    if screen::draft_prefix_accepts(row, x, inverse, |q_high| accepts(Interval(0.0, q_high))) {
+        found.accepted = true;
+        return found;
+    }
+    if let Some((low, high, max)) = screen::probability(row, x, inverse) {
+        found.draft_max = Some(f64::from(max));
+        found.accepted = accepts(Interval(low, high));
+    }
+    found
 }
 
 /// The sum of the kept terms of block `j` of a row and its bound as the row

@@ -325,17 +325,17 @@ fn probability_bounds(w_x: f64, screened: Screened) -> Option<(f64, f64)> {
     ))
 }
 
-/// `p(x)` of a target row as the screen bounds it: the exact pass's `p(x) =
-/// w_x / sum(w)` lies in `(low, high)`, within about `2e-4` relative; and
-/// the row's max (valid rows only). `None` where the screen does not apply
-/// (see [`screen`]) or cannot bound it.
-pub(super) fn target_probability(
-    target: ArrayView1<'_, impl Prob>,
+/// `p(x)` of a row (a target or a draft row) as the screen bounds it: the
+/// exact pass's `p(x) = w_x / sum(w)` lies in `(low, high)`, within about
+/// `2e-4` relative; and the row's max (valid rows only). `None` where the
+/// screen does not apply (see [`screen`]) or cannot bound it.
+pub(super) fn probability(
+    row: ArrayView1<'_, impl Prob>,
     x: usize,
     inverse: f64,
 ) -> Option<(f64, f64, f32)> {
-    let screened = screen(target.as_slice()?, inverse)?;
-    let (low, high) = probability_bounds(exact_weight(target[x], screened.max, inverse), screened)?;
+    let screened = screen(row.as_slice()?, inverse)?;
+    let (low, high) = probability_bounds(exact_weight(row[x], screened.max, inverse), screened)?;
     // The max is a logit of a float16/bfloat16/float32 row: an exact f32.
     Some((low, high, screened.max as f32))
 }
@@ -1197,14 +1197,11 @@ pub(super) mod tests {
             assert!(screen_values(&row, 1.0).is_none(), "{bad} at {i}");
         }
         let row = ArrayView1::from(&[1.0f32, 2.0][..]);
+        assert!(probability(row, 0, 1e31).is_none(), "1 / T beyond f32");
+        assert!(probability(row, 0, 1e-31).is_none());
+        assert!(probability(row, 0, 1.0).is_some());
         assert!(
-            target_probability(row, 0, 1e31).is_none(),
-            "1 / T beyond f32"
-        );
-        assert!(target_probability(row, 0, 1e-31).is_none());
-        assert!(target_probability(row, 0, 1.0).is_some());
-        assert!(
-            target_probability(row.slice(s![..;-1]), 0, 1.0).is_none(),
+            probability(row.slice(s![..;-1]), 0, 1.0).is_none(),
             "not contiguous"
         );
     }

@@ -5,10 +5,11 @@
 //! the children it tries, not the whole `[N, V]`). Greedy rows (temperature 0)
 //! take the argmax of the raw logits and transform nothing.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 
 use ndarray::{s, ArrayView1, ArrayView3, Ix1, Ix2};
 
+use super::certified::{self, CertifiedScratch};
 use super::{argmax_logits, params, transform, LogitsRow, Params, Scratch};
 use crate::checks::{expect_shape, Pos, RowAt};
 use crate::error::{CoreError, RowErrors};
@@ -111,6 +112,8 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
         memory::reserve(&mut scratch.block_sums, vocab.div_ceil(SUM_BLOCK), arg)?;
         memory::reserve(&mut scratch.candidates, vocab, arg)?;
         memory::reserve(&mut scratch.selection, vocab, arg)?;
+        let mut certified = CERTIFIED.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        certified.reserve_draw(vocab)?;
         let rows = LogitsRows {
             inputs: self,
             b,
@@ -118,6 +121,8 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
             target: cells("node_token_ids")?,
             draft: cells("node_token_ids")?,
             scratch: RefCell::new(scratch),
+            certified: RefCell::new(certified),
+            maxima: Cell::default(),
         };
         Ok((rows, params.temperature == 0.0))
     }
@@ -131,17 +136,29 @@ pub(crate) struct LogitsRows<'s, 'a, P, Q> {
     target: Vec<OnceCell<Vec<f64>>>,
     draft: Vec<OnceCell<Vec<f64>>>,
     scratch: RefCell<Scratch>,
+    certified: RefCell<CertifiedScratch>,
+    /// The maxima the last screens found, for the transforms that follow.
+    maxima: Cell<Maxima>,
+}
+
+/// A target row's max and a draft row's, each with its node, where the
+/// screens read them whole (and found them valid).
+#[derive(Clone, Copy, Default)]
+struct Maxima {
+    target: Option<(usize, f64)>,
+    draft: Option<(usize, f64)>,
 }
 
 impl<P: Prob, Q: Prob> LogitsRows<'_, '_, P, Q> {
     /// `cell`'s probabilities, `w_i / W` of the transformed `logits` (errors name
-    /// `arg[b, n, i]`), computed the first time.
+    /// `arg[b, n, i]`), computed the first time; `max`: the row's max with its
+    /// node, where the screens found it.
     fn probabilities<'c, L: Prob>(
         &self,
         cell: &'c OnceCell<Vec<f64>>,
         logits: ArrayView1<'_, L>,
-        arg: &'static str,
-        n: usize,
+        (arg, n): (&'static str, usize),
+        max: Option<(usize, f64)>,
     ) -> Result<&'c [f64], CoreError> {
         if let Some(p) = cell.get() {
             return Ok(p);
@@ -156,7 +173,7 @@ impl<P: Prob, Q: Prob> LogitsRows<'_, '_, P, Q> {
             arg,
             b: self.b,
             t: n,
-            max: None,
+            max: max.filter(|&(node, _)| node == n).map(|(_, max)| max),
         };
         let total = transform(row, self.params, &mut w, &mut self.scratch.borrow_mut())?;
         // The largest weight is exp(0) = 1, so `total >= 1`.
@@ -165,10 +182,24 @@ impl<P: Prob, Q: Prob> LogitsRows<'_, '_, P, Q> {
     }
 }
 
+impl<P, Q> LogitsRows<'_, '_, P, Q> {
+    /// `1 / T` for a row without filters (the screens and certified draws
+    /// apply), else `None`.
+    fn unfiltered_inverse(&self) -> Option<f64> {
+        let Params {
+            temperature,
+            top_k,
+            top_p,
+        } = self.params;
+        (top_k == 0 && top_p >= 1.0).then(|| 1.0 / temperature)
+    }
+}
+
 impl<P, Q> Drop for LogitsRows<'_, '_, P, Q> {
     /// The transformed rows and the scratch go back to this thread, for the next batch row.
     fn drop(&mut self) {
         SCRATCH.with(|s| *s.borrow_mut() = std::mem::take(self.scratch.get_mut()));
+        CERTIFIED.with(|s| *s.borrow_mut() = std::mem::take(self.certified.get_mut()));
         ROWS.with(|pool| {
             let mut pool = pool.borrow_mut();
             for cell in self.target.iter_mut().chain(self.draft.iter_mut()) {
@@ -192,6 +223,8 @@ thread_local! {
     static ROWS: RefCell<Vec<Vec<f64>>> = const { RefCell::new(Vec::new()) };
     /// The transform's scratch (`O(V)`), reused across batch rows and calls.
     static SCRATCH: RefCell<Scratch> = RefCell::default();
+    /// The certified draw's block sums, reused across batch rows and calls.
+    static CERTIFIED: RefCell<CertifiedScratch> = RefCell::default();
 }
 
 impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
@@ -200,7 +233,8 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
 
     fn target_row(&self, n: usize) -> Result<ArrayView1<'_, f64>, CoreError> {
         let logits = self.inputs.target_logits.slice(s![self.b, n, ..]);
-        let p = self.probabilities(&self.target[n], logits, "target_logits", n)?;
+        let max = self.maxima.get().target;
+        let p = self.probabilities(&self.target[n], logits, ("target_logits", n), max)?;
         Ok(ArrayView1::from(p))
     }
 
@@ -213,7 +247,8 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
             return Ok(None);
         };
         let logits = draft.slice(s![self.b, c, ..]);
-        let q = self.probabilities(&self.draft[c], logits, "draft_logits", c)?;
+        let max = self.maxima.get().draft;
+        let q = self.probabilities(&self.draft[c], logits, ("draft_logits", c), max)?;
         Ok(Some(ArrayView1::from(q)))
     }
 
@@ -222,6 +257,37 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
             Some(q) => q[x],
             None => 1.0,
         })
+    }
+
+    /// Without filters, the screens of both rows (docs/spec.md section 7.7):
+    /// an accepted child needs neither row transformed.
+    /// A rejected child's rows are transformed next: the screens' maxima are
+    /// kept for them.
+    fn surely_accepts(&self, n: usize, c: usize, x: usize, u: f64) -> bool {
+        let Some(inverse) = self.unfiltered_inverse() else {
+            return false;
+        };
+        let target = self.inputs.target_logits.slice(s![self.b, n, ..]);
+        let draft = self.inputs.draft_logits.as_ref();
+        let draft = draft.map(|d| d.slice(s![self.b, c, ..]));
+        let found = certified::screens_accept(target, draft, x, inverse, u);
+        self.maxima.set(Maxima {
+            target: found.target_max.map(|max| (n, max)),
+            draft: found.draft_max.map(|max| (c, max)),
+        });
+        found.accepted
+    }
+
+    /// Without filters, the certified draw (docs/spec.md section 7.7), unless
+    /// the row is already transformed.
+    fn surely_draws(&self, n: usize, u: f64) -> Option<usize> {
+        let inverse = self.unfiltered_inverse()?;
+        if self.target[n].get().is_some() {
+            return None;
+        }
+        let target = self.inputs.target_logits.slice(s![self.b, n, ..]);
+        let scratch = &mut self.certified.borrow_mut();
+        certified::draw_probabilities(target, inverse, u, scratch)
     }
 
     fn argmax(&self, n: usize) -> Result<usize, CoreError> {
