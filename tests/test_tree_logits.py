@@ -267,6 +267,40 @@ def test_the_certified_bonus_draw_is_the_exact_pass_draw_next_to_a_boundary(dtyp
     np.testing.assert_array_equal(drawn.output_token_ids[far], expected.output_token_ids[far])
 
 
+@pytest.mark.parametrize("row", ["draft", "leaf"])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_bad_logit_is_an_error_where_the_screens_would_decide(row, bad) -> None:
+    # Root -> 1 (a leaf). The drafted token is unlikely under the draft and likely
+    # under the target: the draft row's first 2048 logits prove the child accepted
+    # (src/logits/screen.rs, draft_prefix_accepts), then the leaf's bonus is drawn
+    # by the certified pass. Neither row is transformed, yet each is checked whole
+    # (docs/spec.md section 7.7), as the reference checks it.
+    vocab = 5000
+    target = np.zeros((1, 2, vocab), np.float32)
+    target[0, 0, 100] = 10
+    draft = np.zeros((1, 2, vocab), np.float32)
+    draft[0, 1, :2048] = 5
+    draft[0, 1, 100] = 0
+    case = dict(
+        node_token_ids=np.array([[0, 100]]),
+        parent_ids=np.array([-1, 0]),
+        target_logits=target,
+        draft_logits=draft,
+        uniforms=np.array([[0.0, 0.5]]),
+        recovery_uniforms=np.array([0.5]),
+    )
+    for verify in (specaccept.verify_tree_logits, reference.verify_tree_logits):
+        assert verify(**case).accepted_node_ids.tolist() == [[1]]
+    arg, where = (
+        ("draft_logits", (0, 1, 4999)) if row == "draft" else ("target_logits", (0, 1, 2500))
+    )
+    (draft if row == "draft" else target)[where] = bad
+    named = rf"{arg}\[0, 1, {where[2]}\] = {'nan' if np.isnan(bad) else 'inf'}"
+    for verify in (specaccept.verify_tree_logits, reference.verify_tree_logits):
+        with pytest.raises(ValueError, match=named):
+            verify(**case)
+
+
 @pytest.mark.parametrize("method", ["token", "traversal"])
 def test_isolate_and_out(method) -> None:
     case = logits_case(6)

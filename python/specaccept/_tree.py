@@ -202,7 +202,11 @@ def verify_tree_logits(
     row), in float64: ``p_i = w_i / W`` of docs/spec.md section 8.2. Only the rows
     a tree row reads are transformed, the first time they are read: the target
     rows of the nodes its walk visits and the draft rows of the children it
-    tries. A row with temperature 0 is greedy: at each node the first child
+    tries. Without filters, the token rule accepts a node's first child from
+    float32 screens of its two rows, and draws a leaf's bonus with a certified
+    pass, where their bounds prove the float64 outcome (section 7.7): those rows
+    are checked but not transformed, and the tokens are the same, bit for bit.
+    A row with temperature 0 is greedy: at each node the first child
     whose token is the argmax of the raw logits is accepted (no transform).
 
     Parameters
