@@ -11,8 +11,9 @@ same tokens. Run after ``pip install .`` (the installed build, ``A``)::
     python benches/ab.py /tmp/b.so tree-token
 
 Workloads: ``tree-token``, ``tree-traversal``, ``tree-sampled``, ``tree-logits``,
-``tree-smollm2`` (and ``tree-smollm2-traversal``), ``chain``, ``rate``, ``smollm2``. It prints the median time of each build and ``B / A``. A copy of the
-installed build as ``B`` shows the noise floor (within about 1.5% of 1 on the build
+``tree-smollm2`` (and ``tree-smollm2-traversal``), ``chain``, ``rate``, ``smollm2``;
+``--drafter 0``, ``1`` or ``2`` keeps one of SmolLM2's drafters. It prints the median
+time of each build and ``B / A``. A copy of the installed build as ``B`` shows the noise floor (within about 1.5% of 1 on the build
 machine). ``--quick`` runs small shapes, as CI's smoke test does. ``smollm2`` runs
 ``verify_logits`` at ``B = 1`` on SmolLM2's logits as ``bench_logits.py``'s realistic
 table does (needs PyTorch, transformers and the model).
@@ -50,8 +51,14 @@ def load(path: str):
     return module
 
 
-def workloads(name: str, quick: bool) -> list[Callable[[], object]]:
-    """The calls one round makes, each returning what both builds must agree on."""
+def pick(drafters: tuple, index: int | None) -> tuple:
+    """All of SmolLM2's drafters, or the one at ``index``."""
+    return drafters if index is None else drafters[index : index + 1]
+
+
+def workloads(name: str, quick: bool, drafter: int | None = None) -> list[Callable[[], object]]:
+    """The calls one round makes, each returning what both builds must agree on;
+    ``drafter``: only that one of SmolLM2's drafters (``smollm2`` workloads)."""
     rng = np.random.default_rng(0)
     batch, vocab = (4, 4096) if quick else (64, 128256)
     if name in ("tree-token", "tree-traversal"):
@@ -122,7 +129,7 @@ def workloads(name: str, quick: bool) -> list[Callable[[], object]]:
             raise SystemExit("SmolLM2 is not installed")
         method = "traversal" if name.endswith("traversal") else "token"
         calls = []
-        for _, sigma in SMOLLM2_DRAFTERS:
+        for _, sigma in pick(SMOLLM2_DRAFTERS, drafter):
             tokens, target, draft = smollm2_tree(rng, logits, 16, sigma, method)
             for u, ru in [(rng.random(tokens.shape), rng.random(16)) for _ in range(4)]:
 
@@ -159,7 +166,7 @@ def workloads(name: str, quick: bool) -> list[Callable[[], object]]:
             raise SystemExit("SmolLM2 is not installed")
         filters = dict(temperature=TEMPERATURE, top_k=0, top_p=1.0)
         calls = []
-        for _, sigma in SMOLLM2_DRAFTERS:
+        for _, sigma in pick(SMOLLM2_DRAFTERS, drafter):
             for ids, target, draft, _ in smollm2_steps(logits, sigma, filters, seed=7):
                 u, ru = rng.random((1, ids.shape[1])), rng.random(1)
 
@@ -193,13 +200,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="small shapes (a smoke test)")
+    parser.add_argument(
+        "--drafter", type=int, choices=range(3), help="smollm2 workloads: only this drafter"
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     builds = {"A": specaccept._native, "B": load(args.build)}
     for module in builds.values():
         module.set_num_threads(args.threads)
-    calls = workloads(args.workload, args.quick)
+    calls = workloads(args.workload, args.quick, args.drafter)
     for build in builds.values():  # warm-up: each build's buffers and workers
         use(build)
         calls[0]()

@@ -187,7 +187,7 @@ def test_the_screens_decide_a_first_child_as_the_exact_pass_next_to_the_boundary
     nodes = len(PARENTS)
     target = (rng.normal(size=(batch, nodes, vocab)) * 2).astype(dtype)
     noise = rng.normal(size=(batch, nodes, vocab)) * 0.5
-    drafted = target.astype(np.float64) + noise
+    drafted = target[:, np.maximum(PARENTS, 0)].astype(np.float64) + noise
     if draft == "prefix":
         drafted[:, :, :2048] += 8.0
         target[:, :, :2048] += dtype(8.0)
@@ -225,6 +225,49 @@ def test_the_screens_decide_a_first_child_as_the_exact_pass_next_to_the_boundary
     accepted = (screened.accepted_node_ids[:, 0] == 1).sum()
     assert 0 < accepted < batch, "the root's first child is both accepted and rejected"
     assert (screened.num_accepted >= 2).any(), "some walks go past a second first child"
+
+
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_top_k_candidates_decide_a_first_child_as_the_reference_next_to_the_boundary(
+    one_hot,
+) -> None:
+    # With top-k a node's first child is decided on p(x) and q(x) computed from
+    # top-k's candidates (docs/spec.md section 7.7), the rows not transformed.
+    # u sits at relative distances 1e-2 .. 1e-8 from p/q, either side: the
+    # reference's tokens (which differ only within about 1e-9).
+    rng = np.random.default_rng(14)
+    batch, vocab, top_k = 48, 3000, 10  # top-k applies up to V / 256 = 12 blocks
+    nodes = len(PARENTS)
+    target = (rng.normal(size=(batch, nodes, vocab)) * 2).astype(np.float32)
+    parent_rows = target[:, np.maximum(PARENTS, 0)]  # child c drafts the parent's next token
+    drafted = parent_rows + (rng.normal(size=(batch, nodes, vocab)) * 0.3).astype(np.float32)
+    tokens = np.argsort(-drafted, axis=-1)[:, :, 0]  # in both top-k sets, mostly
+    draft_logits = None if one_hot else drafted
+    u = rng.random((batch, nodes))
+    distances = np.array([1e-2, 1e-4, 1e-6, 1e-8])
+    for b in range(batch):
+        for i, c in enumerate([1, 3, 5, 6]):  # the first children
+            law = reference.transform_logits(target[b, PARENTS[c]], 0.9, top_k, 1.0)
+            q = 1.0
+            if draft_logits is not None:
+                q = reference.transform_logits(draft_logits[b, c], 0.9, top_k, 1.0)[tokens[b, c]]
+            sign = -1.0 if (b >> i) & 1 else 1.0
+            u[b, c] = min(law[tokens[b, c]] / q * (1 + sign * rng.choice(distances)), 0.999)
+    kwargs = dict(
+        node_token_ids=tokens,
+        parent_ids=PARENTS,
+        target_logits=target,
+        draft_logits=draft_logits,
+        temperature=0.9,
+        top_k=top_k,
+        uniforms=u,
+        recovery_uniforms=rng.random(batch),
+    )
+    got = specaccept.verify_tree_logits(**kwargs)
+    want = reference.verify_tree_logits(**kwargs)
+    np.testing.assert_array_equal(got.output_token_ids, want.output_token_ids)
+    accepted = (got.accepted_node_ids[:, 0] == 1).sum()
+    assert 0 < accepted < batch, "the root's first child is both accepted and rejected"
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -287,7 +330,7 @@ def test_a_bad_logit_is_an_error_where_the_screens_would_decide(row, bad) -> Non
         target_logits=target,
         draft_logits=draft,
         uniforms=np.array([[0.0, 0.5]]),
-        recovery_uniforms=np.array([0.5]),
+        recovery_uniforms=np.array([0.5001]),  # between two tokens' boundaries
     )
     for verify in (specaccept.verify_tree_logits, reference.verify_tree_logits):
         assert verify(**case).accepted_node_ids.tolist() == [[1]]

@@ -199,13 +199,15 @@ def verify_tree_logits(
 
     The result is :func:`verify_tree` on the probabilities of
     :func:`verify_logits`' transform (temperature, softmax, top-k, top-p; per
-    row), in float64: ``p_i = w_i / W`` of docs/spec.md section 8.2. Only the rows
-    a tree row reads are transformed, the first time they are read: the target
-    rows of the nodes its walk visits and the draft rows of the children it
-    tries. Without filters, the token rule accepts a node's first child from
-    float32 screens of its two rows, and draws a leaf's bonus with a certified
-    pass, where their bounds prove the float64 outcome (section 7.7): those rows
-    are checked but not transformed, and the tokens are the same, bit for bit.
+    row), in float64: ``p_i = w_i / W`` of docs/spec.md section 8.2. At most the
+    rows a tree row reads are transformed, the first time they are read: the
+    target rows of the nodes its walk visits and the draft rows of the children
+    it tries. On float16/bfloat16/float32 logits the token rule accepts a node's
+    first child from float32 screens of the node's target row and the child's
+    draft row (no filters) or from top-k's candidates, and draws a leaf's bonus
+    with a certified pass (no filters), where these prove the float64 outcome
+    (section 7.7). Those rows are checked but not transformed, and the tokens
+    are the same, bit for bit.
     A row with temperature 0 is greedy: at each node the first child
     whose token is the argmax of the raw logits is accepted (no transform).
 

@@ -1744,6 +1744,84 @@ mod tests {
         assert!(decided >= 975, "{decided} of 1000");
     }
 
+    /// The probabilities `fl(w_i / W)` of a row, as a tree's exact pass
+    /// divides them.
+    fn exact_probabilities(values: &[f32], inverse: f64) -> Vec<f64> {
+        let (mut w, _, total) = exact_blocks(values, inverse);
+        crate::division::divide_row(&mut w, total);
+        w
+    }
+
+    #[test]
+    fn probability_draws_are_the_exact_pass_draws() {
+        let mut scratch = CertifiedScratch::default();
+        let (mut decided, mut tried) = (0, 0);
+        for row in test_rows() {
+            for inverse in [1e-3, 0.7, 1.25, 40.0] {
+                let p = exact_probabilities(&row, inverse);
+                let mut block_sums = Vec::new();
+                let total = sample::canonical_sum(&BufferWeights { w: &p }, &mut block_sums);
+                let total = total.unwrap();
+                // The sweep, and u on each side of a few of p's own cumulative sums.
+                let mut uniforms: Vec<f64> = (0..200).map(|i| (i as f64 + 0.5) / 200.0).collect();
+                let mut cumulative = 0.0;
+                for (i, &pi) in p.iter().enumerate() {
+                    cumulative += pi;
+                    if i % (p.len() / 100).max(97) == 0 && cumulative > 0.0 && cumulative < total {
+                        let u = cumulative / total;
+                        let bits = u.to_bits();
+                        uniforms.extend([u, f64::from_bits(bits - 1), f64::from_bits(bits + 1)]);
+                    }
+                }
+                for u in uniforms {
+                    tried += 1;
+                    let view = ArrayView1::from(&row[..]);
+                    if let Some(token) = draw_probabilities(view, inverse, u, &mut scratch) {
+                        decided += 1;
+                        assert_eq!(token, exact_draw(&p, u), "u = {u}");
+                    }
+                }
+            }
+        }
+        // As for the bonus draws: most are decided.
+        assert!(decided > tried / 4, "{decided} of {tried}");
+    }
+
+    #[test]
+    fn the_screens_accept_only_what_the_exact_rule_accepts() {
+        let rows = test_rows();
+        let (mut proved, mut accepted) = (0, 0);
+        for (k, target) in rows.iter().enumerate() {
+            let draft = &rows[(k + 1) % rows.len()];
+            if draft.len() != target.len() {
+                continue;
+            }
+            for inverse in [1e-3, 0.7, 1.25, 40.0] {
+                let p = exact_probabilities(target, inverse);
+                let q = exact_probabilities(draft, inverse);
+                for x in (0..target.len()).step_by((target.len() / 16).max(1)) {
+                    let ratio = p[x] / q[x];
+                    // u on each side of p/q, near it and far from it; one-hot drafts too.
+                    for scale in [0.5, 0.999, 1.0 - 1e-6, 1.0, 1.0 + 1e-6, 1.001, 2.0] {
+                        let u = (ratio * scale).min(1.0 - f64::EPSILON);
+                        for one_hot in [false, true] {
+                            let q_x = if one_hot { 1.0 } else { q[x] };
+                            let draft_row = (!one_hot).then(|| ArrayView1::from(&draft[..]));
+                            let view = ArrayView1::from(&target[..]);
+                            let found = screens_accept(view, draft_row, x, inverse, u);
+                            let exact = is_accepted(p[x], q_x, u);
+                            assert!(!found.accepted || exact, "x = {x}, u = {u}");
+                            proved += usize::from(found.accepted);
+                            accepted += usize::from(exact);
+                        }
+                    }
+                }
+            }
+        }
+        // Away from p/q the screens decide: most accepted positions are proved.
+        assert!(proved > accepted / 2, "{proved} of {accepted}");
+    }
+
     /// The exact pass at a position: accepted, or the residual's draw.
     fn exact_position(
         p: &[f32],

@@ -10,11 +10,13 @@ use std::cell::{Cell, OnceCell, RefCell};
 use ndarray::{s, ArrayView1, ArrayView3, Ix1, Ix2};
 
 use super::certified::{self, CertifiedScratch};
+use super::sparse::{top_k_probability, SparseScratch, TopKLook};
 use super::{argmax_logits, params, transform, LogitsRow, Params, Scratch};
 use crate::checks::{expect_shape, Pos, RowAt};
 use crate::error::{CoreError, RowErrors};
 use crate::memory;
 use crate::prob::Prob;
+use crate::rule::is_accepted;
 use crate::sample::SUM_BLOCK;
 use crate::tree::{self, NodeRows, TreeMethod, TreeOutputs, TreeParts, TreeSource};
 use crate::view::{FloatView, IntView};
@@ -112,8 +114,11 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
         memory::reserve(&mut scratch.block_sums, vocab.div_ceil(SUM_BLOCK), arg)?;
         memory::reserve(&mut scratch.candidates, vocab, arg)?;
         memory::reserve(&mut scratch.selection, vocab, arg)?;
-        let mut certified = CERTIFIED.with(|s| std::mem::take(&mut *s.borrow_mut()));
-        certified.reserve_draw(vocab)?;
+        let mut looks = LOOKS.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        looks.certified.reserve_draw(vocab)?;
+        if params.top_k > 0 {
+            looks.sparse.reserve(vocab)?;
+        }
         let rows = LogitsRows {
             inputs: self,
             b,
@@ -121,7 +126,7 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
             target: cells("node_token_ids")?,
             draft: cells("node_token_ids")?,
             scratch: RefCell::new(scratch),
-            certified: RefCell::new(certified),
+            looks: RefCell::new(looks),
             maxima: Cell::default(),
         };
         Ok((rows, params.temperature == 0.0))
@@ -136,9 +141,17 @@ pub(crate) struct LogitsRows<'s, 'a, P, Q> {
     target: Vec<OnceCell<Vec<f64>>>,
     draft: Vec<OnceCell<Vec<f64>>>,
     scratch: RefCell<Scratch>,
-    certified: RefCell<CertifiedScratch>,
+    looks: RefCell<Looks>,
     /// The maxima the last screens found, for the transforms that follow.
     maxima: Cell<Maxima>,
+}
+
+/// The scratch space of the looks that spare a row's transform: the screens'
+/// and certified draws', and top-k's candidates'.
+#[derive(Default)]
+struct Looks {
+    certified: CertifiedScratch,
+    sparse: SparseScratch,
 }
 
 /// A target row's max and a draft row's, each with its node, where the
@@ -199,7 +212,7 @@ impl<P, Q> Drop for LogitsRows<'_, '_, P, Q> {
     /// The transformed rows and the scratch go back to this thread, for the next batch row.
     fn drop(&mut self) {
         SCRATCH.with(|s| *s.borrow_mut() = std::mem::take(self.scratch.get_mut()));
-        CERTIFIED.with(|s| *s.borrow_mut() = std::mem::take(self.certified.get_mut()));
+        LOOKS.with(|s| *s.borrow_mut() = std::mem::take(self.looks.get_mut()));
         ROWS.with(|pool| {
             let mut pool = pool.borrow_mut();
             for cell in self.target.iter_mut().chain(self.draft.iter_mut()) {
@@ -223,8 +236,9 @@ thread_local! {
     static ROWS: RefCell<Vec<Vec<f64>>> = const { RefCell::new(Vec::new()) };
     /// The transform's scratch (`O(V)`), reused across batch rows and calls.
     static SCRATCH: RefCell<Scratch> = RefCell::default();
-    /// The certified draw's block sums, reused across batch rows and calls.
-    static CERTIFIED: RefCell<CertifiedScratch> = RefCell::default();
+    /// The scratch of the looks that spare transforms, reused across batch
+    /// rows and calls.
+    static LOOKS: RefCell<Looks> = RefCell::default();
 }
 
 impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
@@ -259,23 +273,43 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
         })
     }
 
-    /// Without filters, the screens of both rows (docs/spec.md section 7.7):
-    /// an accepted child needs neither row transformed.
-    /// A rejected child's rows are transformed next: the screens' maxima are
-    /// kept for them.
+    /// Without filters, the screens of both rows; with top-k, `p(x)` and
+    /// `q(x)` exactly from top-k's candidates (docs/spec.md section 7.7). An
+    /// accepted child needs neither row transformed; a rejected child's rows
+    /// are transformed next, and the maxima the looks found are kept for them.
     fn surely_accepts(&self, n: usize, c: usize, x: usize, u: f64) -> bool {
-        let Some(inverse) = self.unfiltered_inverse() else {
-            return false;
-        };
         let target = self.inputs.target_logits.slice(s![self.b, n, ..]);
         let draft = self.inputs.draft_logits.as_ref();
         let draft = draft.map(|d| d.slice(s![self.b, c, ..]));
-        let found = certified::screens_accept(target, draft, x, inverse, u);
+        let (accepted, target_max, draft_max) = if let Some(inverse) = self.unfiltered_inverse() {
+            let found = certified::screens_accept(target, draft, x, inverse, u);
+            (found.accepted, found.target_max, found.draft_max)
+        } else if self.params.top_k > 0 {
+            let sparse = &mut self.looks.borrow_mut().sparse;
+            let p = top_k_probability(target, self.params, x, sparse);
+            // p = 0 rejects whatever q is: then no need to look.
+            let q = match (p.probability.filter(|&p| p > 0.0), draft) {
+                (None, _) => None,
+                (Some(_), None) => Some(TopKLook {
+                    max: None,
+                    probability: Some(1.0),
+                }),
+                (Some(_), Some(row)) => Some(top_k_probability(row, self.params, x, sparse)),
+            };
+            let q_max = q.as_ref().and_then(|q| q.max);
+            let accepted = match (p.probability, q.and_then(|q| q.probability)) {
+                (Some(p), Some(q)) => is_accepted(p, q, u),
+                _ => false,
+            };
+            (accepted, p.max, q_max)
+        } else {
+            return false;
+        };
         self.maxima.set(Maxima {
-            target: found.target_max.map(|max| (n, max)),
-            draft: found.draft_max.map(|max| (c, max)),
+            target: target_max.map(|max| (n, max)),
+            draft: draft_max.map(|max| (c, max)),
         });
-        found.accepted
+        accepted
     }
 
     /// Without filters, the certified draw (docs/spec.md section 7.7), unless
@@ -286,7 +320,7 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
             return None;
         }
         let target = self.inputs.target_logits.slice(s![self.b, n, ..]);
-        let scratch = &mut self.certified.borrow_mut();
+        let scratch = &mut self.looks.borrow_mut().certified;
         certified::draw_probabilities(target, inverse, u, scratch)
     }
 
