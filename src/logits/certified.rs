@@ -504,38 +504,76 @@ pub(super) fn bonus<P: Prob>(
     u: f64,
     scratch: &mut CertifiedScratch,
 ) -> Option<usize> {
-    let row = Row::of(row, inverse)?;
-    row.total(&mut scratch.target, None);
-    draw(&scratch.target, row.values.len(), u, |i| {
-        let w = row.weight(i);
-        Interval(w, w)
-    })
+    whole_row_draw(row, inverse, u, scratch, Widening::NONE)
 }
 
 /// [`bonus`] on the row's probabilities `p_i = w_i / W` (each a float64
 /// division) rather than on its weights: a tree's draws (docs/spec.md
 /// section 7.7). The draw is the same on any positive multiple of the
-/// weights, so it is taken on `p_i W = w_i (1 + d_i)`, `|d_i| <= STEP`: each
-/// block's bound widened by the divisions and by the float64 block sum of
-/// the `p_i` (a second canonical sum), each element by its division (and by
-/// an absolute `1e-300` for a quotient below the normal range).
+/// weights, so it is taken on `p_i W = w_i (1 + d_i)`, `|d_i| <= STEP`
+/// ([`Widening::DIVIDED`]).
 pub(super) fn draw_probabilities<P: Prob>(
     row: ArrayView1<'_, P>,
     inverse: f64,
     u: f64,
     scratch: &mut CertifiedScratch,
 ) -> Option<usize> {
+    whole_row_draw(row, inverse, u, scratch, Widening::DIVIDED)
+}
+
+/// How far the values drawn from may lie from the exact pass's weights `w`:
+/// each block sum within `block` of `s + e` relative (plus `absolute` per
+/// element), each element within `element` relative plus `absolute`.
+#[derive(Clone, Copy)]
+struct Widening {
+    block: f64,
+    element: f64,
+    absolute: f64,
+}
+
+impl Widening {
+    /// The weights themselves.
+    const NONE: Widening = Widening {
+        block: 0.0,
+        element: 0.0,
+        absolute: 0.0,
+    };
+    /// `p_i W`: a division's rounding per element (`1e-300` absolute for a
+    /// quotient below the normal range), and per block the divisions and
+    /// the float64 block sum of the `p_i` (a second canonical sum).
+    const DIVIDED: Widening = Widening {
+        block: INFLATE * (2.0 * EXACT_ERROR + STEP),
+        element: STEP,
+        absolute: 1e-300,
+    };
+}
+
+/// The draw from a whole row's weights, widened by `widening`.
+fn whole_row_draw<P: Prob>(
+    row: ArrayView1<'_, P>,
+    inverse: f64,
+    u: f64,
+    scratch: &mut CertifiedScratch,
+    widening: Widening,
+) -> Option<usize> {
+    let Widening {
+        block,
+        element,
+        absolute,
+    } = widening;
     let row = Row::of(row, inverse)?;
     let blocks = &mut scratch.target;
     row.total(blocks, None);
-    for (&s, e) in blocks.sum.iter().zip(blocks.bound.iter_mut()) {
-        *e += INFLATE * (2.0 * EXACT_ERROR + STEP) * (s + *e) + SUM_BLOCK as f64 * 1e-300;
+    if block > 0.0 || absolute > 0.0 {
+        for (&s, e) in blocks.sum.iter().zip(blocks.bound.iter_mut()) {
+            *e += block * (s + *e) + SUM_BLOCK as f64 * absolute;
+        }
     }
     draw(blocks, row.values.len(), u, |i| {
         let w = row.weight(i);
         Interval(
-            (w * (1.0 - STEP) - 1e-300).max(0.0),
-            w * (1.0 + STEP) + 1e-300,
+            (w * (1.0 - element) - absolute).max(0.0),
+            w * (1.0 + element) + absolute,
         )
     })
 }
