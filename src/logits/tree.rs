@@ -3,7 +3,10 @@
 //! `p_i = w_i / W` in float64, each row transformed the first time the walk
 //! reads it (a batch row reads its path's target rows and the draft rows of
 //! the children it tries, not the whole `[N, V]`). Greedy rows (temperature 0)
-//! take the argmax of the raw logits and transform nothing.
+//! take the argmax of the raw logits and transform nothing. The token rule's
+//! first children and leaf bonuses may be decided by the looks of
+//! `verify_logits` (screens, top-k's candidates, the certified draw) without
+//! transforming their rows (`NodeRows::surely_accepts`, `NodeRows::surely_draws`).
 
 use std::cell::{Cell, OnceCell, RefCell};
 
