@@ -917,6 +917,8 @@ fn traverse_row<R: NodeRows>(
                 }
             } else if f.residual {
                 sample::sample(&BufferWeights { w: &levels[d] }, recovery, scratch)?
+            } else if let Some(token) = rows.surely_draws(f.node, recovery) {
+                Some(token)
             } else {
                 sample_target(
                     rows.target_row(f.node)?,

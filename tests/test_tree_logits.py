@@ -270,8 +270,9 @@ def test_top_k_candidates_decide_a_first_child_as_the_reference_next_to_the_boun
     assert 0 < accepted < batch, "the root's first child is both accepted and rejected"
 
 
+@pytest.mark.parametrize("method", ["token", "traversal"])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
-def test_the_certified_bonus_draw_is_the_exact_pass_draw_next_to_a_boundary(dtype) -> None:
+def test_the_certified_bonus_draw_is_the_exact_pass_draw_next_to_a_boundary(dtype, method) -> None:
     # Without filters a leaf's bonus token may be drawn by the certified pass
     # (docs/spec.md section 7.7), its row not transformed. Every child is accepted
     # (u = 0, every p > 0), so each walk ends at leaf 6 after 1 and 3; the recovery
@@ -299,6 +300,7 @@ def test_the_certified_bonus_draw_is_the_exact_pass_draw_next_to_a_boundary(dtyp
         temperature=temperature,
         uniforms=np.zeros((batch, nodes)),
         recovery_uniforms=recovery,
+        method=method,
     )
     drawn = specaccept.verify_tree_logits(**kwargs)
     exact = specaccept.verify_tree_logits(**kwargs, top_k=vocab)

@@ -4,7 +4,7 @@
 //! reads it (a batch row reads its path's target rows and the draft rows of
 //! the children it tries, not the whole `[N, V]`). Greedy rows (temperature 0)
 //! take the argmax of the raw logits and transform nothing. The token rule's
-//! first children and leaf bonuses may be decided by the looks of
+//! first children and both methods' leaf bonuses may be decided by the looks of
 //! `verify_logits` (screens, top-k's candidates, the certified draw) without
 //! transforming their rows (`NodeRows::surely_accepts`, `NodeRows::surely_draws`).
 
