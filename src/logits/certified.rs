@@ -39,6 +39,7 @@ use ndarray::ArrayView1;
 
 use super::exact::exact_weight;
 use super::screen::{self, max_of, mul_add32};
+use super::Look;
 use crate::error::CoreError;
 use crate::memory;
 use crate::prob::Prob;
@@ -764,16 +765,6 @@ pub(super) fn position<P: Prob, Q: Prob>(
     Some(Certified::Drawn(token))
 }
 
-/// What [`screens_accept`] found: whether the position is surely accepted,
-/// and the maxima of the rows it screened whole (each then found valid), for
-/// the exact pass's transform.
-#[derive(Clone, Copy, Default)]
-pub(super) struct Screens {
-    pub accepted: bool,
-    pub target_max: Option<f64>,
-    pub draft_max: Option<f64>,
-}
-
 /// Whether the token rule surely accepts drafted `x` with uniform `u` on the
 /// exact pass's `p` (`target`) and `q` (`draft_row`; `None`: one-hot), proved
 /// from the screens alone: the target row's, then the draft row's first
@@ -788,8 +779,8 @@ pub(super) fn screens_accept<P: Prob, Q: Prob>(
     x: usize,
     inverse: f64,
     u: f64,
-) -> Screens {
-    let mut found = Screens::default();
+) -> Look {
+    let mut found = Look::default();
     let Some((low, high, max)) = screen::probability(target, x, inverse) else {
         return found;
     };

@@ -37,7 +37,7 @@ use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, Ix1, Ix2};
 use certified::{Certified, CertifiedScratch};
 use exact::{row_exp_sum, row_max};
 use filters::{kth_largest, kth_largest_block_max, top_p_floor, top_p_threshold};
-use sparse::{top_k_probability, SparseScratch};
+use sparse::{top_k_accepts, SparseScratch};
 
 use crate::block;
 use crate::chain::ChainOutputs;
@@ -147,6 +147,17 @@ struct LogitsRow<'a, L> {
     b: usize,
     t: usize,
     max: Option<f64>,
+}
+
+/// What a look at a drafted token found without transforming its rows (the
+/// screens, or top-k's candidates): whether the token rule surely accepts it,
+/// and the maxima of the rows it read whole (each found valid), for the
+/// transforms that follow where it is not accepted.
+#[derive(Clone, Copy, Default)]
+struct Look {
+    accepted: bool,
+    target_max: Option<f64>,
+    draft_max: Option<f64>,
 }
 
 /// Transforms logits row `row` into weights `w` (`e_i` kept, else 0) and
@@ -641,34 +652,20 @@ fn token_position<P: Prob, Q: Prob>(
             None => {} // the exact pass below
         }
     }
-    // The rows' maxima, where a look below found them, for the dense path.
-    let (mut target_max, mut draft_max) = (None, None);
     // Top-k on: p(x) and q(x) from a few candidates, exactly; the dense path
-    // only where they reject or do not apply.
-    if params.top_k > 0 {
-        // p = 0 rejects whatever q is: then no need to look. The rows'
-        // maxima serve the dense path if it runs.
-        let look = top_k_probability(target_row, params, x, sparse);
-        if dropped() {
+    // only where they reject or do not apply, with the rows' maxima the look
+    // found.
+    let look = if params.top_k > 0 {
+        let look = top_k_accepts(target_row, draft_row, given_q, params, (x, u), sparse);
+        if look.accepted {
             return Ok(None);
         }
-        target_max = look.max;
-        let p = look.probability.filter(|&p| p > 0.0);
-        let q = match (p, draft_row) {
-            (None, _) => None,
-            (Some(_), _) if given_q.is_some() => given_q,
-            (Some(_), Some(row)) => {
-                let look = top_k_probability(row, params, x, sparse);
-                draft_max = look.max;
-                look.probability
-            }
-            (Some(_), None) => Some(1.0),
-        };
-        if let (Some(p), Some(q)) = (p, q) {
-            if is_accepted(p, q, u) {
-                return Ok(None);
-            }
-        }
+        look
+    } else {
+        Look::default()
+    };
+    if dropped() {
+        return Ok(None);
     }
     let total_p = transform(
         LogitsRow {
@@ -676,7 +673,7 @@ fn token_position<P: Prob, Q: Prob>(
             arg: "target_logits",
             b,
             t,
-            max: target_max,
+            max: look.target_max,
         },
         params,
         wp,
@@ -699,7 +696,7 @@ fn token_position<P: Prob, Q: Prob>(
                     arg: "draft_logits",
                     b,
                     t,
-                    max: draft_max,
+                    max: look.draft_max,
                 },
                 params,
                 wq,

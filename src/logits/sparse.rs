@@ -22,10 +22,11 @@ use ndarray::ArrayView1;
 
 use super::exact::{exact_weight, row_max};
 use super::filters::{kth_largest, top_p_threshold};
-use super::Params;
+use super::{Look, Params};
 use crate::error::CoreError;
 use crate::memory;
 use crate::prob::Prob;
+use crate::rule::is_accepted;
 use crate::sample::{self, BufferWeights, SUM_BLOCK};
 use crate::simd::{combine_lanes, SUM_LANES};
 
@@ -61,17 +62,52 @@ impl SparseScratch {
 
 /// What the sparse path found in a row with top-k on.
 #[derive(Default)]
-pub(super) struct TopKLook {
+struct TopKLook {
     /// The row's max, where it read the whole row and found it valid (the
     /// dense path's `row_max` would give the same).
-    pub(super) max: Option<f64>,
+    max: Option<f64>,
     /// `p(x)` exactly as the dense transform gives it, where the sparse path
     /// applies (else the dense path must run).
-    pub(super) probability: Option<f64>,
+    probability: Option<f64>,
+}
+
+/// Whether the token rule surely accepts drafted `x` with uniform `u`, from
+/// top-k's candidates: `p(x)` of the target row, then `q(x)`: `given_q` where
+/// the drafter gave it, else the draft row's (`None`: one-hot, 1). `p(x) = 0`
+/// rejects whatever `q` is, so the draft row is then not read. Not accepted
+/// leaves the decision to the dense path: a rejection, or a row the sparse
+/// path does not apply to.
+pub(super) fn top_k_accepts<P: Prob, Q: Prob>(
+    target: ArrayView1<'_, P>,
+    draft_row: Option<ArrayView1<'_, Q>>,
+    given_q: Option<f64>,
+    params: Params,
+    (x, u): (usize, f64),
+    scratch: &mut SparseScratch,
+) -> Look {
+    let p = top_k_probability(target, params, x, scratch);
+    let mut look = Look {
+        target_max: p.max,
+        ..Look::default()
+    };
+    let Some(p) = p.probability.filter(|&p| p > 0.0) else {
+        return look;
+    };
+    let q = match (given_q, draft_row) {
+        (Some(q), _) => Some(q),
+        (None, Some(row)) => {
+            let q = top_k_probability(row, params, x, scratch);
+            look.draft_max = q.max;
+            q.probability
+        }
+        (None, None) => Some(1.0),
+    };
+    look.accepted = q.is_some_and(|q| is_accepted(p, q, u));
+    look
 }
 
 /// [`TopKLook`] of `row` for token `x`.
-pub(super) fn top_k_probability<L: Prob>(
+fn top_k_probability<L: Prob>(
     row: ArrayView1<'_, L>,
     params: Params,
     x: usize,

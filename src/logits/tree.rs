@@ -13,13 +13,12 @@ use std::cell::{Cell, OnceCell, RefCell};
 use ndarray::{s, ArrayView1, ArrayView3, Ix1, Ix2};
 
 use super::certified::{self, CertifiedScratch};
-use super::sparse::{top_k_probability, SparseScratch, TopKLook};
+use super::sparse::{top_k_accepts, SparseScratch};
 use super::{argmax_logits, params, transform, LogitsRow, Params, Scratch};
 use crate::checks::{expect_shape, Pos, RowAt};
 use crate::error::{CoreError, RowErrors};
 use crate::memory;
 use crate::prob::Prob;
-use crate::rule::is_accepted;
 use crate::sample::SUM_BLOCK;
 use crate::tree::{self, NodeRows, TreeMethod, TreeOutputs, TreeParts, TreeSource};
 use crate::view::{FloatView, IntView};
@@ -284,35 +283,19 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
         let target = self.inputs.target_logits.slice(s![self.b, n, ..]);
         let draft = self.inputs.draft_logits.as_ref();
         let draft = draft.map(|d| d.slice(s![self.b, c, ..]));
-        let (accepted, target_max, draft_max) = if let Some(inverse) = self.unfiltered_inverse() {
-            let found = certified::screens_accept(target, draft, x, inverse, u);
-            (found.accepted, found.target_max, found.draft_max)
+        let look = if let Some(inverse) = self.unfiltered_inverse() {
+            certified::screens_accept(target, draft, x, inverse, u)
         } else if self.params.top_k > 0 {
             let sparse = &mut self.looks.borrow_mut().sparse;
-            let p = top_k_probability(target, self.params, x, sparse);
-            // p = 0 rejects whatever q is: then no need to look.
-            let q = match (p.probability.filter(|&p| p > 0.0), draft) {
-                (None, _) => None,
-                (Some(_), None) => Some(TopKLook {
-                    max: None,
-                    probability: Some(1.0),
-                }),
-                (Some(_), Some(row)) => Some(top_k_probability(row, self.params, x, sparse)),
-            };
-            let q_max = q.as_ref().and_then(|q| q.max);
-            let accepted = match (p.probability, q.and_then(|q| q.probability)) {
-                (Some(p), Some(q)) => is_accepted(p, q, u),
-                _ => false,
-            };
-            (accepted, p.max, q_max)
+            top_k_accepts(target, draft, None, self.params, (x, u), sparse)
         } else {
             return false;
         };
         self.maxima.set(Maxima {
-            target: target_max.map(|max| (n, max)),
-            draft: draft_max.map(|max| (c, max)),
+            target: look.target_max.map(|max| (n, max)),
+            draft: look.draft_max.map(|max| (c, max)),
         });
-        accepted
+        look.accepted
     }
 
     /// Without filters, the certified draw (docs/spec.md section 7.7), unless
