@@ -12,7 +12,9 @@ same tokens. Run after ``pip install .`` (the installed build, ``A``)::
 
 Workloads: ``tree-token``, ``tree-traversal``, ``tree-sampled``, ``tree-logits``,
 ``tree-smollm2`` (and ``tree-smollm2-traversal``), ``chain``, ``rate``, ``smollm2``;
-``--drafter 0``, ``1`` or ``2`` keeps one of SmolLM2's drafters. It prints the median
+``--drafter 0``, ``1`` or ``2`` keeps one of SmolLM2's drafters; ``--shape 1`` runs the
+``tree-smollm2`` workloads on ``bench_tree.SMOLLM2_SHAPES``' second tree (three chains of
+four) instead of the 3 x 4 tree. It prints the median
 time of each build and ``B / A``. A copy of the installed build as ``B`` shows the noise floor (within about 1.5% of 1 on the build
 machine). ``--quick`` runs small shapes, as CI's smoke test does. ``smollm2`` runs
 ``verify_logits`` at ``B = 1`` on SmolLM2's logits as ``bench_logits.py``'s realistic
@@ -56,7 +58,9 @@ def pick(drafters: tuple, index: int | None) -> tuple:
     return drafters if index is None else drafters[index : index + 1]
 
 
-def workloads(name: str, quick: bool, drafter: int | None = None) -> list[Callable[[], object]]:
+def workloads(
+    name: str, quick: bool, drafter: int | None = None, shape: int = 0
+) -> list[Callable[[], object]]:
     """The calls one round makes, each returning what both builds must agree on;
     ``drafter``: only that one of SmolLM2's drafters (``smollm2`` workloads)."""
     rng = np.random.default_rng(0)
@@ -122,21 +126,22 @@ def workloads(name: str, quick: bool, drafter: int | None = None) -> list[Callab
         # own uniforms. "tree-smollm2" the token rule, "tree-smollm2-traversal".
         import torch
         from bench_logits import SMOLLM2_DRAFTERS, TEMPERATURE, smollm2_logits
-        from bench_tree import smollm2_tree
+        from bench_tree import SMOLLM2_SHAPES, smollm2_tree
 
         logits = smollm2_logits(torch)
         if logits is None:
             raise SystemExit("SmolLM2 is not installed")
         method = "traversal" if name.endswith("traversal") else "token"
+        parents = SMOLLM2_SHAPES[shape][1]
         calls = []
         for _, sigma in pick(SMOLLM2_DRAFTERS, drafter):
-            tokens, target, draft = smollm2_tree(rng, logits, 16, sigma, method)
+            tokens, target, draft = smollm2_tree(rng, logits, 16, sigma, method, parents)
             for u, ru in [(rng.random(tokens.shape), rng.random(16)) for _ in range(4)]:
 
                 def tree(tokens=tokens, target=target, draft=draft, u=u, ru=ru):
                     return specaccept.verify_tree_logits(
                         tokens,
-                        TIMED_PARENTS,
+                        parents,
                         target,
                         draft,
                         temperature=TEMPERATURE,
@@ -203,13 +208,16 @@ def main() -> None:
     parser.add_argument(
         "--drafter", type=int, choices=range(3), help="smollm2 workloads: only this drafter"
     )
+    parser.add_argument(
+        "--shape", type=int, choices=range(2), default=0, help="tree-smollm2: the tree's shape"
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     builds = {"A": specaccept._native, "B": load(args.build)}
     for module in builds.values():
         module.set_num_threads(args.threads)
-    calls = workloads(args.workload, args.quick, args.drafter)
+    calls = workloads(args.workload, args.quick, args.drafter, args.shape)
     for build in builds.values():  # warm-up: each build's buffers and workers
         use(build)
         calls[0]()

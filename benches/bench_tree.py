@@ -22,6 +22,7 @@ Run after ``pip install .``::
 from __future__ import annotations
 
 import argparse
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -336,11 +337,33 @@ def sampled_timing(batch: int, vocab: int, repeats: int) -> None:
         )
 
 
-DEPTHS = np.array([0, 1, 1, 1] + [2] * 12)  # of TIMED_PARENTS' nodes
+# Three candidates at the root, each followed by a chain of three (13 nodes, depth
+# 4): the shape of trees that branch where the drafter is unsure and then follow its
+# top choice (SpecInfer's and Sequoia's trees end in such chains). Nodes 1..9 each
+# have one child.
+BRANCH_PARENTS = np.array([-1, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+
+# The trees from SmolLM2's logits: (name, parent links).
+SMOLLM2_SHAPES = (("3 x 4", TIMED_PARENTS), ("3 chains of 4", BRANCH_PARENTS))
 
 
-def smollm2_tree(rng, logits: np.ndarray, batch: int, sigma: float | None, method: str):
-    """``TIMED_PARENTS`` over SmolLM2's logits ``[T, V]`` (issue 27's realistic
+def depths(parents: np.ndarray) -> np.ndarray:
+    """Each node's depth (the root's is 0; parents precede their children)."""
+    depth = np.zeros(len(parents), np.int64)
+    for c in range(1, len(parents)):
+        depth[c] = depth[parents[c]] + 1
+    return depth
+
+
+def smollm2_tree(
+    rng,
+    logits: np.ndarray,
+    batch: int,
+    sigma: float | None,
+    method: str,
+    parents: np.ndarray = TIMED_PARENTS,
+):
+    """The tree ``parents`` over SmolLM2's logits ``[T, V]`` (issue 27's realistic
     regimes, as ``bench_logits.py``'s): in each batch row, node ``n``'s target row is
     the text's row at ``start + depth(n)`` for a random ``start``; the drafter's row at
     a node is its target row plus ``sigma N(0, 1)`` (``sigma=None``: the row of
@@ -350,16 +373,16 @@ def smollm2_tree(rng, logits: np.ndarray, batch: int, sigma: float | None, metho
     tokens, ``-inf``). Returns float32 target and draft logits and the tokens."""
     from bench_logits import TEMPERATURE
 
-    parents, nodes = TIMED_PARENTS, len(TIMED_PARENTS)
+    nodes, depth = len(parents), depths(parents)
     positions, vocab = logits.shape
     target = np.empty((batch, nodes, vocab), np.float32)
     draft = np.empty((batch, nodes, vocab), np.float32)
     tokens = np.zeros((batch, nodes), np.int64)
     for b in range(batch):
-        start = int(rng.integers(0, positions - 2))
-        target[b] = logits[start + DEPTHS]
+        start = int(rng.integers(0, positions - int(depth.max())))
+        target[b] = logits[start + depth]
         drafter = {}
-        for n in range(4):  # the nodes with children
+        for n in np.unique(parents[1:]):  # the nodes with children
             if sigma is None:
                 drafter[n] = logits[int(rng.integers(0, positions))].copy()
             else:
@@ -398,9 +421,9 @@ def rows_read(result, parents: np.ndarray) -> int:
 
 
 def smollm2_timing(batch: int, repeats: int) -> None:
-    """The 3 x 4 tree from SmolLM2's logits (``smollm2_tree``), no filters,
-    temperature 0.8, fresh uniforms every call: ms per call on one thread and on
-    all, and per row the float64 walk would transform."""
+    """The trees of ``SMOLLM2_SHAPES`` from SmolLM2's logits (``smollm2_tree``), no
+    filters, temperature 0.8, fresh uniforms every call: ms per call on one thread
+    and on all, and per row the float64 walk would transform."""
     try:
         import torch
     except ImportError:
@@ -412,38 +435,38 @@ def smollm2_timing(batch: int, repeats: int) -> None:
     if logits is None:
         return
     rng = np.random.default_rng(5)
-    parents = TIMED_PARENTS
     n = specaccept.get_num_threads()
     vocab = logits.shape[1]
-    print(f"\nThe same shape from SmolLM2's logits ({batch} rows, V = {vocab}, no filters):")
+    print(f"\nTrees from SmolLM2's logits ({batch} rows, V = {vocab}, no filters):")
     print(
-        f"  {'drafter':28} {'method':>9} {'accepted':>8} {'rows':>5} {'1t ms':>7} {f'{n}t ms':>7} {'us/row 1t':>10}"
+        f"  {'shape':13} {'drafter':28} {'method':>9} {'accepted':>8} {'rows':>5} {'1t ms':>7} {f'{n}t ms':>7} {'us/row 1t':>10}"
     )
-    for name, sigma in SMOLLM2_DRAFTERS:
-        for method in ("token", "traversal"):
-            tokens, target, draft = smollm2_tree(rng, logits, batch, sigma, method)
+    for (shape, parents), (name, sigma), method in itertools.product(
+        SMOLLM2_SHAPES, SMOLLM2_DRAFTERS, ("token", "traversal")
+    ):
+        tokens, target, draft = smollm2_tree(rng, logits, batch, sigma, method, parents)
 
-            def call(m=method, t=tokens, tg=target, d=draft):
-                # Fresh uniforms every call, drawn from ``rng``.
-                return specaccept.verify_tree_logits(
-                    t, parents, tg, d, temperature=TEMPERATURE, rng=rng, method=m
-                )
-
-            results = [call() for _ in range(16)]
-            accepted = np.mean([r.num_accepted.mean() for r in results])
-            read = np.mean([rows_read(r, parents) for r in results]) / batch
-            if method != "token":
-                read = float("nan")  # rows_read counts the token rule's walk
-            times = []
-            for used in (1, n):
-                specaccept.set_num_threads(used)
-                times.append(median_ms(call, repeats))
-            specaccept.set_num_threads(n)
-            per_row = times[0] * 1e3 / (batch * read)
-            print(
-                f"  {name:28} {method:>9} {accepted:>8.2f} {read:>5.1f} {times[0]:>7.2f} "
-                f"{times[1]:>7.2f} {per_row:>10.1f}"
+        def call(m=method, t=tokens, tg=target, d=draft, a=parents):
+            # Fresh uniforms every call, drawn from ``rng``.
+            return specaccept.verify_tree_logits(
+                t, a, tg, d, temperature=TEMPERATURE, rng=rng, method=m
             )
+
+        results = [call() for _ in range(16)]
+        accepted = np.mean([r.num_accepted.mean() for r in results])
+        read = np.mean([rows_read(r, parents) for r in results]) / batch
+        if method != "token":
+            read = float("nan")  # rows_read counts the token rule's walk
+        times = []
+        for used in (1, n):
+            specaccept.set_num_threads(used)
+            times.append(median_ms(call, repeats))
+        specaccept.set_num_threads(n)
+        per_row = times[0] * 1e3 / (batch * read)
+        print(
+            f"  {shape:13} {name:28} {method:>9} {accepted:>8.2f} {read:>5.1f} {times[0]:>7.2f} "
+            f"{times[1]:>7.2f} {per_row:>10.1f}"
+        )
 
 
 def main() -> None:

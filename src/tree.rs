@@ -273,6 +273,16 @@ pub(crate) trait TreeSource<'a>: Sync {
     fn rows(&self, b: usize) -> Result<(Self::Rows<'_>, bool), CoreError>;
 }
 
+/// What a source proved of a node's first child without its rows
+/// ([`NodeRows::surely_decides`]).
+pub(crate) enum Surely {
+    /// The token rule accepts the child.
+    Accepted,
+    /// The child, its node's only one, is rejected, and the residual's draw
+    /// is this token.
+    Drawn(usize),
+}
+
 /// The rows of one batch row: node `n`'s target distribution, child `c`'s draft
 /// distribution, each a probability row (checked where read), and the argmax a
 /// greedy row takes.
@@ -286,11 +296,20 @@ pub(crate) trait NodeRows {
     fn draft_row(&self, c: usize) -> Result<Option<ArrayView1<'_, Self::Q>>, CoreError>;
     /// `q_c(x)`, checked as a gathered value (1 with one-hot drafts).
     fn draft_at(&self, c: usize, x: usize) -> Result<f64, CoreError>;
-    /// Whether the token rule surely accepts child `c` (token `x`, uniform
-    /// `u`) on node `n`'s target row, proved without the rows where the
-    /// source can; `false` leaves the decision to the rows.
-    fn surely_accepts(&self, _n: usize, _c: usize, _x: usize, _u: f64) -> bool {
-        false
+    /// The token rule at child `c` (token `x`, uniform `u`), node `n`'s first
+    /// child, tried on `n`'s target row, decided without the rows where the
+    /// source can: [`Surely::Accepted`], or where `recovery` is given (`c` is
+    /// `n`'s only child, so a rejection ends the walk with the residual's draw
+    /// with that uniform) [`Surely::Drawn`]. `None` leaves it to the rows.
+    fn surely_decides(
+        &self,
+        _n: usize,
+        _c: usize,
+        _x: usize,
+        _u: f64,
+        _recovery: Option<f64>,
+    ) -> Option<Surely> {
+        None
     }
     /// The draw with uniform `u` from node `n`'s target row, made without the
     /// row where the source can (`None`: left to the row).
@@ -632,9 +651,16 @@ fn verify_row<R: NodeRows>(
                     Some(u) => check_uniform(u.get(b, child), "uniforms", &[b, child])?,
                     None => unreachable!("checked above"),
                 };
-                if scale.is_none() && rows.surely_accepts(node, child, x, u) {
-                    taken = Some((child, x));
-                    break;
+                if scale.is_none() {
+                    let only = (next_sibling[child] == usize::MAX).then_some(recovery);
+                    match rows.surely_decides(node, child, x, u, only) {
+                        Some(Surely::Accepted) => {
+                            taken = Some((child, x));
+                            break;
+                        }
+                        Some(Surely::Drawn(token)) => break 'walk token,
+                        None => {}
+                    }
                 }
                 let p = match scale {
                     None => rows.target_at(node, x)?,

@@ -121,14 +121,17 @@ def test_temperature_zero_is_the_greedy_tree_on_the_raw_logits() -> None:
     assert got.output_token_ids.tolist() == want.output_token_ids.tolist()
 
 
-def test_a_single_path_is_verify_logits() -> None:
+@pytest.mark.parametrize("filters", [True, False])
+def test_a_single_path_is_verify_logits(filters) -> None:
+    # Without filters (float32 rows) each node's only child is decided as the
+    # chain decides its position: by the screens and the certified passes.
     rng = np.random.default_rng(3)
     batch, k, vocab = 64, 4, 30
-    target = rng.normal(size=(batch, k + 1, vocab))
-    draft = target[:, :k] + rng.normal(size=(batch, k, vocab)) * 0.5
+    target = rng.normal(size=(batch, k + 1, vocab)).astype(np.float32)
+    draft = target[:, :k] + (rng.normal(size=(batch, k, vocab)) * 0.5).astype(np.float32)
     ids = rng.integers(0, vocab, (batch, k))
     u, ru = rng.random((batch, k)), rng.random(batch)
-    params = dict(temperature=0.8, top_k=10, top_p=0.95)
+    params = dict(temperature=0.8, top_k=10 if filters else 0, top_p=0.95 if filters else 1.0)
     chain = specaccept.verify_logits(ids, target, draft, uniforms=u, recovery_uniforms=ru, **params)
     nodes = np.concatenate([np.zeros((batch, 1), np.int64), ids], axis=1)
     # Row c of a tree's draft logits is the row child c was drawn from.
@@ -312,6 +315,69 @@ def test_the_certified_bonus_draw_is_the_exact_pass_draw_next_to_a_boundary(dtyp
     np.testing.assert_array_equal(drawn.output_token_ids[far], expected.output_token_ids[far])
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_an_only_child_s_residual_draw_is_the_exact_pass_draw_next_to_a_boundary(
+    dtype, one_hot
+) -> None:
+    # Without filters a node's only child is the chain's position (docs/spec.md
+    # section 7.7): accepted or rejected, and the residual max(0, p - q) drawn, by
+    # the certified passes, neither row transformed. A chain root -> 1 -> 2: even
+    # rows reject node 1, odd rows accept it and reject node 2 (the drafted token
+    # has q(x) > p(x) and u just under 1). The recovery uniform sits at a
+    # relative distance 1e-2 .. 1e-12 (either side) from a boundary of the
+    # residual's cumulative sums, or on it. The tokens must equal the exact
+    # pass's, forced by top_k = V.
+    rng = np.random.default_rng(15)
+    batch, vocab = 64, 3000
+    parents = np.array([-1, 0, 1])
+    target = (rng.normal(size=(batch, 3, vocab)) * 2).astype(dtype)
+    drafted = (target.astype(np.float64) + rng.normal(size=(batch, 3, vocab))).astype(dtype)
+    drafted[:, 0] = drafted[:, 1]  # row c scores child c's proposal
+    temperature = rng.choice([0.7, 1.3], size=batch)
+    tokens = np.zeros((batch, 3), np.int64)
+    u = np.zeros((batch, 3))
+    recovery = np.empty(batch)
+    distances = np.array([1e-2, 1e-4, 1e-6, 1e-8, 1e-10, 1e-12, 0.0])
+    for b in range(batch):
+        rejected = 1 + b % 2
+        node = parents[rejected]
+        p = np.asarray(reference.transform_logits(target[b, node], temperature[b], 0, 1.0))
+        if one_hot:
+            x = int(rng.integers(0, vocab))
+            q = np.zeros(vocab)
+            q[x] = 1.0
+        else:
+            q = np.asarray(reference.transform_logits(drafted[b, rejected], temperature[b], 0, 1.0))
+            x = int(np.argmax(q - p))
+        tokens[b, rejected] = x
+        if rejected == 2:
+            tokens[b, 1] = int(np.argmax(target[b, 0]))  # accepted with u = 0
+        u[b, rejected] = np.nextafter(1.0, 0.0)
+        residual = np.maximum(p - q, 0.0)
+        cumulative = np.cumsum(residual) / residual.sum()
+        edge = cumulative[rng.choice(np.flatnonzero(residual[:-1] > 0))]
+        sign = 1.0 if (b // 2) % 2 else -1.0
+        recovery[b] = min(edge * (1 + sign * distances[(b // 4) % len(distances)]), 0.999)
+    kwargs = dict(
+        node_token_ids=tokens,
+        parent_ids=parents,
+        target_logits=target,
+        draft_logits=None if one_hot else drafted,
+        temperature=temperature,
+        uniforms=u,
+        recovery_uniforms=recovery,
+    )
+    drawn = specaccept.verify_tree_logits(**kwargs)
+    exact = specaccept.verify_tree_logits(**kwargs, top_k=vocab)
+    assert drawn.num_accepted.tolist() == [b % 2 for b in range(batch)]
+    np.testing.assert_array_equal(drawn.output_token_ids, exact.output_token_ids)
+    # Away from the boundary the reference agrees too.
+    far = distances[(np.arange(batch) // 4) % len(distances)] >= 1e-8
+    expected = reference.verify_tree_logits(**kwargs)
+    np.testing.assert_array_equal(drawn.output_token_ids[far], expected.output_token_ids[far])
+
+
 @pytest.mark.parametrize("row", ["draft", "leaf"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_a_bad_logit_is_an_error_where_the_screens_would_decide(row, bad) -> None:
@@ -392,10 +458,17 @@ FILTERED = dict(temperature=0.8, top_k=4, top_p=0.9)
 def _first_tokens(
     method: str, draft_params: dict, rows: int, seed: int, params: dict = FILTERED
 ) -> tuple[np.ndarray, np.ndarray]:
-    """First emitted tokens of a root with two children and a grandchild each,
+    """First emitted tokens of :func:`_sampled_tree` and their law."""
+    r, root_t, _ = _sampled_tree(method, draft_params, rows, seed, params)
+    return r.output_token_ids[:, 0], _law(root_t, params)
+
+
+def _sampled_tree(method: str, draft_params: dict, rows: int, seed: int, params: dict):
+    """A root with two children and a grandchild each (each child's only child),
     drafted from the transformed draft rows (siblings without replacement for
     traversal: the second child's row masks the first's token), verified with
-    the target's parameters ``params``."""
+    the target's parameters ``params``. Returns the result, the root's target
+    logits and the children's."""
     rng = np.random.default_rng(seed)
     vocab = 6
     # float32: rows the screens apply to (docs/spec.md section 8.6).
@@ -429,7 +502,7 @@ def _first_tokens(
     r = specaccept.verify_tree_logits(
         tokens, parents, target, draft, rng=rng, method=method, **params
     )
-    return r.output_token_ids[:, 0], _law(root_t, params)
+    return r, root_t, grand_t
 
 
 def _p_value(observed: np.ndarray, law: np.ndarray) -> float:
@@ -445,6 +518,18 @@ def test_the_first_token_follows_the_transformed_target(method, params) -> None:
     # Without filters the token rule's first children go through the screens.
     observed, law = _first_tokens(method, params, 40_000, seed=1, params=params)
     assert _p_value(observed, law) > 1e-6
+
+
+@pytest.mark.parametrize("params", [FILTERED, dict(temperature=1.1, top_k=0, top_p=1.0)])
+def test_the_token_after_an_accepted_child_follows_its_target(params) -> None:
+    # The token rule: once child 1 is accepted, its only child is verified on
+    # child 1's target row, so the next token follows that row's law. Without
+    # filters that only child goes through the chain's certified position, its
+    # residual drawn from the kept float32 terms (docs/spec.md section 7.7).
+    r, _, grand_t = _sampled_tree("token", params, 40_000, 3, params)
+    past_one = r.accepted_node_ids[:, 0] == 1
+    assert past_one.sum() > 10_000
+    assert _p_value(r.output_token_ids[past_one, 1], _law(grand_t, params)) > 1e-6
 
 
 @pytest.mark.parametrize("method", ["token", "traversal"])

@@ -204,8 +204,10 @@ def verify_tree_logits(
     target rows of the nodes its walk visits and the draft rows of the children
     it tries. On float16/bfloat16/float32 logits the token rule accepts a node's
     first child from float32 screens of the node's target row and the child's
-    draft row (no filters) or from top-k's candidates, and both methods draw a
-    leaf's bonus with a certified pass (no filters), where these prove the float64 outcome
+    draft row (no filters) or from top-k's candidates; without filters it decides
+    a node's only child as ``verify_logits`` decides a position (accepted, or
+    the residual drawn, from certified float32 passes), and both methods draw a
+    leaf's bonus with a certified pass, where these prove the float64 outcome
     (section 7.7). Those rows are checked but not transformed, and the tokens
     are the same, bit for bit.
     A row with temperature 0 is greedy: at each node the first child

@@ -473,11 +473,6 @@ pub(super) struct CertifiedScratch {
 }
 
 impl CertifiedScratch {
-    /// Room for [`draw_probabilities`] alone: a row's blocks.
-    pub(super) fn reserve_draw(&mut self, vocab: usize) -> Result<(), CoreError> {
-        self.target.reserve(vocab)
-    }
-
     pub(super) fn reserve(&mut self, vocab: usize) -> Result<(), CoreError> {
         self.target.reserve(vocab)?;
         self.draft.reserve(vocab)?;

@@ -12,7 +12,7 @@ use std::cell::{Cell, OnceCell, RefCell};
 
 use ndarray::{s, ArrayView1, ArrayView3, Ix1, Ix2};
 
-use super::certified::{self, CertifiedScratch};
+use super::certified::{self, Certified, CertifiedScratch};
 use super::sparse::{top_k_accepts, SparseScratch};
 use super::{argmax_logits, params, transform, LogitsRow, Params, Scratch};
 use crate::checks::{expect_shape, Pos, RowAt};
@@ -20,7 +20,7 @@ use crate::error::{CoreError, RowErrors};
 use crate::memory;
 use crate::prob::Prob;
 use crate::sample::SUM_BLOCK;
-use crate::tree::{self, NodeRows, TreeMethod, TreeOutputs, TreeParts, TreeSource};
+use crate::tree::{self, NodeRows, Surely, TreeMethod, TreeOutputs, TreeParts, TreeSource};
 use crate::view::{FloatView, IntView};
 
 /// The inputs of `verify_tree_logits` (per-row parameters already broadcast to `[B]`).
@@ -117,7 +117,9 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
         memory::reserve(&mut scratch.candidates, vocab, arg)?;
         memory::reserve(&mut scratch.selection, vocab, arg)?;
         let mut looks = LOOKS.with(|s| std::mem::take(&mut *s.borrow_mut()));
-        looks.certified.reserve_draw(vocab)?;
+        if params.top_k == 0 && params.top_p >= 1.0 {
+            looks.certified.reserve(vocab)?; // the certified looks apply
+        }
         if params.top_k > 0 {
             looks.sparse.reserve(vocab)?;
         }
@@ -275,27 +277,45 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
         })
     }
 
-    /// Without filters, the screens of both rows; with top-k, `p(x)` and
-    /// `q(x)` exactly from top-k's candidates (docs/spec.md section 7.7). An
-    /// accepted child needs neither row transformed; a rejected child's rows
-    /// are transformed next, and the maxima the looks found are kept for them.
-    fn surely_accepts(&self, n: usize, c: usize, x: usize, u: f64) -> bool {
+    /// Without filters, the screens of both rows, or for a node's only child
+    /// the chain's whole position (the screens, the certified passes and the
+    /// residual's draw from their kept terms); with top-k, `p(x)` and `q(x)`
+    /// exactly from top-k's candidates (docs/spec.md section 7.7). A decided
+    /// child needs neither row transformed; otherwise the rows are
+    /// transformed next, with the maxima the screens or top-k found.
+    fn surely_decides(
+        &self,
+        n: usize,
+        c: usize,
+        x: usize,
+        u: f64,
+        recovery: Option<f64>,
+    ) -> Option<Surely> {
         let target = self.inputs.target_logits.slice(s![self.b, n, ..]);
         let draft = self.inputs.draft_logits.as_ref();
         let draft = draft.map(|d| d.slice(s![self.b, c, ..]));
-        let look = if let Some(inverse) = self.unfiltered_inverse() {
-            certified::screens_accept(target, draft, x, inverse, u)
-        } else if self.params.top_k > 0 {
-            let sparse = &mut self.looks.borrow_mut().sparse;
-            top_k_accepts(target, draft, None, self.params, (x, u), sparse)
-        } else {
-            return false;
+        let look = match (self.unfiltered_inverse(), recovery) {
+            (Some(inverse), Some(recovery)) => {
+                let scratch = &mut self.looks.borrow_mut().certified;
+                let found =
+                    certified::position(target, draft, None, x, inverse, (u, recovery), scratch);
+                return found.map(|found| match found {
+                    Certified::Accepted => Surely::Accepted,
+                    Certified::Drawn(token) => Surely::Drawn(token),
+                });
+            }
+            (Some(inverse), None) => certified::screens_accept(target, draft, x, inverse, u),
+            (None, _) if self.params.top_k > 0 => {
+                let sparse = &mut self.looks.borrow_mut().sparse;
+                top_k_accepts(target, draft, None, self.params, (x, u), sparse)
+            }
+            (None, _) => return None,
         };
         self.maxima.set(Maxima {
             target: look.target_max.map(|max| (n, max)),
             draft: look.draft_max.map(|max| (c, max)),
         });
-        look.accepted
+        look.accepted.then_some(Surely::Accepted)
     }
 
     /// Without filters, the certified draw (docs/spec.md section 7.7), unless
