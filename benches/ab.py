@@ -62,7 +62,8 @@ def workloads(
     name: str, quick: bool, drafter: int | None = None, shape: int = 0
 ) -> list[Callable[[], object]]:
     """The calls one round makes, each returning what both builds must agree on;
-    ``drafter``: only that one of SmolLM2's drafters (``smollm2`` workloads)."""
+    ``drafter``: only that one of SmolLM2's drafters (``smollm2`` workloads);
+    ``shape``: the index of ``tree-smollm2``'s tree in ``bench_tree.SMOLLM2_SHAPES``."""
     rng = np.random.default_rng(0)
     batch, vocab = (4, 4096) if quick else (64, 128256)
     if name in ("tree-token", "tree-traversal"):

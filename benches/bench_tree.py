@@ -382,7 +382,7 @@ def smollm2_tree(
         start = int(rng.integers(0, positions - int(depth.max())))
         target[b] = logits[start + depth]
         drafter = {}
-        for n in np.unique(parents[1:]):  # the nodes with children
+        for n in map(int, np.unique(parents[1:])):  # the nodes with children
             if sigma is None:
                 drafter[n] = logits[int(rng.integers(0, positions))].copy()
             else:

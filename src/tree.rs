@@ -311,6 +311,13 @@ pub(crate) trait NodeRows {
     ) -> Option<Surely> {
         None
     }
+    /// Bounds `(low, high)` on `p_n(x)` (node `n`'s target row) and on `q_c(x)`
+    /// (child `c`'s draft row; 1 with one-hot drafts), found without the rows
+    /// where the source can, each row read whole and found valid (`None`: left
+    /// to the rows).
+    fn surely_bounds(&self, _n: usize, _c: usize, _x: usize) -> Option<[(f64, f64); 2]> {
+        None
+    }
     /// The draw with uniform `u` from node `n`'s target row, made without the
     /// row where the source can (`None`: left to the row).
     fn surely_draws(&self, _n: usize, _u: f64) -> Option<usize> {
@@ -606,10 +613,8 @@ fn verify_row<R: NodeRows>(
                 // A leaf: the bonus token from its target row.
                 break if greedy {
                     rows.argmax(node)?
-                } else if let Some(token) = rows.surely_draws(node, recovery) {
-                    token
                 } else {
-                    sample_row(rows.target_row(node)?, rows.at(node), recovery, scratch)?
+                    draw_from_target(rows, node, recovery, scratch)?
                 };
             }
             if greedy {
@@ -799,6 +804,69 @@ fn residual_round<A: Prob, Q: Prob>(
 }
 
 /// The first bad entry in reading order (`p_i`, then `q_i`), for the error.
+/// The draw with uniform `u` from node `n`'s target row as given (no round has
+/// changed it): by the source's look where it decides, else from the row.
+fn draw_from_target<R: NodeRows>(
+    rows: &R,
+    n: usize,
+    u: f64,
+    scratch: &mut Vec<f64>,
+) -> Result<usize, CoreError> {
+    match rows.surely_draws(n, u) {
+        Some(token) => Ok(token),
+        None => sample_row(rows.target_row(n)?, rows.at(n), u, scratch),
+    }
+}
+
+/// Relative slack per edge on a rate's bounds: the float64 walk's product and
+/// quotient, and ours, each within half an ulp.
+const RATE_SLACK: f64 = 1.0 / 281_474_976_710_656.0; // 2^-48
+
+/// Traversal's first decision, where the source's bounds prove it an
+/// acceptance (docs/spec.md section 7.7): the walk enters the first child of
+/// each node from the root down to the first leaf, each with rate
+/// `next_rho(a_v, p_v(x), q_c(x))` (no round has run, so `Mb_v(x)` is `p_v(x)`),
+/// and that leaf is the first node decided. Where its uniform is below every
+/// rate the bounds allow, the walk accepts it: returns the leaf. `None`: a
+/// bound the source does not give, a value out of range, or a decision the
+/// bounds leave open; the float64 walk then decides (and names any error).
+fn surely_first_leaf<R: NodeRows>(
+    inputs: TreeParts<'_>,
+    rows: &R,
+    b: usize,
+    vocab: usize,
+    first_child: &[usize],
+) -> Option<usize> {
+    let (mut node, mut low, mut high) = (0, 1.0f64, 1.0f64);
+    while first_child[node] != usize::MAX {
+        let c = first_child[node];
+        let x = check_token(
+            "node_token_ids",
+            &[b, c],
+            inputs.node_token_ids.get(b, c),
+            vocab,
+        );
+        let [(p_low, p_high), (q_low, q_high)] = rows.surely_bounds(node, c, x.ok()?)?;
+        // p = 0 gives rate 0; a p this small may round to 0.
+        if p_low <= 1e-300 {
+            return None;
+        }
+        // min(1, a p / q) over the bounds (q = 0 gives 1, as does a / 0 here).
+        low = (low * p_low / q_high * (1.0 - RATE_SLACK)).min(1.0);
+        high = if q_low > 0.0 {
+            (high * p_high / q_low * (1.0 + RATE_SLACK)).min(1.0)
+        } else {
+            1.0
+        };
+        node = c;
+    }
+    if node == 0 {
+        return None; // no child: the walk draws at once
+    }
+    let u = check_uniform(inputs.uniforms?.get(b, node), "uniforms", &[b, node]).ok()?;
+    (u < low).then_some(node)
+}
+
 /// Traversal verification of row `b` (docs/spec.md section 7.6): the tree in
 /// post-order, children in index order, iteratively (a stack of [`Frame`]s, so a
 /// deep tree costs memory, not call depth). Entering child `c` (token `x`) of a
@@ -884,6 +952,18 @@ fn traverse_row<R: NodeRows>(
             rows.target_at(f.node, x)
         }
     };
+    if let Some(leaf) = surely_first_leaf(inputs, rows, b, vocab, first_child) {
+        let next = draw_from_target(rows, leaf, recovery, scratch)?;
+        accepted.clear();
+        let mut node = first_child[0];
+        loop {
+            accepted.push((node, token(node)? as i64));
+            if node == leaf {
+                return Ok(next);
+            }
+            node = first_child[node];
+        }
+    }
     frames.clear();
     frames.push(Frame {
         node: 0,
@@ -919,44 +999,32 @@ fn traverse_row<R: NodeRows>(
         }
         let accept = f.node == 0 || uniform(f.node)? < f.rate;
         if accept {
-            let drawn = if let Some(last) = f.pending {
-                // `scratch` holds the block sums of the removal just made.
-                let q_row = rows
-                    .draft_row(last.child)?
-                    .expect("pending rounds have draft rows");
-                let at = Pos::Padded { b, t: last.child };
-                let known = Some(f.total);
-                if last.on_target {
-                    let p_row = rows.target_row(f.node)?;
-                    sample::sample_residual(
-                        p_row,
-                        q_row,
-                        at,
-                        last.factor,
-                        recovery,
-                        scratch,
-                        known,
-                    )?
-                } else {
-                    let w = ArrayView1::from(&levels[d][..]);
-                    sample::sample_residual(w, q_row, at, last.factor, recovery, scratch, known)?
-                }
-            } else if f.residual {
-                sample::sample(&BufferWeights { w: &levels[d] }, recovery, scratch)?
-            } else if let Some(token) = rows.surely_draws(f.node, recovery) {
-                Some(token)
+            let next = if f.pending.is_none() && !f.residual {
+                draw_from_target(rows, f.node, recovery, scratch)?
             } else {
-                sample_target(
-                    rows.target_row(f.node)?,
-                    None,
-                    rows.at(f.node),
-                    recovery,
-                    scratch,
-                )?
-            };
-            let next = match drawn {
-                Some(token) => token,
-                None => sample_row(rows.target_row(f.node)?, rows.at(f.node), recovery, scratch)?,
+                let drawn = if let Some(last) = f.pending {
+                    // `scratch` holds the block sums of the removal just made.
+                    let q_row = rows
+                        .draft_row(last.child)?
+                        .expect("pending rounds have draft rows");
+                    let at = Pos::Padded { b, t: last.child };
+                    let (u, known) = (recovery, Some(f.total));
+                    if last.on_target {
+                        let p_row = rows.target_row(f.node)?;
+                        sample::sample_residual(p_row, q_row, at, last.factor, u, scratch, known)?
+                    } else {
+                        let w = ArrayView1::from(&levels[d][..]);
+                        sample::sample_residual(w, q_row, at, last.factor, u, scratch, known)?
+                    }
+                } else {
+                    sample::sample(&BufferWeights { w: &levels[d] }, recovery, scratch)?
+                };
+                match drawn {
+                    Some(token) => token,
+                    None => {
+                        sample_row(rows.target_row(f.node)?, rows.at(f.node), recovery, scratch)?
+                    }
+                }
             };
             accepted.clear();
             for frame in &frames[1..] {
@@ -1251,4 +1319,82 @@ fn sample_row<P: Prob>(
     scratch: &mut Vec<f64>,
 ) -> Result<usize, CoreError> {
     sample_target(row, None, at, u, scratch)?.ok_or_else(|| zero_row(at))
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::{Array1, Array2};
+
+    use super::*;
+
+    /// Rows known only by bounds on `p_v(x)` and `q_c(x)` (the same on every
+    /// edge): the float64 rows are never read.
+    struct Bounded([(f64, f64); 2]);
+
+    impl NodeRows for Bounded {
+        type P = f64;
+        type Q = f64;
+        fn target_row(&self, _: usize) -> Result<ArrayView1<'_, f64>, CoreError> {
+            unreachable!("the float64 rows are not read")
+        }
+        fn target_at(&self, _: usize, _: usize) -> Result<f64, CoreError> {
+            unreachable!("the float64 rows are not read")
+        }
+        fn draft_row(&self, _: usize) -> Result<Option<ArrayView1<'_, f64>>, CoreError> {
+            unreachable!("the float64 rows are not read")
+        }
+        fn draft_at(&self, _: usize, _: usize) -> Result<f64, CoreError> {
+            unreachable!("the float64 rows are not read")
+        }
+        fn surely_bounds(&self, _: usize, _: usize, _: usize) -> Option<[(f64, f64); 2]> {
+            Some(self.0)
+        }
+        fn argmax(&self, _: usize) -> Result<usize, CoreError> {
+            unreachable!("sampled rows")
+        }
+        fn at(&self, n: usize) -> RowAt {
+            RowAt {
+                arg: "target_probs",
+                pos: Pos::Padded { b: 0, t: n },
+            }
+        }
+    }
+
+    /// `surely_first_leaf` on the chain root -> 1 -> 2 (token 3 each) with the
+    /// leaf's uniform `u`.
+    fn first_leaf(bounds: [(f64, f64); 2], u: f64, token: i64) -> Option<usize> {
+        let ids = Array2::from_shape_vec((1, 3), vec![0, token, 3]).expect("shape");
+        let parents = Array2::from_shape_vec((1, 3), vec![-1i64, 0, 1]).expect("shape");
+        let uniforms = Array2::from_shape_vec((1, 3), vec![0.0, 0.9, u]).expect("shape");
+        let recovery = Array1::from_elem(1, 0.5);
+        let parts = TreeParts {
+            node_token_ids: IntView::I64(ids.view()),
+            parent_ids: IntView::I64(parents.view()),
+            uniforms: Some(FloatView::F64(uniforms.view())),
+            recovery_uniforms: Some(FloatView::F64(recovery.view())),
+            method: TreeMethod::Traversal,
+        };
+        surely_first_leaf(parts, &Bounded(bounds), 0, 10, &[1, 2, usize::MAX])
+    }
+
+    #[test]
+    fn the_first_leaf_is_accepted_only_below_every_rate_the_bounds_allow() {
+        // p = 0.2, q = 0.4 on each edge: rates 0.5, then 0.25.
+        let exact = [(0.2, 0.2), (0.4, 0.4)];
+        assert_eq!(first_leaf(exact, 0.25 * (1.0 - 1e-12), 3), Some(2));
+        assert_eq!(first_leaf(exact, 0.25, 3), None); // u = rate: rejected
+                                                      // Bounds 1e-6 wide: open within about 4e-6 of the rate.
+        let wide = [(0.2, 0.2 * (1.0 + 1e-6)), (0.4, 0.4 * (1.0 + 1e-6))];
+        assert_eq!(first_leaf(wide, 0.25 * (1.0 - 1e-5), 3), Some(2));
+        assert_eq!(first_leaf(wide, 0.25 * (1.0 - 1e-6), 3), None);
+        // The rate is capped at 1, and q = 0 gives 1.
+        assert_eq!(first_leaf([(0.9, 0.9), (0.1, 0.1)], 0.999, 3), Some(2));
+        assert_eq!(first_leaf([(0.9, 0.9), (0.0, 0.0)], 0.999, 3), Some(2));
+        // p that may be 0 gives rate 0 at most; a token out of range, or a
+        // uniform that is not one, leaves it to the float64 walk (which names it).
+        assert_eq!(first_leaf([(0.0, 0.1), (0.1, 0.1)], 0.0, 3), None);
+        assert_eq!(first_leaf(exact, 0.1, 10), None);
+        assert_eq!(first_leaf(exact, f64::NAN, 3), None);
+        assert_eq!(first_leaf(exact, 1.0, 3), None);
+    }
 }

@@ -147,6 +147,19 @@ def test_a_single_path_is_verify_logits(filters) -> None:
     )
     assert tree.output_token_ids.tolist() == chain.output_token_ids.tolist()
     assert 0 < chain.num_accepted.sum() < batch * k
+    if not filters:
+        # Both took the looks: the float64 path, forced by top_k = V, agrees.
+        exact = specaccept.verify_tree_logits(
+            nodes,
+            np.arange(-1, k),
+            target,
+            tree_draft,
+            uniforms=np.concatenate([np.zeros((batch, 1)), u], axis=1),
+            recovery_uniforms=ru,
+            temperature=0.8,
+            top_k=vocab,
+        )
+        assert exact.output_token_ids.tolist() == tree.output_token_ids.tolist()
 
 
 def test_only_the_rows_a_walk_reads_are_checked() -> None:
@@ -376,6 +389,55 @@ def test_an_only_child_s_residual_draw_is_the_exact_pass_draw_next_to_a_boundary
     far = distances[(np.arange(batch) // 4) % len(distances)] >= 1e-8
     expected = reference.verify_tree_logits(**kwargs)
     np.testing.assert_array_equal(drawn.output_token_ids[far], expected.output_token_ids[far])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("one_hot", [False, True])
+def test_traversal_s_first_leaf_is_decided_as_the_exact_pass_next_to_its_rate(
+    dtype, one_hot
+) -> None:
+    # Without filters traversal's first decision, the first leaf down the first
+    # children (root -> 1 -> 3 -> 6), may be proved an acceptance from the screens'
+    # bounds on each p_v(x) and q_c(x) (docs/spec.md section 7.7), no row
+    # transformed. Put that leaf's uniform at relative distances 1e-2 .. 1e-12 from
+    # its rate (either side) and on it: the tokens must equal the exact pass's,
+    # forced by top_k = V.
+    rng = np.random.default_rng(16)
+    batch, vocab = 128, 3000
+    nodes = len(PARENTS)
+    target = (rng.normal(size=(batch, nodes, vocab)) * 2).astype(dtype)
+    noise = rng.normal(size=(batch, nodes, vocab)) * 0.5
+    drafted = (target[:, np.maximum(PARENTS, 0)].astype(np.float64) + noise).astype(dtype)
+    tokens = np.argmax(drafted, axis=-1)  # q(x) often above p(x): rates below 1
+    temperature = rng.choice([0.7, 1.3], size=batch)
+    u = rng.random((batch, nodes))
+    distances = np.array([0.5, 0.1, 1e-2, 1e-4, 1e-6, 1e-8, 1e-10, 1e-12, 0.0])
+    for b in range(batch):
+        rate = 1.0
+        for v, c in ((0, 1), (1, 3), (3, 6)):
+            p = reference.transform_logits(target[b, v], temperature[b], 0, 1.0)[tokens[b, c]]
+            q = 1.0
+            if not one_hot:
+                q = reference.transform_logits(drafted[b, c], temperature[b], 0, 1.0)[tokens[b, c]]
+            rate = min(1.0, rate * p / q)
+        sign = -1.0 if b % 2 else 1.0  # odd rows: below the rate (accepted)
+        u[b, 6] = min(rate * (1 + sign * distances[(b // 2) % len(distances)]), 0.999)
+    kwargs = dict(
+        node_token_ids=tokens,
+        parent_ids=PARENTS,
+        target_logits=target,
+        draft_logits=None if one_hot else drafted,
+        temperature=temperature,
+        uniforms=u,
+        recovery_uniforms=rng.random(batch),
+        method="traversal",
+    )
+    screened = specaccept.verify_tree_logits(**kwargs)
+    exact = specaccept.verify_tree_logits(**kwargs, top_k=vocab)
+    np.testing.assert_array_equal(screened.output_token_ids, exact.output_token_ids)
+    np.testing.assert_array_equal(screened.accepted_node_ids, exact.accepted_node_ids)
+    first = (screened.accepted_node_ids == [1, 3, 6]).all(axis=1)
+    assert 0 < first.sum() < batch, "the first leaf is both accepted and rejected"
 
 
 @pytest.mark.parametrize("row", ["draft", "leaf"])

@@ -204,11 +204,12 @@ def verify_tree_logits(
     target rows of the nodes its walk visits and the draft rows of the children
     it tries. On float16/bfloat16/float32 logits the token rule accepts a node's
     first child from float32 screens of the node's target row and the child's
-    draft row (no filters) or from top-k's candidates; without filters it decides
-    a node's only child as ``verify_logits`` decides a position (accepted, or
-    the residual drawn, from certified float32 passes), and both methods draw a
-    leaf's bonus with a certified pass, where these prove the float64 outcome
-    (section 7.7). Those rows are checked but not transformed, and the tokens
+    draft row (no filters) or from top-k's candidates. Without filters the token
+    rule decides a node's only child as ``verify_logits`` decides a position
+    (accepted, or the residual drawn, from certified float32 passes), traversal
+    accepts its first leaf where the screens' bounds on the rates down to it
+    prove it, and both methods draw a leaf's bonus with a certified pass. Each
+    look is taken only where it proves the float64 outcome (section 7.7). Those rows are checked but not transformed, and the tokens
     are the same, bit for bit.
     A row with temperature 0 is greedy: at each node the first child
     whose token is the argmax of the raw logits is accepted (no transform).

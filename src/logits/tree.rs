@@ -3,16 +3,20 @@
 //! `p_i = w_i / W` in float64, each row transformed the first time the walk
 //! reads it (a batch row reads its path's target rows and the draft rows of
 //! the children it tries, not the whole `[N, V]`). Greedy rows (temperature 0)
-//! take the argmax of the raw logits and transform nothing. The token rule's
-//! first children and both methods' leaf bonuses may be decided by the looks of
-//! `verify_logits` (screens, top-k's candidates, the certified draw) without
-//! transforming their rows (`NodeRows::surely_accepts`, `NodeRows::surely_draws`).
+//! take the argmax of the raw logits and transform nothing. The looks of
+//! `verify_logits` (screens, top-k's candidates, the certified passes) may
+//! decide without transforming the rows: the token rule's first children, and
+//! a node's only child whole, its residual draw included
+//! (`NodeRows::surely_decides`); traversal's first leaf, from the screens'
+//! bounds on the rates down to it (`NodeRows::surely_bounds`); and both
+//! methods' draws from an unchanged target row (`NodeRows::surely_draws`).
 
 use std::cell::{Cell, OnceCell, RefCell};
 
 use ndarray::{s, ArrayView1, ArrayView3, Ix1, Ix2};
 
 use super::certified::{self, Certified, CertifiedScratch};
+use super::screen;
 use super::sparse::{top_k_accepts, SparseScratch};
 use super::{argmax_logits, params, transform, LogitsRow, Params, Scratch};
 use crate::checks::{expect_shape, Pos, RowAt};
@@ -110,6 +114,11 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
             cells.resize_with(nodes, OnceCell::new);
             Ok(cells)
         };
+        let maxima = |arg| -> Result<Vec<Cell<Option<f64>>>, CoreError> {
+            let mut maxima = memory::with_capacity(nodes, arg)?;
+            maxima.resize_with(nodes, Cell::default);
+            Ok(maxima)
+        };
         // This thread's scratch, reserved once and reused (given back on drop).
         let mut scratch = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
         let arg = "target_logits";
@@ -117,10 +126,10 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
         memory::reserve(&mut scratch.candidates, vocab, arg)?;
         memory::reserve(&mut scratch.selection, vocab, arg)?;
         let mut looks = LOOKS.with(|s| std::mem::take(&mut *s.borrow_mut()));
-        if params.top_k == 0 && params.top_p >= 1.0 {
+        if params.temperature > 0.0 && params.top_k == 0 && params.top_p >= 1.0 {
             looks.certified.reserve(vocab)?; // the certified looks apply
         }
-        if params.top_k > 0 {
+        if params.temperature > 0.0 && params.top_k > 0 {
             looks.sparse.reserve(vocab)?;
         }
         let rows = LogitsRows {
@@ -131,7 +140,8 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
             draft: cells("node_token_ids")?,
             scratch: RefCell::new(scratch),
             looks: RefCell::new(looks),
-            maxima: Cell::default(),
+            target_max: maxima("node_token_ids")?,
+            draft_max: maxima("node_token_ids")?,
         };
         Ok((rows, params.temperature == 0.0))
     }
@@ -146,8 +156,10 @@ pub(crate) struct LogitsRows<'s, 'a, P, Q> {
     draft: Vec<OnceCell<Vec<f64>>>,
     scratch: RefCell<Scratch>,
     looks: RefCell<Looks>,
-    /// The maxima the last screens found, for the transforms that follow.
-    maxima: Cell<Maxima>,
+    /// Each row's max where a look read the row whole and found it valid
+    /// (the screens, top-k's candidates), for its transform.
+    target_max: Vec<Cell<Option<f64>>>,
+    draft_max: Vec<Cell<Option<f64>>>,
 }
 
 /// The scratch space of the looks that spare a row's transform: the screens'
@@ -158,24 +170,16 @@ struct Looks {
     sparse: SparseScratch,
 }
 
-/// A target row's max and a draft row's, each with its node, where the
-/// screens read them whole (and found them valid).
-#[derive(Clone, Copy, Default)]
-struct Maxima {
-    target: Option<(usize, f64)>,
-    draft: Option<(usize, f64)>,
-}
-
 impl<P: Prob, Q: Prob> LogitsRows<'_, '_, P, Q> {
     /// `cell`'s probabilities, `w_i / W` of the transformed `logits` (errors name
-    /// `arg[b, n, i]`), computed the first time; `max`: the row's max with its
-    /// node, where the screens found it.
+    /// `arg[b, n, i]`), computed the first time; `max`: the row's max, where
+    /// a look found it.
     fn probabilities<'c, L: Prob>(
         &self,
         cell: &'c OnceCell<Vec<f64>>,
         logits: ArrayView1<'_, L>,
         (arg, n): (&'static str, usize),
-        max: Option<(usize, f64)>,
+        max: Option<f64>,
     ) -> Result<&'c [f64], CoreError> {
         if let Some(p) = cell.get() {
             return Ok(p);
@@ -190,7 +194,7 @@ impl<P: Prob, Q: Prob> LogitsRows<'_, '_, P, Q> {
             arg,
             b: self.b,
             t: n,
-            max: max.filter(|&(node, _)| node == n).map(|(_, max)| max),
+            max,
         };
         let total = transform(row, self.params, &mut w, &mut self.scratch.borrow_mut())?;
         // The largest weight is exp(0) = 1, so `total >= 1`.
@@ -200,6 +204,17 @@ impl<P: Prob, Q: Prob> LogitsRows<'_, '_, P, Q> {
 }
 
 impl<P, Q> LogitsRows<'_, '_, P, Q> {
+    /// Keeps the maxima a look found: node `n`'s target row's, child `c`'s
+    /// draft row's.
+    fn keep_maxima(&self, n: usize, target: Option<f64>, c: usize, draft: Option<f64>) {
+        if target.is_some() {
+            self.target_max[n].set(target);
+        }
+        if draft.is_some() {
+            self.draft_max[c].set(draft);
+        }
+    }
+
     /// `1 / T` for a row without filters (the screens and certified draws
     /// apply), else `None`.
     fn unfiltered_inverse(&self) -> Option<f64> {
@@ -251,7 +266,7 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
 
     fn target_row(&self, n: usize) -> Result<ArrayView1<'_, f64>, CoreError> {
         let logits = self.inputs.target_logits.slice(s![self.b, n, ..]);
-        let max = self.maxima.get().target;
+        let max = self.target_max[n].get();
         let p = self.probabilities(&self.target[n], logits, ("target_logits", n), max)?;
         Ok(ArrayView1::from(p))
     }
@@ -265,7 +280,7 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
             return Ok(None);
         };
         let logits = draft.slice(s![self.b, c, ..]);
-        let max = self.maxima.get().draft;
+        let max = self.draft_max[c].get();
         let q = self.probabilities(&self.draft[c], logits, ("draft_logits", c), max)?;
         Ok(Some(ArrayView1::from(q)))
     }
@@ -311,11 +326,27 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
             }
             (None, _) => return None,
         };
-        self.maxima.set(Maxima {
-            target: look.target_max.map(|max| (n, max)),
-            draft: look.draft_max.map(|max| (c, max)),
-        });
+        self.keep_maxima(n, look.target_max, c, look.draft_max);
         look.accepted.then_some(Surely::Accepted)
+    }
+
+    /// Without filters, the screens' bounds on `p_n(x)` and `q_c(x)`
+    /// (docs/spec.md section 7.7), each row read whole and found valid.
+    fn surely_bounds(&self, n: usize, c: usize, x: usize) -> Option<[(f64, f64); 2]> {
+        let inverse = self.unfiltered_inverse()?;
+        let target = self.inputs.target_logits.slice(s![self.b, n, ..]);
+        let (p_low, p_high, max) = screen::probability(target, x, inverse)?;
+        self.keep_maxima(n, Some(f64::from(max)), c, None);
+        let q = match &self.inputs.draft_logits {
+            None => (1.0, 1.0), // one-hot drafts
+            Some(draft) => {
+                let row = draft.slice(s![self.b, c, ..]);
+                let (low, high, max) = screen::probability(row, x, inverse)?;
+                self.keep_maxima(n, None, c, Some(f64::from(max)));
+                (low, high)
+            }
+        };
+        Some([(p_low, p_high), q])
     }
 
     /// Without filters, the certified draw (docs/spec.md section 7.7), unless
@@ -340,5 +371,83 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
             arg: "target_logits",
             pos: Pos::Padded { b: self.b, t: n },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ndarray::{Array1, Array2, Array3};
+
+    use super::*;
+
+    /// A row of `V = 3000` float32 logits, `3 N(0, 1)`-like from a hash.
+    fn logits(seed: usize, vocab: usize) -> Vec<f32> {
+        (0..vocab)
+            .map(|j| {
+                let h = (j + 1).wrapping_mul(2_654_435_761).wrapping_add(seed * 97) % 10_007;
+                h as f32 / 10_007.0 * 6.0 - 3.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_looks_decide_an_only_child_and_bound_a_rate_without_transforms() {
+        // Root -> 1, float32 logits, no filters, temperature 1. The drafted token
+        // `x` has q(x) far above p(x): u near 1 rejects it and the residual is
+        // drawn; u = 0 accepts it. Neither row is transformed.
+        let vocab = 3000;
+        let target = logits(1, vocab);
+        let mut draft = logits(2, vocab);
+        let x = (0..vocab)
+            .min_by(|&a, &b| target[a].total_cmp(&target[b]))
+            .expect("a row");
+        draft[x] = 20.0; // q(x) near 1, p(x) the row's least
+        let mut rows3 = Array3::<f32>::zeros((1, 2, vocab));
+        let mut drafts3 = Array3::<f32>::zeros((1, 2, vocab));
+        for i in 0..vocab {
+            rows3[[0, 0, i]] = target[i];
+            rows3[[0, 1, i]] = target[i];
+            drafts3[[0, 1, i]] = draft[i];
+        }
+        let ids = Array2::from_shape_vec((1, 2), vec![0i64, x as i64]).expect("shape");
+        let parents = Array2::from_shape_vec((1, 2), vec![-1i64, 0]).expect("shape");
+        let (t, k, p) = (
+            Array1::from_elem(1, 1.0),
+            Array1::from_elem(1, 0i64),
+            Array1::from_elem(1, 1.0),
+        );
+        let inputs = TreeLogitsInputs {
+            node_token_ids: IntView::I64(ids.view()),
+            parent_ids: IntView::I64(parents.view()),
+            target_logits: rows3.view(),
+            draft_logits: Some(drafts3.view()),
+            temperature: FloatView::F64(t.view()),
+            top_k: IntView::I64(k.view()),
+            top_p: FloatView::F64(p.view()),
+            uniforms: None,
+            recovery_uniforms: None,
+            method: TreeMethod::Token,
+        };
+        let (rows, greedy) = inputs.rows(0).expect("valid parameters");
+        assert!(!greedy);
+        let near_one = 1.0 - 1e-9;
+        assert!(matches!(
+            rows.surely_decides(0, 1, x, near_one, Some(0.5)),
+            Some(Surely::Drawn(token)) if token != x
+        ));
+        assert!(matches!(
+            rows.surely_decides(0, 1, x, 0.0, Some(0.5)),
+            Some(Surely::Accepted)
+        ));
+        // With siblings (no recovery uniform) a rejection is left to the rows.
+        assert!(rows.surely_decides(0, 1, x, near_one, None).is_none());
+        let [(p_low, p_high), (q_low, q_high)] = rows.surely_bounds(0, 1, x).expect("bounds");
+        assert!(0.0 < p_low && p_low < p_high && p_high < 1e-3);
+        assert!(0.9 < q_low && q_low < q_high && q_high < 1.001);
+        assert!(rows
+            .target
+            .iter()
+            .chain(&rows.draft)
+            .all(|row| row.get().is_none()));
     }
 }
