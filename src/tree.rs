@@ -831,22 +831,15 @@ const RATE_SLACK: f64 = 1.0 / 281_474_976_710_656.0; // 2^-48
 /// bound the source does not give, a value out of range, or a decision the
 /// bounds leave open; the float64 walk then decides (and names any error).
 fn surely_first_leaf<R: NodeRows>(
-    inputs: TreeParts<'_>,
     rows: &R,
-    b: usize,
-    vocab: usize,
     first_child: &[usize],
+    token: impl Fn(usize) -> Result<usize, CoreError>,
+    uniform: impl Fn(usize) -> Result<f64, CoreError>,
 ) -> Option<usize> {
     let (mut node, mut low, mut high) = (0, 1.0f64, 1.0f64);
     while first_child[node] != usize::MAX {
         let c = first_child[node];
-        let x = check_token(
-            "node_token_ids",
-            &[b, c],
-            inputs.node_token_ids.get(b, c),
-            vocab,
-        );
-        let [(p_low, p_high), (q_low, q_high)] = rows.surely_bounds(node, c, x.ok()?)?;
+        let [(p_low, p_high), (q_low, q_high)] = rows.surely_bounds(node, c, token(c).ok()?)?;
         // p = 0 gives rate 0; a p this small may round to 0.
         if p_low <= 1e-300 {
             return None;
@@ -863,8 +856,7 @@ fn surely_first_leaf<R: NodeRows>(
     if node == 0 {
         return None; // no child: the walk draws at once
     }
-    let u = check_uniform(inputs.uniforms?.get(b, node), "uniforms", &[b, node]).ok()?;
-    (u < low).then_some(node)
+    (uniform(node).ok()? < low).then_some(node)
 }
 
 /// Traversal verification of row `b` (docs/spec.md section 7.6): the tree in
@@ -952,7 +944,7 @@ fn traverse_row<R: NodeRows>(
             rows.target_at(f.node, x)
         }
     };
-    if let Some(leaf) = surely_first_leaf(inputs, rows, b, vocab, first_child) {
+    if let Some(leaf) = surely_first_leaf(rows, first_child, token, uniform) {
         let next = draw_from_target(rows, leaf, recovery, scratch)?;
         accepted.clear();
         let mut node = first_child[0];
@@ -1323,8 +1315,6 @@ fn sample_row<P: Prob>(
 
 #[cfg(test)]
 mod tests {
-    use ndarray::{Array1, Array2};
-
     use super::*;
 
     /// Rows known only by bounds on `p_v(x)` and `q_c(x)` (the same on every
@@ -1363,18 +1353,10 @@ mod tests {
     /// `surely_first_leaf` on the chain root -> 1 -> 2 (token 3 each) with the
     /// leaf's uniform `u`.
     fn first_leaf(bounds: [(f64, f64); 2], u: f64, token: i64) -> Option<usize> {
-        let ids = Array2::from_shape_vec((1, 3), vec![0, token, 3]).expect("shape");
-        let parents = Array2::from_shape_vec((1, 3), vec![-1i64, 0, 1]).expect("shape");
-        let uniforms = Array2::from_shape_vec((1, 3), vec![0.0, 0.9, u]).expect("shape");
-        let recovery = Array1::from_elem(1, 0.5);
-        let parts = TreeParts {
-            node_token_ids: IntView::I64(ids.view()),
-            parent_ids: IntView::I64(parents.view()),
-            uniforms: Some(FloatView::F64(uniforms.view())),
-            recovery_uniforms: Some(FloatView::F64(recovery.view())),
-            method: TreeMethod::Traversal,
-        };
-        surely_first_leaf(parts, &Bounded(bounds), 0, 10, &[1, 2, usize::MAX])
+        let (ids, uniforms) = ([0, token, 3], [0.0, 0.9, u]);
+        let token = |c: usize| check_token("node_token_ids", &[0, c], ids[c], 10);
+        let uniform = |n: usize| check_uniform(uniforms[n], "uniforms", &[0, n]);
+        surely_first_leaf(&Bounded(bounds), &[1, 2, usize::MAX], token, uniform)
     }
 
     #[test]

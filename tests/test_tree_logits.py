@@ -186,6 +186,21 @@ def test_only_the_rows_a_walk_reads_are_checked() -> None:
         assert raised.value.row == 0
 
 
+def _as_the_exact_pass(kwargs: dict, vocab: int, far: np.ndarray | None = None):
+    """``verify_tree_logits(**kwargs)`` (no filters: the looks apply) checked against
+    the float64 path, forced by ``top_k = V`` (it keeps every token; filtered rows
+    skip the looks), and on the rows ``far`` from every boundary against the
+    reference (which differs only within about 1e-9). Returns the result."""
+    looked = specaccept.verify_tree_logits(**kwargs)
+    exact = specaccept.verify_tree_logits(**kwargs, top_k=vocab)
+    np.testing.assert_array_equal(looked.output_token_ids, exact.output_token_ids)
+    np.testing.assert_array_equal(looked.accepted_node_ids, exact.accepted_node_ids)
+    if far is not None:
+        expected = reference.verify_tree_logits(**kwargs)
+        np.testing.assert_array_equal(looked.output_token_ids[far], expected.output_token_ids[far])
+    return looked
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("draft", ["rows", "prefix", "one-hot"])
 def test_the_screens_decide_a_first_child_as_the_exact_pass_next_to_the_boundary(
@@ -234,10 +249,7 @@ def test_the_screens_decide_a_first_child_as_the_exact_pass_next_to_the_boundary
         uniforms=u,
         recovery_uniforms=rng.random(batch),
     )
-    screened = specaccept.verify_tree_logits(**kwargs)
-    exact = specaccept.verify_tree_logits(**kwargs, top_k=vocab)
-    np.testing.assert_array_equal(screened.output_token_ids, exact.output_token_ids)
-    np.testing.assert_array_equal(screened.accepted_node_ids, exact.accepted_node_ids)
+    screened = _as_the_exact_pass(kwargs, vocab)
     accepted = (screened.accepted_node_ids[:, 0] == 1).sum()
     assert 0 < accepted < batch, "the root's first child is both accepted and rejected"
     assert (screened.num_accepted >= 2).any(), "some walks go past a second first child"
@@ -318,14 +330,9 @@ def test_the_certified_bonus_draw_is_the_exact_pass_draw_next_to_a_boundary(dtyp
         recovery_uniforms=recovery,
         method=method,
     )
-    drawn = specaccept.verify_tree_logits(**kwargs)
-    exact = specaccept.verify_tree_logits(**kwargs, top_k=vocab)
-    assert (drawn.accepted_node_ids == [1, 3, 6]).all()
-    np.testing.assert_array_equal(drawn.output_token_ids, exact.output_token_ids)
-    # Away from the boundary the reference agrees too.
     far = distances[(np.arange(batch) // 2) % len(distances)] >= 1e-8
-    expected = reference.verify_tree_logits(**kwargs)
-    np.testing.assert_array_equal(drawn.output_token_ids[far], expected.output_token_ids[far])
+    drawn = _as_the_exact_pass(kwargs, vocab, far)
+    assert (drawn.accepted_node_ids == [1, 3, 6]).all()
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -381,14 +388,9 @@ def test_an_only_child_s_residual_draw_is_the_exact_pass_draw_next_to_a_boundary
         uniforms=u,
         recovery_uniforms=recovery,
     )
-    drawn = specaccept.verify_tree_logits(**kwargs)
-    exact = specaccept.verify_tree_logits(**kwargs, top_k=vocab)
-    assert drawn.num_accepted.tolist() == [b % 2 for b in range(batch)]
-    np.testing.assert_array_equal(drawn.output_token_ids, exact.output_token_ids)
-    # Away from the boundary the reference agrees too.
     far = distances[(np.arange(batch) // 4) % len(distances)] >= 1e-8
-    expected = reference.verify_tree_logits(**kwargs)
-    np.testing.assert_array_equal(drawn.output_token_ids[far], expected.output_token_ids[far])
+    drawn = _as_the_exact_pass(kwargs, vocab, far)
+    assert drawn.num_accepted.tolist() == [b % 2 for b in range(batch)]
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -432,10 +434,7 @@ def test_traversal_s_first_leaf_is_decided_as_the_exact_pass_next_to_its_rate(
         recovery_uniforms=rng.random(batch),
         method="traversal",
     )
-    screened = specaccept.verify_tree_logits(**kwargs)
-    exact = specaccept.verify_tree_logits(**kwargs, top_k=vocab)
-    np.testing.assert_array_equal(screened.output_token_ids, exact.output_token_ids)
-    np.testing.assert_array_equal(screened.accepted_node_ids, exact.accepted_node_ids)
+    screened = _as_the_exact_pass(kwargs, vocab)
     first = (screened.accepted_node_ids == [1, 3, 6]).all(axis=1)
     assert 0 < first.sum() < batch, "the first leaf is both accepted and rejected"
 
