@@ -803,7 +803,6 @@ fn residual_round<A: Prob, Q: Prob>(
     sample::canonical_sum(&BufferWeights { w: next }, scratch).ok()
 }
 
-/// The first bad entry in reading order (`p_i`, then `q_i`), for the error.
 /// The draw with uniform `u` from node `n`'s target row as given (no round has
 /// changed it): by the source's look where it decides, else from the row.
 fn draw_from_target<R: NodeRows>(
@@ -827,30 +826,33 @@ const RATE_SLACK: f64 = 1.0 / 281_474_976_710_656.0; // 2^-48
 /// each node from the root down to the first leaf, each with rate
 /// `next_rho(a_v, p_v(x), q_c(x))` (no round has run, so `Mb_v(x)` is `p_v(x)`),
 /// and that leaf is the first node decided. Where its uniform is below every
-/// rate the bounds allow, the walk accepts it: returns the leaf. `None`: a
-/// bound the source does not give, a value out of range, or a decision the
-/// bounds leave open; the float64 walk then decides (and names any error).
-fn surely_first_leaf<R: NodeRows>(
+/// rate the bounds allow (a lower bound on each rate down the path, each step
+/// rounded as the walk's and widened by [`RATE_SLACK`]), the walk accepts it:
+/// returns the leaf. `None`: a bound the source does not give, a value out of
+/// range, a rate that may be 0, or a decision the bounds leave open; the
+/// float64 walk then decides (and names any error).
+pub(crate) fn surely_first_leaf<R: NodeRows>(
     rows: &R,
     first_child: &[usize],
     token: impl Fn(usize) -> Result<usize, CoreError>,
     uniform: impl Fn(usize) -> Result<f64, CoreError>,
 ) -> Option<usize> {
-    let (mut node, mut low, mut high) = (0, 1.0f64, 1.0f64);
+    let (mut node, mut low) = (0, 1.0f64);
     while first_child[node] != usize::MAX {
         let c = first_child[node];
-        let [(p_low, p_high), (q_low, q_high)] = rows.surely_bounds(node, c, token(c).ok()?)?;
+        let [(p_low, _), (_, q_high)] = rows.surely_bounds(node, c, token(c).ok()?)?;
         // p = 0 gives rate 0; a p this small may round to 0.
         if p_low <= 1e-300 {
             return None;
         }
-        // min(1, a p / q) over the bounds (q = 0 gives 1, as does a / 0 here).
-        low = (low * p_low / q_high * (1.0 - RATE_SLACK)).min(1.0);
-        high = if q_low > 0.0 {
-            (high * p_high / q_low * (1.0 + RATE_SLACK)).min(1.0)
-        } else {
-            1.0
-        };
+        // min(1, a p / q) at its smallest over the bounds: q = 0 gives +inf,
+        // so 1 (the walk's rate 1 for q = 0). A product that underflows to 0
+        // (the walk's rate may be 0 too), or 0 / 0, decides nothing.
+        let rate = low * p_low / q_high * (1.0 - RATE_SLACK);
+        if rate.is_nan() || rate <= 0.0 {
+            return None;
+        }
+        low = rate.min(1.0);
         node = c;
     }
     if node == 0 {
@@ -1242,6 +1244,7 @@ fn copy_unchecked<P: Prob>(row: &ArrayView1<'_, P>, w: &mut Vec<f64>) -> Result<
     Ok(())
 }
 
+/// The first bad entry in reading order (`p_i`, then `q_i`), for the error.
 fn first_bad_entry<P: Prob, Q: Prob>(
     p: Option<ArrayView1<'_, P>>,
     q: Option<ArrayView1<'_, Q>>,
@@ -1317,9 +1320,9 @@ fn sample_row<P: Prob>(
 mod tests {
     use super::*;
 
-    /// Rows known only by bounds on `p_v(x)` and `q_c(x)` (the same on every
-    /// edge): the float64 rows are never read.
-    struct Bounded([(f64, f64); 2]);
+    /// Rows known only by bounds on `p_v(x)` and `q_c(x)`, entry `c - 1` for
+    /// the edge into node `c`: the float64 rows are never read.
+    struct Bounded(Vec<[(f64, f64); 2]>);
 
     impl NodeRows for Bounded {
         type P = f64;
@@ -1336,8 +1339,8 @@ mod tests {
         fn draft_at(&self, _: usize, _: usize) -> Result<f64, CoreError> {
             unreachable!("the float64 rows are not read")
         }
-        fn surely_bounds(&self, _: usize, _: usize, _: usize) -> Option<[(f64, f64); 2]> {
-            Some(self.0)
+        fn surely_bounds(&self, _: usize, c: usize, _: usize) -> Option<[(f64, f64); 2]> {
+            Some(self.0[c - 1])
         }
         fn argmax(&self, _: usize) -> Result<usize, CoreError> {
             unreachable!("sampled rows")
@@ -1350,33 +1353,59 @@ mod tests {
         }
     }
 
-    /// `surely_first_leaf` on the chain root -> 1 -> 2 (token 3 each) with the
-    /// leaf's uniform `u`.
-    fn first_leaf(bounds: [(f64, f64); 2], u: f64, token: i64) -> Option<usize> {
-        let (ids, uniforms) = ([0, token, 3], [0.0, 0.9, u]);
+    /// `surely_first_leaf` on a chain, one edge per entry of `edges` (node 1's
+    /// token `token`, the others 3), with the leaf's uniform `u`.
+    fn first_leaf(edges: &[[(f64, f64); 2]], u: f64, token: i64) -> Option<usize> {
+        let nodes = edges.len() + 1;
+        let ids: Vec<i64> = (0..nodes).map(|n| if n == 1 { token } else { 3 }).collect();
+        let first_child: Vec<usize> = (1..=nodes)
+            .map(|c| if c < nodes { c } else { usize::MAX })
+            .collect();
         let token = |c: usize| check_token("node_token_ids", &[0, c], ids[c], 10);
-        let uniform = |n: usize| check_uniform(uniforms[n], "uniforms", &[0, n]);
-        surely_first_leaf(&Bounded(bounds), &[1, 2, usize::MAX], token, uniform)
+        let uniform = |n: usize| match n + 1 == nodes {
+            true => check_uniform(u, "uniforms", &[0, n]),
+            false => unreachable!("only the leaf's uniform is read"),
+        };
+        surely_first_leaf(&Bounded(edges.to_vec()), &first_child, token, uniform)
     }
 
     #[test]
     fn the_first_leaf_is_accepted_only_below_every_rate_the_bounds_allow() {
-        // p = 0.2, q = 0.4 on each edge: rates 0.5, then 0.25.
-        let exact = [(0.2, 0.2), (0.4, 0.4)];
-        assert_eq!(first_leaf(exact, 0.25 * (1.0 - 1e-12), 3), Some(2));
-        assert_eq!(first_leaf(exact, 0.25, 3), None); // u = rate: rejected
-                                                      // Bounds 1e-6 wide: open within about 4e-6 of the rate.
-        let wide = [(0.2, 0.2 * (1.0 + 1e-6)), (0.4, 0.4 * (1.0 + 1e-6))];
-        assert_eq!(first_leaf(wide, 0.25 * (1.0 - 1e-5), 3), Some(2));
-        assert_eq!(first_leaf(wide, 0.25 * (1.0 - 1e-6), 3), None);
+        // p = 0.2, q = 0.4 on each edge of root -> 1 -> 2: rates 0.5, then 0.25.
+        let exact = [[(0.2, 0.2), (0.4, 0.4)]; 2];
+        assert_eq!(first_leaf(&exact, 0.25 * (1.0 - 1e-12), 3), Some(2));
+        assert_eq!(first_leaf(&exact, 0.25, 3), None); // u = rate: rejected
+
+        // Bounds 1e-6 wide: the rate's low end is about 2e-6 below it.
+        let wide = [[(0.2, 0.2 * (1.0 + 1e-6)), (0.4, 0.4 * (1.0 + 1e-6))]; 2];
+        assert_eq!(first_leaf(&wide, 0.25 * (1.0 - 1e-5), 3), Some(2));
+        assert_eq!(first_leaf(&wide, 0.25 * (1.0 - 1e-6), 3), None);
+
         // The rate is capped at 1, and q = 0 gives 1.
-        assert_eq!(first_leaf([(0.9, 0.9), (0.1, 0.1)], 0.999, 3), Some(2));
-        assert_eq!(first_leaf([(0.9, 0.9), (0.0, 0.0)], 0.999, 3), Some(2));
-        // p that may be 0 gives rate 0 at most; a token out of range, or a
-        // uniform that is not one, leaves it to the float64 walk (which names it).
-        assert_eq!(first_leaf([(0.0, 0.1), (0.1, 0.1)], 0.0, 3), None);
-        assert_eq!(first_leaf(exact, 0.1, 10), None);
-        assert_eq!(first_leaf(exact, f64::NAN, 3), None);
-        assert_eq!(first_leaf(exact, 1.0, 3), None);
+        assert_eq!(
+            first_leaf(&[[(0.9, 0.9), (0.1, 0.1)]; 2], 0.999, 3),
+            Some(2)
+        );
+        assert_eq!(
+            first_leaf(&[[(0.9, 0.9), (0.0, 0.0)]; 2], 0.999, 3),
+            Some(2)
+        );
+        assert_eq!(first_leaf(&[[(0.9, 0.9), (0.0, 0.0)]], 0.999, 3), Some(1));
+
+        // p that may be 0 gives rate 0 at most; so does a rate that underflows
+        // to 0, even where a later q = 0 would give 1 (0 / 0 decides nothing).
+        assert_eq!(first_leaf(&[[(0.0, 0.1), (0.1, 0.1)]; 2], 0.0, 3), None);
+        let tiny = [(1e-200, 1e-200), (1.0, 1.0)];
+        assert_eq!(first_leaf(&[tiny, tiny], 0.0, 3), None);
+        assert_eq!(
+            first_leaf(&[tiny, tiny, [(0.5, 0.5), (0.0, 0.0)]], 0.5, 3),
+            None
+        );
+
+        // A token out of range, or a uniform that is not one, leaves it to the
+        // float64 walk (which names it).
+        assert_eq!(first_leaf(&exact, 0.1, 10), None);
+        assert_eq!(first_leaf(&exact, f64::NAN, 3), None);
+        assert_eq!(first_leaf(&exact, 1.0, 3), None);
     }
 }

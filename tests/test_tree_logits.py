@@ -439,6 +439,31 @@ def test_traversal_s_first_leaf_is_decided_as_the_exact_pass_next_to_its_rate(
     assert 0 < first.sum() < batch, "the first leaf is both accepted and rejected"
 
 
+def test_traversal_s_first_leaf_is_not_accepted_past_a_rate_that_underflows() -> None:
+    # Root -> 1 -> 2 -> 3, temperature 1. p_0(5) and p_1(6) are about 1e-174, q
+    # about 1 there: node 2's rate underflows to 0 in float64, so the walk rejects
+    # node 2 first and emits nothing drafted, even though q_3(7) = exp(-800) is 0
+    # (which alone would give rate 1). The first-leaf look must not accept
+    # (found by review: 0 * p / 0 gave NaN, and NaN.min(1) is 1).
+    vocab = 300
+    target = np.zeros((1, 4, vocab), np.float32)
+    draft = np.zeros((1, 4, vocab), np.float32)
+    target[0, :2, 0] = 400.0
+    draft[0, 1, 5] = draft[0, 2, 6] = 10.0
+    draft[0, 3, 0] = 800.0
+    kwargs = dict(
+        node_token_ids=np.array([[0, 5, 6, 7]]),
+        parent_ids=np.array([-1, 0, 1, 2]),
+        target_logits=target,
+        draft_logits=draft,
+        uniforms=np.array([[0.0, 0.5, 0.5, 0.5]]),
+        recovery_uniforms=np.array([0.3]),
+        method="traversal",
+    )
+    got = _as_the_exact_pass(kwargs, vocab, far=np.array([True]))
+    assert got.num_accepted.tolist() == [0]
+
+
 @pytest.mark.parametrize("row", ["draft", "leaf"])
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_a_bad_logit_is_an_error_where_the_screens_would_decide(row, bad) -> None:

@@ -209,8 +209,9 @@ def verify_tree_logits(
     (accepted, or the residual drawn, from certified float32 passes), traversal
     accepts its first leaf where the screens' bounds on the rates down to it
     prove it, and both methods draw a leaf's bonus with a certified pass. Each
-    look is taken only where it proves the float64 outcome (section 7.7). Those rows are checked but not transformed, and the tokens
-    are the same, bit for bit.
+    look is taken only where it proves the float64 outcome (section 7.7). Those
+    rows are checked but not transformed, and the tokens are the same, bit for
+    bit.
     A row with temperature 0 is greedy: at each node the first child
     whose token is the argmax of the raw logits is accepted (no transform).
 

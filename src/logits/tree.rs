@@ -380,7 +380,7 @@ mod tests {
 
     use super::*;
 
-    /// A row of `V = 3000` float32 logits, `3 N(0, 1)`-like from a hash.
+    /// A row of `vocab` float32 logits in `[-3, 3)`, from a hash.
     fn logits(seed: usize, vocab: usize) -> Vec<f32> {
         (0..vocab)
             .map(|j| {
@@ -444,10 +444,17 @@ mod tests {
         let [(p_low, p_high), (q_low, q_high)] = rows.surely_bounds(0, 1, x).expect("bounds");
         assert!(0.0 < p_low && p_low < p_high && p_high < 1e-3);
         assert!(0.9 < q_low && q_low < q_high && q_high < 1.001);
-        assert!(rows
-            .target
-            .iter()
-            .chain(&rows.draft)
-            .all(|row| row.get().is_none()));
+        // Traversal's first leaf (node 1) below its rate's bounds: accepted.
+        let rate_low = p_low / q_high;
+        let token = |c: usize| Ok([0, x][c]);
+        let uniform = |_| Ok(rate_low * 0.99);
+        let leaf = tree::surely_first_leaf(&rows, &[1, usize::MAX], token, uniform);
+        assert_eq!(leaf, Some(1));
+        let untransformed = |row: &OnceCell<Vec<f64>>| row.get().is_none();
+        assert!(rows.target.iter().chain(&rows.draft).all(untransformed));
+        // The bounds hold the float64 path's values (which transform the rows).
+        let p = rows.target_at(0, x).expect("a valid row");
+        let q = rows.draft_at(1, x).expect("a valid row");
+        assert!(p_low <= p && p <= p_high && q_low <= q && q <= q_high);
     }
 }
