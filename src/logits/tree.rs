@@ -431,10 +431,9 @@ mod tests {
         let (rows, greedy) = inputs.rows(0).expect("valid parameters");
         assert!(!greedy);
         let near_one = 1.0 - 1e-9;
-        assert!(matches!(
-            rows.surely_decides(0, 1, x, near_one, Some(0.5)),
-            Some(Surely::Drawn(token)) if token != x
-        ));
+        let Some(Surely::Drawn(drawn)) = rows.surely_decides(0, 1, x, near_one, Some(0.5)) else {
+            panic!("a rejection and its residual's draw")
+        };
         assert!(matches!(
             rows.surely_decides(0, 1, x, 0.0, Some(0.5)),
             Some(Surely::Accepted)
@@ -456,5 +455,11 @@ mod tests {
         let p = rows.target_at(0, x).expect("a valid row");
         let q = rows.draft_at(1, x).expect("a valid row");
         assert!(p_low <= p && p <= p_high && q_low <= q && q <= q_high);
+        // The draw is the float64 residual's, max(0, p - q) with the same uniform.
+        let (p_row, q_row) = (rows.target_row(0).expect("valid"), rows.draft_row(1));
+        let q_row = q_row.expect("valid").expect("draft rows");
+        let at = Pos::Padded { b: 0, t: 1 };
+        let exact = crate::sample::sample_residual(p_row, q_row, at, 1.0, 0.5, &mut vec![], None);
+        assert_eq!(exact.expect("valid rows"), Some(drawn));
     }
 }
