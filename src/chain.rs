@@ -708,7 +708,14 @@ fn block_prefix<P: Prob, Q: Prob, C: Chain<P, Q>>(
         }
         let (z, mass) = match chain.draft_row(b, i) {
             Some(q) => {
-                let z = residual_mass(chain.target_row(b, i), q, chain.pos(b, i), rho[i], scratch)?;
+                let z = residual_mass(
+                    chain.target_row(b, i),
+                    q,
+                    chain.pos(b, i),
+                    rho[i],
+                    scratch,
+                    false,
+                )?;
                 (z, Some(z))
             }
             None => (block::one_hot_mass(rho[i], p_drafted[i]), None),

@@ -151,6 +151,9 @@ pub(crate) struct PairWeights<O, P, Q, RP, RQ, L> {
     pub p: RP,
     pub q: RQ,
     pub at: L,
+    /// `p` is a float64 buffer in cache and `q` a row read from memory: the
+    /// sums go through [`Kernel::pair_ahead`] (the same bits).
+    pub ahead: bool,
     pub _elem: PhantomData<(P, Q)>,
 }
 
@@ -170,6 +173,9 @@ where
     #[inline(always)]
     fn block_sum<K: Kernel>(&self, start: usize, end: usize) -> (f64, bool) {
         match (self.p.contiguous(), self.q.contiguous()) {
+            (Some(p), Some(q)) if self.ahead => {
+                K::pair_ahead(self.op, &p[start..end], &q[start..end])
+            }
             (Some(p), Some(q)) => K::pair(self.op, &p[start..end], &q[start..end]),
             _ => (lane_sum(start, end, |i| self.weight(i)), false),
         }
@@ -546,6 +552,7 @@ pub(crate) fn sample_residual<P: Prob, Q: Prob>(
                 p,
                 q,
                 at,
+                ahead: false,
                 _elem: PhantomData,
             };
             sample_or_search(&w, u, scratch, known_total)
@@ -556,6 +563,7 @@ pub(crate) fn sample_residual<P: Prob, Q: Prob>(
                 p,
                 q,
                 at,
+                ahead: false,
                 _elem: PhantomData,
             };
             sample_or_search(&w, u, scratch, known_total)
@@ -564,13 +572,16 @@ pub(crate) fn sample_residual<P: Prob, Q: Prob>(
 }
 
 /// The residual mass `Z = sum(max(0, rho * p - q))`, its block sums left in
-/// `scratch` for [`sample_residual`] with `known_total`.
+/// `scratch` for [`sample_residual`] with `known_total`. `ahead`: `p` is a
+/// round's float64 buffer, in cache, and `q` a row read from memory
+/// ([`PairWeights::ahead`]).
 pub(crate) fn residual_mass<P: Prob, Q: Prob>(
     p: ArrayView1<'_, P>,
     q: ArrayView1<'_, Q>,
     at: Pos,
     rho: f64,
     scratch: &mut Vec<f64>,
+    ahead: bool,
 ) -> Result<f64, CoreError> {
     let op = ScaledResidual(rho);
     match (p.as_slice(), q.as_slice()) {
@@ -580,6 +591,7 @@ pub(crate) fn residual_mass<P: Prob, Q: Prob>(
                 p,
                 q,
                 at,
+                ahead,
                 _elem: PhantomData,
             },
             scratch,
@@ -590,6 +602,7 @@ pub(crate) fn residual_mass<P: Prob, Q: Prob>(
                 p,
                 q,
                 at,
+                ahead: false,
                 _elem: PhantomData,
             },
             scratch,

@@ -25,6 +25,12 @@ pub(crate) trait Kernel {
     /// The canonical sum of `O(p_i, q_i)` (`p`, `q` of equal length), and
     /// whether every value of both is surely valid.
     fn pair<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool);
+    /// [`Kernel::pair`] where `p` is a float64 buffer a round just wrote (in
+    /// cache) and `q` a row read from memory: the same sum, with `q`'s lines
+    /// asked for ahead where the kernel can (AVX2).
+    fn pair_ahead<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool) {
+        Self::pair(op, p, q)
+    }
     /// [`Kernel::pair`], also writing each `O(p_i, q_i)` to `out[i]` (`out` as
     /// long as `p`): a residual and its canonical sum in one pass.
     fn pair_store<O: PairOp, P: Prob, Q: Prob>(
@@ -409,7 +415,12 @@ mod x86 {
         #[inline(always)]
         fn pair<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool) {
             // SAFETY: as above; `p` and `q` have equal lengths (checked shapes).
-            unsafe { pair::<O, P, Q>(op, p, q) }
+            unsafe { pair::<O, P, Q, false>(op, p, q) }
+        }
+        #[inline(always)]
+        fn pair_ahead<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool) {
+            // SAFETY: as above.
+            unsafe { pair::<O, P, Q, true>(op, p, q) }
         }
         #[inline(always)]
         fn pair_store<O: PairOp, P: Prob, Q: Prob>(
@@ -443,7 +454,11 @@ mod x86 {
     /// prefetcher alone: 3% to 14% faster on `bench_tree.py`'s fully rejected
     /// trees, measured side by side in one process (`benches/ab.py`). `pair`,
     /// which streams two cold rows and nothing else, keeps none: with it a
-    /// chain's residual measured 3% slower and `acceptance_rate` 10%. Callers
+    /// chain's residual measured 3% slower and `acceptance_rate` 10%.
+    /// `pair_ahead` (a round's float64 buffer, in cache, summed against a draft
+    /// row read from memory: the last round of a tree) asks for the draft
+    /// row's lines only: 4% to 5% faster on the fully rejected token tree, on
+    /// one thread and on two (`ab.py tree-token`, 2026-12-02). Callers
     /// pass one block at a time, so the line asked for is usually the next
     /// block's; past a row's end it is a line nobody reads. The NEON kernels
     /// have none: ARM speed is not measured.
@@ -488,12 +503,19 @@ mod x86 {
 
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn pair<O: PairOp, P: Prob, Q: Prob>(op: O, p: &[P], q: &[Q]) -> (f64, bool) {
+    unsafe fn pair<O: PairOp, P: Prob, Q: Prob, const AHEAD: bool>(
+        op: O,
+        p: &[P],
+        q: &[Q],
+    ) -> (f64, bool) {
         let mut acc = [_mm256_setzero_pd(); REGS];
         let (mut high_p, mut high_q) = (_mm256_setzero_si256(), _mm256_setzero_si256());
         let (p_chunks, p_tail) = p.as_chunks::<SUM_LANES>();
         let (q_chunks, q_tail) = q.as_chunks::<SUM_LANES>();
         for (pc, qc) in p_chunks.iter().zip(q_chunks) {
+            if AHEAD {
+                ahead(qc);
+            }
             let eights = pc.as_chunks::<8>().0.iter().zip(qc.as_chunks::<8>().0);
             for (r, (p8, q8)) in eights.enumerate() {
                 let (pa, pb) = P::load8(p8.as_ptr(), &mut high_p);
@@ -855,6 +877,11 @@ mod tests {
                 "scaled residual",
                 Portable::pair(ScaledResidual(0.3), p, q),
                 K::pair(ScaledResidual(0.3), p, q),
+            ),
+            (
+                "scaled residual, q asked for ahead",
+                Portable::pair(ScaledResidual(0.3), p, q),
+                K::pair_ahead(ScaledResidual(0.3), p, q),
             ),
         ] {
             assert_same(a, b, &format!("{op}, len {len}"));

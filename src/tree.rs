@@ -684,9 +684,12 @@ fn verify_row<R: NodeRows>(
                     // weights of the one block it lands in (as the chain's residual).
                     let f = scale.map_or(1.0, |total| factor(1.0, total));
                     let drawn = match scale {
-                        None => last_draw(rows.target_row(node)?, q_row, f, recovery, scratch),
+                        None => {
+                            last_draw(rows.target_row(node)?, q_row, f, recovery, scratch, false)
+                        }
                         Some(_) => {
-                            last_draw(ArrayView1::from(&residual[..]), q_row, f, recovery, scratch)
+                            let w = ArrayView1::from(&residual[..]);
+                            last_draw(w, q_row, f, recovery, scratch, true)
                         }
                     };
                     let Ok(drawn) = drawn else {
@@ -1069,10 +1072,10 @@ fn traverse_row<R: NodeRows>(
                     Some(rows.target_row(parent.node)?)
                 };
                 let mass = match p_row {
-                    Some(p) => sample::residual_mass(p, q_row, at, scale, scratch),
+                    Some(p) => sample::residual_mass(p, q_row, at, scale, scratch, false),
                     None => {
                         let w = ArrayView1::from(&levels[pd][..]);
-                        sample::residual_mass(w, q_row, at, scale, scratch)
+                        sample::residual_mass(w, q_row, at, scale, scratch, true)
                     }
                 }
                 .map_err(|_| first_bad_entry(p_row, Some(q_row), b, parent.node, f.node))?;
@@ -1154,15 +1157,17 @@ fn later_round<Q: Prob>(
 /// The draw from `max(0, p * f - q)` with uniform `u` (`None`: it sums to 0),
 /// without writing the weights: one pass for the canonical sum, then the block
 /// the draw lands in recomputed. An error means a bad value (the caller names it).
+/// `ahead`: `p` is the residual buffer ([`sample::residual_mass`]).
 fn last_draw<A: Prob, Q: Prob>(
     p: ArrayView1<'_, A>,
     q: ArrayView1<'_, Q>,
     f: f64,
     u: f64,
     scratch: &mut Vec<f64>,
+    ahead: bool,
 ) -> Result<Option<usize>, CoreError> {
     let at = Pos::Padded { b: 0, t: 0 }; // errors are renamed by the caller
-    let mass = sample::residual_mass(p, q, at, f, scratch)?;
+    let mass = sample::residual_mass(p, q, at, f, scratch, ahead)?;
     sample::sample_residual(p, q, at, f, u, scratch, Some(mass))
 }
 
