@@ -283,6 +283,15 @@ pub(crate) enum Surely {
     Drawn(usize),
 }
 
+/// What a source proved of a node's children tried in turn without their
+/// rows ([`NodeRows::surely_children`]).
+pub(crate) enum SurelyChildren {
+    /// This child is accepted, those before it rejected.
+    Accepted(usize),
+    /// Every child is rejected, and the last residual's draw is this token.
+    Drawn(usize),
+}
+
 /// The rows of one batch row: node `n`'s target distribution, child `c`'s draft
 /// distribution, each a probability row (checked where read), and the argmax a
 /// greedy row takes.
@@ -309,6 +318,19 @@ pub(crate) trait NodeRows {
         _u: f64,
         _recovery: Option<f64>,
     ) -> Option<Surely> {
+        None
+    }
+    /// The token rule over node `n`'s children in turn (`(c, x, u)`: each
+    /// child, its token in `[0, V)` and its uniform in `[0, 1)`, in index
+    /// order; two or more), decided without the rows where the source can:
+    /// the child accepted, or every child rejected and the last residual's
+    /// draw with `recovery`. `None` leaves the node to the rows.
+    fn surely_children(
+        &self,
+        _n: usize,
+        _children: &[(usize, usize, f64)],
+        _recovery: f64,
+    ) -> Option<SurelyChildren> {
         None
     }
     /// Bounds `(low, high)` on `p_n(x)` (node `n`'s target row) and on `q_c(x)`
@@ -475,6 +497,8 @@ struct Buffers {
     first_child: Vec<usize>,
     next_sibling: Vec<usize>,
     accepted: Vec<(usize, i64)>,
+    /// A node's children with their tokens and uniforms, for a look at them all.
+    children: Vec<(usize, usize, f64)>,
     frames: Vec<Frame>,
     /// The traversal's residual rows, one per stack level (`V` each, as needed).
     levels: Vec<Vec<f64>>,
@@ -490,6 +514,7 @@ impl Buffers {
         memory::reserve(&mut self.first_child, nodes, "node_token_ids")?;
         memory::reserve(&mut self.next_sibling, nodes, "node_token_ids")?;
         memory::reserve(&mut self.accepted, nodes, "node_token_ids")?;
+        memory::reserve(&mut self.children, nodes, "node_token_ids")?;
         memory::reserve(&mut self.frames, nodes, "node_token_ids")
     }
 }
@@ -562,6 +587,7 @@ fn verify_row<R: NodeRows>(
         first_child,
         next_sibling,
         accepted,
+        children,
         frames,
         levels,
     } = buffers;
@@ -666,6 +692,19 @@ fn verify_row<R: NodeRows>(
                         Some(Surely::Drawn(token)) => break 'walk token,
                         None => {}
                     }
+                    if only.is_none()
+                        && gather_children(inputs, b, vocab, child, next_sibling, children)
+                    {
+                        match rows.surely_children(node, children, recovery) {
+                            Some(SurelyChildren::Accepted(c)) => {
+                                let x = children.iter().find(|k| k.0 == c).map(|k| k.1);
+                                taken = Some((c, x.expect("one of the children")));
+                                break;
+                            }
+                            Some(SurelyChildren::Drawn(token)) => break 'walk token,
+                            None => {}
+                        }
+                    }
                 }
                 let p = match scale {
                     None => rows.target_at(node, x)?,
@@ -753,6 +792,34 @@ fn verify_row<R: NodeRows>(
         };
         Ok(next)
     }
+}
+
+/// Node children from `first` on, each with its token and uniform, into
+/// `out`, where every token is in `[0, V)` and every uniform in `[0, 1)` (a
+/// look at them all must not raise: the walk names a bad one when it reaches
+/// it); `false` otherwise.
+fn gather_children(
+    inputs: TreeParts<'_>,
+    b: usize,
+    vocab: usize,
+    first: usize,
+    next_sibling: &[usize],
+    out: &mut Vec<(usize, usize, f64)>,
+) -> bool {
+    out.clear();
+    let Some(uniforms) = inputs.uniforms else {
+        return false;
+    };
+    let mut c = first;
+    while c != usize::MAX {
+        let (x, u) = (inputs.node_token_ids.get(b, c), uniforms.get(b, c));
+        if x < 0 || x as u64 >= vocab as u64 || !(0.0..1.0).contains(&u) {
+            return false;
+        }
+        out.push((c, x as usize, u));
+        c = next_sibling[c];
+    }
+    true
 }
 
 /// One round of the residual, into `next`: `max(0, P_i * (1 / S) - q_i)`, where

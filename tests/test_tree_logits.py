@@ -393,6 +393,113 @@ def test_an_only_child_s_residual_draw_is_the_exact_pass_draw_next_to_a_boundary
     assert drawn.num_accepted.tolist() == [b % 2 for b in range(batch)]
 
 
+@pytest.mark.parametrize("block", range(3))
+def test_children_tried_in_turn_agree_with_the_exact_pass_on_random_trees(block) -> None:
+    # The look at a node's children in turn (docs/spec.md section 7.7) on random
+    # trees: 2 to 4 children at the root, each with a child; drafters close, far,
+    # unrelated or equal to the target; masked tokens; drafted tokens sampled from
+    # the draft rows or uniform; uniforms random or all 0, 0.5 or just under 1. The
+    # tokens must equal the exact pass's, forced by top_k = V.
+    rng = np.random.default_rng(40 + block)
+    for case in range(20):
+        vocab = int(rng.choice([5, 40, 300, 3000]))
+        width = int(rng.integers(2, 5))
+        parents = np.array([-1] + [0] * width + list(range(1, width + 1)))
+        batch, nodes = 8, len(parents)
+        target = rng.normal(size=(batch, nodes, vocab)) * rng.choice([0.5, 2.0, 5.0])
+        drafted = [
+            target + rng.normal(size=target.shape) * 0.3,
+            target + rng.normal(size=target.shape) * 2.0,
+            rng.normal(size=target.shape) * 2.0,
+            target.copy(),
+        ][case % 4]
+        if case % 5 == 0:
+            target[:, :, : max(1, vocab // 3)] = -np.inf
+        temperature = float(rng.choice([0.3, 0.8, 2.0]))
+        tokens = rng.integers(0, vocab, (batch, nodes))
+        if case % 2 == 0:
+            z = drafted / temperature
+            q = np.exp(z - z.max(-1, keepdims=True))
+            cdf = np.cumsum(q / q.sum(-1, keepdims=True), -1)
+            tokens = (cdf < rng.random((batch, nodes, 1))).sum(-1).clip(0, vocab - 1)
+        u = rng.random((batch, nodes))
+        if case % 3 == 0:
+            u[:] = rng.choice([0.0, 0.5, np.nextafter(1.0, 0.0)])
+        dtype = FLOAT_DTYPES[case % 2]  # float16 or float32 logits: the looks apply
+        kwargs = dict(
+            node_token_ids=tokens,
+            parent_ids=parents,
+            target_logits=target.astype(dtype),
+            draft_logits=drafted.astype(dtype),
+            temperature=temperature,
+            uniforms=u,
+            recovery_uniforms=rng.random(batch),
+        )
+        _as_the_exact_pass(kwargs, vocab)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("near", ["second child", "draw"])
+def test_children_tried_in_turn_are_decided_as_the_exact_pass_next_to_a_boundary(
+    dtype, near
+) -> None:
+    # Without filters, with draft rows, a node's children tried in turn are decided
+    # from the certified passes of the target row and each child's draft row, the
+    # rounds' residuals on their kept terms (docs/spec.md section 7.7), no row
+    # transformed. The root has three children; each drafted token has q(x) > p(x)
+    # in its round. "second child": the first is rejected (u just under 1) and the
+    # second's u sits at a relative distance 1e-2 .. 1e-12 (either side) from its
+    # p/q, or on it. "draw": all three are rejected and the recovery uniform sits
+    # at those distances from a boundary of the last residual's cumulative sums.
+    # The tokens must equal the exact pass's, forced by top_k = V.
+    rng = np.random.default_rng(17)
+    batch, vocab = 64, 3000
+    parents = np.array([-1, 0, 0, 0])
+    target = (rng.normal(size=(batch, 4, vocab)) * 2).astype(dtype)
+    drafted = target[:, [0]].astype(np.float64) + rng.normal(size=(batch, 4, vocab))
+    drafted = drafted.astype(dtype)
+    temperature = rng.choice([0.7, 1.3], size=batch)
+    tokens = np.zeros((batch, 4), np.int64)
+    u = np.full((batch, 4), np.nextafter(1.0, 0.0))
+    recovery = rng.random(batch)
+    distances = np.array([1e-2, 1e-4, 1e-6, 1e-8, 1e-10, 1e-12, 0.0])
+    for b in range(batch):
+        residual = np.asarray(reference.transform_logits(target[b, 0], temperature[b], 0, 1.0))
+        for c in (1, 2, 3):
+            q = np.asarray(reference.transform_logits(drafted[b, c], temperature[b], 0, 1.0))
+            p = residual / residual.sum()
+            x = int(np.argmax(q - p))
+            tokens[b, c] = x
+            if near == "second child" and c == 2:
+                sign = 1.0 if (b // 2) % 2 else -1.0
+                rate = p[x] / q[x]
+                u[b, c] = rate * (1 + sign * distances[(b // 4) % len(distances)])
+                break
+            residual = np.maximum(p - q, 0.0)
+        if near == "draw":
+            cumulative = np.cumsum(residual) / residual.sum()
+            edge = cumulative[rng.choice(np.flatnonzero(residual[:-1] > 0))]
+            sign = 1.0 if (b // 2) % 2 else -1.0
+            recovery[b] = min(edge * (1 + sign * distances[(b // 4) % len(distances)]), 0.999)
+    kwargs = dict(
+        node_token_ids=tokens,
+        parent_ids=parents,
+        target_logits=target,
+        draft_logits=drafted,
+        temperature=temperature,
+        uniforms=u,
+        recovery_uniforms=recovery,
+    )
+    far = distances[(np.arange(batch) // 4) % len(distances)] >= 1e-8
+    verified = _as_the_exact_pass(kwargs, vocab, far)
+    if near == "draw":
+        assert verified.num_accepted.tolist() == [0] * batch
+    else:
+        # Both sides of the second child's rate are represented.
+        accepted = verified.accepted_node_ids[:, 0]
+        assert {-1, 2} <= set(accepted.tolist())
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("one_hot", [False, True])
 def test_traversal_s_first_leaf_is_decided_as_the_exact_pass_next_to_its_rate(

@@ -796,6 +796,175 @@ pub(super) fn screens_accept<P: Prob, Q: Prob>(
     found
 }
 
+/// What [`children`] decided at a node of a tree.
+pub(super) enum Children {
+    /// The child at this index of the list is accepted (those before it
+    /// rejected).
+    Accepted(usize),
+    /// Every child rejected, and the last residual's draw.
+    Drawn(usize),
+}
+
+/// The token rule over a node's children in turn (docs/spec.md sections 7.3
+/// and 7.7), on the float64 path's rows of `target` and each child's draft
+/// row (`(row, x, u)`, in order), the rounds' residuals in units of their
+/// scale, from the certified passes' kept terms: the child accepted, or after
+/// every rejection the last residual's draw with `recovery`. `None` leaves
+/// the node to the float64 rows.
+///
+/// The float64 path's residuals are `R_0 = p`, `R_k = max(0, fl(fl(R_{k-1}
+/// f_k) - q_k))` with `f_1 = 1` and `f_k = fl(1 / S_{k-1})` after, `S` the
+/// canonical sums. Scaled by `K_0 = K_1 = W_p` and `K_k = K_{k-1} S_{k-1}`,
+/// `A_k = K_k R_k` is `max(0, A_{k-1} - v rho_k)` up to the roundings, with
+/// `v` the draft row's weights and `rho_k = K_k / W_{q_k}`: `W_p / W_{q_1}`,
+/// then `Z_{k-1} / W_{q_k}` within the canonical sum's error, `Z_k` the sum
+/// of `A_k`. So every number lies in an interval from the kept terms: `A_0`
+/// the target's terms, each round `max(0, fl(a - fl(e' rho')))` in float32
+/// with `rho'` the float32 of `rho_k`'s midpoint, each block's bound the
+/// last one's plus the draft side's (as [`Residual`]) and the roundings.
+/// Child `k` is tried on `p = A_{k-1}(x) / Z_{k-1}` (the first on the
+/// target's `w_x / W_p`), `A_{k-1}(x)` from the exact weights through the
+/// rounds; the draw walks the blocks of the last `A`, its crossing block
+/// from the exact weights.
+pub(super) fn children<P: Prob, Q: Prob>(
+    target: ArrayView1<'_, P>,
+    drafts: &[(ArrayView1<'_, Q>, usize, f64)],
+    inverse: f64,
+    recovery: f64,
+    scratch: &mut CertifiedScratch,
+) -> Option<Children> {
+    let CertifiedScratch {
+        target: a_blocks,
+        draft: q_blocks,
+        residual: next_blocks,
+        target_terms,
+        draft_terms,
+    } = scratch;
+    let len = target.len();
+    let (a_terms, q_terms) = (target_terms.get_mut(..len)?, draft_terms.get_mut(..len)?);
+    let p_row = Row::of(target, inverse)?;
+    let total_p = Interval::of_total(p_row.total(a_blocks, Some(a_terms)))?;
+    // A_0 = W_p fl(w_i / W_p): one rounding of each weight.
+    for (&s, e) in a_blocks.sum.iter().zip(a_blocks.bound.iter_mut()) {
+        *e += STEP * (s + *e);
+    }
+    // The relative error of a canonical sum of non-negative terms (S_k).
+    let sum_error = (2 * (len.div_ceil(SUM_BLOCK) + SUM_BLOCK) + 64) as f64 * STEP;
+    let mut rounds: Vec<(Row<'_, Q>, Interval)> = Vec::with_capacity(drafts.len());
+    // Z_{k-1} as `K_k / (1 + sigma)` allows: the first round's is W_p itself.
+    let mut scale = total_p;
+    for (k, &(row, x, u)) in drafts.iter().enumerate() {
+        if x >= len {
+            return None;
+        }
+        let q_row = Row::of(row, inverse)?;
+        let total_q = Interval::of_total(q_row.total(q_blocks, Some(q_terms)))?;
+        let p = if k == 0 {
+            Interval::quotient(p_row.weight(x), total_p)
+        } else {
+            let Interval(low, high) = element(&p_row, &rounds, x);
+            Interval(low / scale.1 * (1.0 - STEP), high / scale.0 * (1.0 + STEP))
+        };
+        let q = Interval::quotient(q_row.weight(x), total_q);
+        if decide(p, q, u)? {
+            return Some(Children::Accepted(k));
+        }
+        let rho = Interval(
+            scale.0 / total_q.1 * (1.0 - STEP),
+            scale.1 / total_q.0 * (1.0 + STEP),
+        );
+        let mid = 0.5 * (rho.0 + rho.1);
+        if !(1e-30..=1e30).contains(&mid) {
+            return None;
+        }
+        let (rho_f32, delta) = (mid as f32, (rho.1 - rho.0) / rho.0);
+        rounds.push((q_row, rho));
+        // The drafted token's new entry, surely 0 (as at any rejection where
+        // q(x) is most of the draft's mass), is 0 in both and left out of
+        // the draft side: its block's draft terms summed again without it.
+        let excluded = (element(&p_row, &rounds, x).1 == 0.0).then(|| {
+            let q_row = &rounds.last().expect("pushed above").0;
+            let block = block_without(q_row, q_terms, x / SUM_BLOCK, x);
+            (a_terms[x], q_terms[x]) = (0.0, 0.0);
+            (x / SUM_BLOCK, block)
+        });
+        next_blocks.clear();
+        for (j, (&s_a, &e_a)) in a_blocks.sum.iter().zip(&a_blocks.bound).enumerate() {
+            let start = j * SUM_BLOCK;
+            let end = (start + SUM_BLOCK).min(len);
+            let (s_q, e_q) = match excluded {
+                Some((k, block)) if k == j => block,
+                _ => (q_blocks.sum[j], q_blocks.bound[j]),
+            };
+            let s = residual_block_store(&mut a_terms[start..end], &q_terms[start..end], rho_f32);
+            // The draft side as in `Residual::block_bound`; the float32
+            // difference's rounding (`u a`: a difference below 0 is 0
+            // exactly); the float64 path's roundings of `R f`, `f`, `v /
+            // W_q` and the difference, two STEPs on both parts.
+            let q_part = rho.1 * (e_q + (s_q + e_q) * (delta + 3.0 * U32));
+            let roundings = U32 * s_a + 2.0 * STEP * (s_a + e_a + rho.1 * (s_q + e_q));
+            next_blocks.sum.push(s);
+            next_blocks
+                .bound
+                .push(INFLATE * (e_a + q_part + roundings + EXACT_ERROR * s));
+        }
+        std::mem::swap(a_blocks, next_blocks);
+        let Interval(low, high) = Interval::of_total(a_blocks.total())?;
+        scale = Interval(low * (1.0 - sum_error), high * (1.0 + sum_error));
+    }
+    draw(a_blocks, len, recovery, |i| element(&p_row, &rounds, i)).map(Children::Drawn)
+}
+
+/// `A_k(i)` of [`children`] after the rounds so far, from the exact weights
+/// of the target row and each round's draft row, and each round's `rho`.
+fn element<P: Prob, Q: Prob>(
+    p_row: &Row<'_, P>,
+    rounds: &[(Row<'_, Q>, Interval)],
+    i: usize,
+) -> Interval {
+    let w = p_row.weight(i);
+    let mut a = Interval(w * (1.0 - STEP), w * (1.0 + STEP));
+    for (k, (row, Interval(rho_low, rho_high))) in rounds.iter().enumerate() {
+        let v = row.weight(i);
+        let q = Interval(v * rho_low * (1.0 - STEP), v * rho_high * (1.0 + STEP));
+        // After the first round, `R f` is rounded twice more (`f` and the product).
+        let a_now = if k == 0 {
+            a
+        } else {
+            Interval(a.0 * (1.0 - STEP), a.1 * (1.0 + STEP))
+        };
+        let slack = STEP * (a_now.1 + q.1);
+        a = Interval(
+            (a_now.0 - q.1 - slack).max(0.0),
+            (a_now.1 - q.0 + slack).max(0.0),
+        );
+    }
+    a
+}
+
+/// `a_i := max(0, fl(a_i - fl(b_i rho)))` in float32 over a block, and the
+/// float64 sum of the new `a`: the AVX2 kernel where the CPU has it, else in
+/// order (the same values; the sums in another order).
+fn residual_block_store(a: &mut [f32], b: &[f32], rho: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if crate::simd::has_avx2() && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU supports AVX2, F16C and FMA, checked just above.
+        return unsafe { x86::residual_block_store(a, b, rho) };
+    }
+    residual_block_store_scalar(a, b, rho)
+}
+
+/// [`residual_block_store`], portable.
+fn residual_block_store_scalar(a: &mut [f32], b: &[f32], rho: f32) -> f64 {
+    let mut sum = 0.0f64;
+    for (a, &b) in a.iter_mut().zip(b) {
+        let d = *a - b * rho;
+        *a = if d > 0.0 { d } else { 0.0 };
+        sum += f64::from(*a);
+    }
+    sum
+}
+
 /// The sum of the kept terms of block `j` of a row and its bound as the row
 /// pass gives them (see [`Blocks::push_row_block`]), without element `skip`.
 fn block_without<L: Prob>(row: &Row<'_, L>, terms: &[f32], j: usize, skip: usize) -> (f64, f64) {
@@ -981,6 +1150,39 @@ mod x86 {
         }
         let done = 16 * steps;
         let tail = super::residual_block_scalar(&a[done..], b.map(|b| &b[done..]), rho);
+        total_f64(low) + total_f64(high) + tail
+    }
+
+    /// [`super::residual_block_store`]: sixteen terms a step into four
+    /// `f64x4`, the same values as the portable loop.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, F16C and FMA.
+    #[target_feature(enable = "avx2,f16c,fma")]
+    pub(super) unsafe fn residual_block_store(a: &mut [f32], b: &[f32], rho: f32) -> f64 {
+        assert!(b.len() >= a.len());
+        let (rho8, zero) = (_mm256_set1_ps(rho), _mm256_setzero_ps());
+        let step = |a: &mut [f32], i: usize| {
+            let q = _mm256_mul_ps(_mm256_loadu_ps(b[i..i + 8].as_ptr()), rho8);
+            // max returns its second operand, 0, where the difference is 0 or NaN.
+            let d = _mm256_max_ps(
+                _mm256_sub_ps(_mm256_loadu_ps(a[i..i + 8].as_ptr()), q),
+                zero,
+            );
+            _mm256_storeu_ps(a[i..i + 8].as_mut_ptr(), d);
+            d
+        };
+        let (mut low, mut high) = (
+            (_mm256_setzero_pd(), _mm256_setzero_pd()),
+            (_mm256_setzero_pd(), _mm256_setzero_pd()),
+        );
+        let steps = a.len() / 16;
+        for k in 0..steps {
+            add_f64(&mut low, step(a, 16 * k));
+            add_f64(&mut high, step(a, 16 * k + 8));
+        }
+        let done = 16 * steps;
+        let tail = super::residual_block_store_scalar(&mut a[done..], &b[done..], rho);
         total_f64(low) + total_f64(high) + tail
     }
 

@@ -7,15 +7,17 @@
 //! `verify_logits` (screens, top-k's candidates, the certified passes) may
 //! decide without transforming the rows: the token rule's first children, and
 //! a node's only child whole, its residual draw included
-//! (`NodeRows::surely_decides`); traversal's first leaf, from the screens'
-//! bounds on the rates down to it (`NodeRows::surely_bounds`); and both
-//! methods' draws from an unchanged target row (`NodeRows::surely_draws`).
+//! (`NodeRows::surely_decides`); a node's children tried in turn, the rounds'
+//! residuals on the certified passes' kept terms (`NodeRows::surely_children`);
+//! traversal's first leaf, from the screens' bounds on the rates down to it
+//! (`NodeRows::surely_bounds`); and both methods' draws from an unchanged
+//! target row (`NodeRows::surely_draws`).
 
 use std::cell::{Cell, OnceCell, RefCell};
 
 use ndarray::{s, ArrayView1, ArrayView3, Ix1, Ix2};
 
-use super::certified::{self, Certified, CertifiedScratch};
+use super::certified::{self, Certified, CertifiedScratch, Children};
 use super::screen;
 use super::sparse::{top_k_accepts, SparseScratch};
 use super::{argmax_logits, params, transform, LogitsRow, Params, Scratch};
@@ -24,7 +26,9 @@ use crate::error::{CoreError, RowErrors};
 use crate::memory;
 use crate::prob::Prob;
 use crate::sample::SUM_BLOCK;
-use crate::tree::{self, NodeRows, Surely, TreeMethod, TreeOutputs, TreeParts, TreeSource};
+use crate::tree::{
+    self, NodeRows, Surely, SurelyChildren, TreeMethod, TreeOutputs, TreeParts, TreeSource,
+};
 use crate::view::{FloatView, IntView};
 
 /// The inputs of `verify_tree_logits` (per-row parameters already broadcast to `[B]`).
@@ -290,6 +294,35 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
             Some(q) => q[x],
             None => 1.0,
         })
+    }
+
+    /// Without filters and with draft rows, the certified passes of the
+    /// node's target row and each child's draft row, the rounds on their
+    /// kept terms (docs/spec.md section 7.7): no row transformed where they
+    /// decide.
+    fn surely_children(
+        &self,
+        n: usize,
+        children: &[(usize, usize, f64)],
+        recovery: f64,
+    ) -> Option<SurelyChildren> {
+        let inverse = self.unfiltered_inverse()?;
+        let draft = self.inputs.draft_logits.as_ref()?;
+        let target = self.inputs.target_logits.slice(s![self.b, n, ..]);
+        let mut drafts = Vec::new();
+        memory::reserve(&mut drafts, children.len(), "node_token_ids").ok()?;
+        drafts.extend(
+            children
+                .iter()
+                .map(|&(c, x, u)| (draft.slice(s![self.b, c, ..]), x, u)),
+        );
+        let scratch = &mut self.looks.borrow_mut().certified;
+        Some(
+            match certified::children(target, &drafts, inverse, recovery, scratch)? {
+                Children::Accepted(k) => SurelyChildren::Accepted(children[k].0),
+                Children::Drawn(token) => SurelyChildren::Drawn(token),
+            },
+        )
     }
 
     /// Without filters, the screens of both rows, or for a node's only child
