@@ -209,9 +209,10 @@ def timing(batch: int, vocab: int, repeats: int) -> None:
 
 def logits_timing(tokens, parents, u, ru, batch: int, vocab: int, repeats: int) -> None:
     """The same 3 x 4 tree from float32 logits (temperature 0.8), every candidate
-    rejected: the token rule transforms the root's target row and 3 draft rows,
-    traversal the 4 target rows and 15 draft rows. Per row transformed, against
-    verify_logits on a chain rejected at position 0 (2 rows transformed per row)."""
+    rejected: the token rule reads the root's target row and 3 draft rows (without
+    filters the certified passes decide them, none transformed), traversal
+    transforms the 4 target rows and 15 draft rows. Per row read, against
+    verify_logits on a chain rejected at position 0 (2 rows read per row)."""
     rng = np.random.default_rng(1)
     nodes = tokens.shape[1]
     target = rng.normal(size=(batch, nodes, vocab)).astype(np.float32)
@@ -403,9 +404,9 @@ def smollm2_tree(
 
 
 def rows_read(result, parents: np.ndarray) -> int:
-    """Rows the token rule's float64 walk transforms: each path node's target row and
-    the draft rows of the children it tries (children in index order, up to the
-    accepted one, or all of them)."""
+    """Rows the token rule's walk reads (the float64 walk transforms them, the looks
+    need not): each path node's target row and the draft rows of the children it
+    tries (children in index order, up to the accepted one, or all of them)."""
     children = [np.flatnonzero(parents == n) for n in range(len(parents))]
     total = 0
     for path in result.accepted_node_ids:
