@@ -397,7 +397,7 @@ def test_an_only_child_s_residual_draw_is_the_exact_pass_draw_next_to_a_boundary
 def test_children_tried_in_turn_agree_with_the_exact_pass_on_random_trees(block) -> None:
     # The look at a node's children in turn (docs/spec.md section 7.7) on random
     # trees: 2 to 4 children at the root, each with a child; drafters close, far,
-    # unrelated or equal to the target; masked tokens; drafted tokens sampled from
+    # unrelated or equal to the target, or one-hot; masked tokens; drafted tokens sampled from
     # the draft rows or uniform; uniforms random or all 0, 0.5 or just under 1. The
     # tokens must equal the exact pass's, forced by top_k = V.
     rng = np.random.default_rng(40 + block)
@@ -430,7 +430,7 @@ def test_children_tried_in_turn_agree_with_the_exact_pass_on_random_trees(block)
             node_token_ids=tokens,
             parent_ids=parents,
             target_logits=target.astype(dtype),
-            draft_logits=drafted.astype(dtype),
+            draft_logits=None if case % 3 == 2 else drafted.astype(dtype),  # one-hot
             temperature=temperature,
             uniforms=u,
             recovery_uniforms=rng.random(batch),
@@ -439,15 +439,16 @@ def test_children_tried_in_turn_agree_with_the_exact_pass_on_random_trees(block)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("one_hot", [False, True])
 @pytest.mark.parametrize("near", ["second child", "draw"])
 def test_children_tried_in_turn_are_decided_as_the_exact_pass_next_to_a_boundary(
-    dtype, near
+    dtype, one_hot, near
 ) -> None:
-    # Without filters, with draft rows, a node's children tried in turn are decided
-    # from the certified passes of the target row and each child's draft row, the
-    # rounds' residuals on their kept terms (docs/spec.md section 7.7), no row
-    # transformed. The root has three children; each drafted token has q(x) > p(x)
-    # in its round. "second child": the first is rejected (u just under 1) and the
+    # Without filters a node's children tried in turn are decided from the certified
+    # passes of the target row and each child's draft row (none with one-hot
+    # drafts), the rounds' residuals on their kept terms (docs/spec.md section 7.7),
+    # no row transformed. The root has three children; each drafted token has
+    # q(x) > p(x) in its round. "second child": the first is rejected (u just under 1) and the
     # second's u sits at a relative distance 1e-2 .. 1e-12 (either side) from its
     # p/q, or on it. "draw": all three are rejected and the recovery uniform sits
     # at those distances from a boundary of the last residual's cumulative sums.
@@ -466,9 +467,14 @@ def test_children_tried_in_turn_are_decided_as_the_exact_pass_next_to_a_boundary
     for b in range(batch):
         residual = np.asarray(reference.transform_logits(target[b, 0], temperature[b], 0, 1.0))
         for c in (1, 2, 3):
-            q = np.asarray(reference.transform_logits(drafted[b, c], temperature[b], 0, 1.0))
             p = residual / residual.sum()
-            x = int(np.argmax(q - p))
+            if one_hot:
+                x = int(rng.choice(np.flatnonzero(p > 0)))
+                q = np.zeros(vocab)
+                q[x] = 1.0
+            else:
+                q = np.asarray(reference.transform_logits(drafted[b, c], temperature[b], 0, 1.0))
+                x = int(np.argmax(q - p))
             tokens[b, c] = x
             if near == "second child" and c == 2:
                 sign = 1.0 if (b // 2) % 2 else -1.0
@@ -485,7 +491,7 @@ def test_children_tried_in_turn_are_decided_as_the_exact_pass_next_to_a_boundary
         node_token_ids=tokens,
         parent_ids=parents,
         target_logits=target,
-        draft_logits=drafted,
+        draft_logits=None if one_hot else drafted,
         temperature=temperature,
         uniforms=u,
         recovery_uniforms=recovery,

@@ -206,9 +206,9 @@ def verify_tree_logits(
     first child from float32 screens of the node's target row and the child's
     draft row (no filters) or from top-k's candidates. Without filters the token
     rule decides a node's only child as ``verify_logits`` decides a position
-    (accepted, or the residual drawn, from certified float32 passes) and, with
-    draft rows, a node's children tried in turn (the rounds' residuals on the
-    passes' kept terms, with proven bounds), traversal
+    (accepted, or the residual drawn, from certified float32 passes) and a
+    node's children tried in turn (the rounds' residuals on the passes' kept
+    terms, with proven bounds), traversal
     accepts its first leaf where the screens' bounds on the rates down to it
     prove it, and both methods draw a leaf's bonus with a certified pass. Each
     look is taken only where it proves the float64 outcome (section 7.7). Those

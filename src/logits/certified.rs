@@ -807,28 +807,29 @@ pub(super) enum Children {
 
 /// The token rule over a node's children in turn (docs/spec.md sections 7.3
 /// and 7.7), on the float64 path's rows of `target` and each child's draft
-/// row (`(row, x, u)`, in order), the rounds' residuals in units of their
-/// scale, from the certified passes' kept terms: the child accepted, or after
-/// every rejection the last residual's draw with `recovery`. `None` leaves
-/// the node to the float64 rows.
+/// row (`(row, x, u)`, in order; `None`: one-hot at `x`), the rounds'
+/// residuals in units of their scale, from the certified passes' kept terms:
+/// the child accepted, or after every rejection the last residual's draw
+/// with `recovery`. `None` leaves the node to the float64 rows.
 ///
 /// The float64 path's residuals are `R_0 = p`, `R_k = max(0, fl(fl(R_{k-1}
 /// f_k) - q_k))` with `f_1 = 1` and `f_k = fl(1 / S_{k-1})` after, `S` the
 /// canonical sums. Scaled by `K_0 = K_1 = W_p` and `K_k = K_{k-1} S_{k-1}`,
 /// `A_k = K_k R_k` is `max(0, A_{k-1} - v rho_k)` up to the roundings, with
-/// `v` the draft row's weights and `rho_k = K_k / W_{q_k}`: `W_p / W_{q_1}`,
-/// then `Z_{k-1} / W_{q_k}` within the canonical sum's error, `Z_k` the sum
-/// of `A_k`. So every number lies in an interval from the kept terms: `A_0`
-/// the target's terms, each round `max(0, fl(a - fl(e' rho')))` in float32
-/// with `rho'` the float32 of `rho_k`'s midpoint, each block's bound the
-/// last one's plus the draft side's (as [`Residual`]) and the roundings.
-/// Child `k` is tried on `p = A_{k-1}(x) / Z_{k-1}` (the first on the
-/// target's `w_x / W_p`), `A_{k-1}(x)` from the exact weights through the
-/// rounds; the draw walks the blocks of the last `A`, its crossing block
-/// from the exact weights.
+/// `v` the draft row's weights (one-hot: 1 at `x`, `W_q = 1`) and `rho_k =
+/// K_k / W_{q_k}`: `W_p / W_{q_1}`, then `K_k` is `Z_{k-1}`, the sum of
+/// `A_{k-1}`, within the canonical sum's error (`scale` holds its interval).
+/// So every number lies in an interval from the kept terms: `A_0` the
+/// target's terms, each round `max(0, fl(a - fl(e' rho')))` in float32 with
+/// `rho'` the float32 of `rho_k`'s midpoint, each block's bound the last
+/// one's plus the draft side's (as [`Residual`]) and the roundings. Child `k`
+/// is tried on `p = A_{k-1}(x) / K_k` (the first on the target's `w_x /
+/// W_p`), `A_{k-1}(x)` from the exact weights through the rounds
+/// ([`element`]); the draw walks the blocks of the last `A`, its crossing
+/// block from the exact weights.
 pub(super) fn children<P: Prob, Q: Prob>(
     target: ArrayView1<'_, P>,
-    drafts: &[(ArrayView1<'_, Q>, usize, f64)],
+    drafts: &[(Option<ArrayView1<'_, Q>>, usize, f64)],
     inverse: f64,
     recovery: f64,
     scratch: &mut CertifiedScratch,
@@ -850,22 +851,32 @@ pub(super) fn children<P: Prob, Q: Prob>(
     }
     // The relative error of a canonical sum of non-negative terms (S_k).
     let sum_error = (2 * (len.div_ceil(SUM_BLOCK) + SUM_BLOCK) + 64) as f64 * STEP;
-    let mut rounds: Vec<(Row<'_, Q>, Interval)> = Vec::with_capacity(drafts.len());
+    let mut rounds: Vec<(Option<Row<'_, Q>>, usize, Interval)> = Vec::with_capacity(drafts.len());
     // Z_{k-1} as `K_k / (1 + sigma)` allows: the first round's is W_p itself.
     let mut scale = total_p;
     for (k, &(row, x, u)) in drafts.iter().enumerate() {
         if x >= len {
             return None;
         }
-        let q_row = Row::of(row, inverse)?;
-        let total_q = Interval::of_total(q_row.total(q_blocks, Some(q_terms)))?;
         let p = if k == 0 {
             Interval::quotient(p_row.weight(x), total_p)
         } else {
             let Interval(low, high) = element(&p_row, &rounds, x);
             Interval(low / scale.1 * (1.0 - STEP), high / scale.0 * (1.0 + STEP))
         };
-        let q = Interval::quotient(q_row.weight(x), total_q);
+        // One-hot drafts: q = 1 at x, and W_q = 1.
+        let (q_row, total_q) = match row {
+            Some(row) => {
+                let row = Row::of(row, inverse)?;
+                let total = Interval::of_total(row.total(q_blocks, Some(q_terms)))?;
+                (Some(row), total)
+            }
+            None => (None, Interval(1.0, 1.0)),
+        };
+        let q = match &q_row {
+            Some(row) => Interval::quotient(row.weight(x), total_q),
+            None => Interval(1.0, 1.0),
+        };
         if decide(p, q, u)? {
             return Some(Children::Accepted(k));
         }
@@ -878,12 +889,31 @@ pub(super) fn children<P: Prob, Q: Prob>(
             return None;
         }
         let (rho_f32, delta) = (mid as f32, (rho.1 - rho.0) / rho.0);
-        rounds.push((q_row, rho));
+        rounds.push((q_row, x, rho));
         // The drafted token's new entry, surely 0 (as at any rejection where
         // q(x) is most of the draft's mass), is 0 in both and left out of
         // the draft side: its block's draft terms summed again without it.
-        let excluded = (element(&p_row, &rounds, x).1 == 0.0).then(|| {
-            let q_row = &rounds.last().expect("pushed above").0;
+        let x_high = element(&p_row, &rounds, x).1;
+        let surely_zero = x_high <= SURELY_ZERO;
+        let Some(q_row) = &rounds.last().expect("pushed above").0 else {
+            // One-hot: every other entry is `R f` (rounded twice), x's is 0.
+            if !surely_zero {
+                return None;
+            }
+            a_terms[x] = 0.0;
+            for (&s, e) in a_blocks.sum.iter().zip(a_blocks.bound.iter_mut()) {
+                *e = INFLATE * (*e + 2.0 * STEP * (s + *e));
+            }
+            let (j, start) = (x / SUM_BLOCK, x / SUM_BLOCK * SUM_BLOCK);
+            let block = &a_terms[start..(start + SUM_BLOCK).min(len)];
+            let s: f64 = block.iter().map(|&t| f64::from(t)).sum();
+            a_blocks.sum[j] = s;
+            a_blocks.bound[j] += INFLATE * EXACT_ERROR * s + x_high;
+            let Interval(low, high) = Interval::of_total(a_blocks.total())?;
+            scale = Interval(low * (1.0 - sum_error), high * (1.0 + sum_error));
+            continue;
+        };
+        let excluded = surely_zero.then(|| {
             let block = block_without(q_row, q_terms, x / SUM_BLOCK, x);
             (a_terms[x], q_terms[x]) = (0.0, 0.0);
             (x / SUM_BLOCK, block)
@@ -892,9 +922,10 @@ pub(super) fn children<P: Prob, Q: Prob>(
         for (j, (&s_a, &e_a)) in a_blocks.sum.iter().zip(&a_blocks.bound).enumerate() {
             let start = j * SUM_BLOCK;
             let end = (start + SUM_BLOCK).min(len);
-            let (s_q, e_q) = match excluded {
-                Some((k, block)) if k == j => block,
-                _ => (q_blocks.sum[j], q_blocks.bound[j]),
+            // The left-out entry's float64 value is at most `x_high`.
+            let ((s_q, e_q), zeroed) = match excluded {
+                Some((k, block)) if k == j => (block, x_high),
+                _ => ((q_blocks.sum[j], q_blocks.bound[j]), 0.0),
             };
             let s = residual_block_store(&mut a_terms[start..end], &q_terms[start..end], rho_f32);
             // The draft side as in `Residual::block_bound`; the float32
@@ -906,7 +937,7 @@ pub(super) fn children<P: Prob, Q: Prob>(
             next_blocks.sum.push(s);
             next_blocks
                 .bound
-                .push(INFLATE * (e_a + q_part + roundings + EXACT_ERROR * s));
+                .push(INFLATE * (e_a + q_part + roundings + EXACT_ERROR * s + zeroed));
         }
         std::mem::swap(a_blocks, next_blocks);
         let Interval(low, high) = Interval::of_total(a_blocks.total())?;
@@ -915,17 +946,30 @@ pub(super) fn children<P: Prob, Q: Prob>(
     draw(a_blocks, len, recovery, |i| element(&p_row, &rounds, i)).map(Children::Drawn)
 }
 
+/// The absolute error of one float64 operation of the rounds whose result
+/// lies below the normal range, in the units of [`children`] (`2^-1074`
+/// times a scale below `2 V`), rounded far up.
+const TINY: f64 = 1e-300;
+
+/// An entry of [`children`]'s residual whose upper bound is at most this is
+/// taken as 0 (the float64 path's value may be a subnormal above 0: its
+/// bound is added to its block's).
+const SURELY_ZERO: f64 = 1e-290;
+
 /// `A_k(i)` of [`children`] after the rounds so far, from the exact weights
 /// of the target row and each round's draft row, and each round's `rho`.
 fn element<P: Prob, Q: Prob>(
     p_row: &Row<'_, P>,
-    rounds: &[(Row<'_, Q>, Interval)],
+    rounds: &[(Option<Row<'_, Q>>, usize, Interval)],
     i: usize,
 ) -> Interval {
     let w = p_row.weight(i);
-    let mut a = Interval(w * (1.0 - STEP), w * (1.0 + STEP));
-    for (k, (row, Interval(rho_low, rho_high))) in rounds.iter().enumerate() {
-        let v = row.weight(i);
+    let mut a = Interval((w * (1.0 - STEP) - TINY).max(0.0), w * (1.0 + STEP) + TINY);
+    for (k, (row, x, Interval(rho_low, rho_high))) in rounds.iter().enumerate() {
+        let v = match row {
+            Some(row) => row.weight(i),
+            None => f64::from(u8::from(i == *x)), // one-hot at the drafted token
+        };
         let q = Interval(v * rho_low * (1.0 - STEP), v * rho_high * (1.0 + STEP));
         // After the first round, `R f` is rounded twice more (`f` and the product).
         let a_now = if k == 0 {
@@ -933,7 +977,9 @@ fn element<P: Prob, Q: Prob>(
         } else {
             Interval(a.0 * (1.0 - STEP), a.1 * (1.0 + STEP))
         };
-        let slack = STEP * (a_now.1 + q.1);
+        // Relative roundings, and an absolute one per operation for values
+        // below the normal range.
+        let slack = STEP * (a_now.1 + q.1) + 3.0 * TINY;
         a = Interval(
             (a_now.0 - q.1 - slack).max(0.0),
             (a_now.1 - q.0 + slack).max(0.0),
@@ -2080,6 +2126,125 @@ mod tests {
 
     /// Draft rows for target logits `p`: one near it (`p` plus noise of
     /// spread 1), one unrelated (spread `scale`).
+    /// The float64 token rule over a node's children in turn (docs/spec.md
+    /// section 7.3) on the exact pass's probability rows: `Ok(k)` child `k`
+    /// accepted, `Err(token)` every child rejected and the residual's draw.
+    fn float64_children(
+        target: &[f32],
+        drafts: &[(Option<&[f32]>, usize, f64)],
+        inverse: f64,
+        recovery: f64,
+    ) -> Result<usize, usize> {
+        let mut residual = exact_probabilities(target, inverse);
+        let mut total: Option<f64> = None;
+        for (k, &(row, x, u)) in drafts.iter().enumerate() {
+            let q = match row {
+                Some(row) => exact_probabilities(row, inverse),
+                None => (0..residual.len())
+                    .map(|i| f64::from(u8::from(i == x)))
+                    .collect(),
+            };
+            let p = total.map_or(residual[x], |s| if s > 0.0 { residual[x] / s } else { 0.0 });
+            if is_accepted(p, q[x], u) {
+                return Ok(k);
+            }
+            let f = total.map_or(1.0, |s| if s > 0.0 { 1.0 / s } else { 0.0 });
+            for (r, &q) in residual.iter_mut().zip(&q) {
+                *r = crate::simd::positive_part(f * *r - q);
+            }
+            let weights = BufferWeights { w: &residual[..] };
+            total = Some(sample::canonical_sum(&weights, &mut Vec::new()).unwrap());
+        }
+        Err(exact_draw(&residual, recovery))
+    }
+
+    #[test]
+    fn children_in_turn_decide_and_draw_as_the_float64_rounds() {
+        // A node's children tried in turn from the certified passes (the tree's
+        // look, `children`) against the float64 rounds: every outcome it gives is
+        // theirs, and it gives one for most nodes (the look decides).
+        let mut scratch = CertifiedScratch::default();
+        let (mut decided, mut tried) = (0, 0);
+        for seed in 0..6u64 {
+            let len = [300, 1000, 2053][seed as usize % 3];
+            scratch.reserve(len).unwrap();
+            let target = rows(seed, len, 8.0, 0.0);
+            let near: Vec<Vec<f32>> = (0..3)
+                .map(|c| drafts(&target, seed * 7 + c, 8.0).0)
+                .collect();
+            for inverse in [0.7, 1.25] {
+                let p = exact_probabilities(&target, inverse);
+                for one_hot in [false, true] {
+                    for case in 0..24u64 {
+                        // Tokens the drafts favour over the target (rejected with u
+                        // near 1), or arbitrary; uniforms near 1, 0 or random.
+                        let picks: Vec<(Option<&[f32]>, usize, f64)> = (0..3)
+                            .map(|c| {
+                                let q = exact_probabilities(&near[c], inverse);
+                                let x = if case % 2 == 0 {
+                                    (0..len)
+                                        .max_by(|&a, &b| (q[a] - p[a]).total_cmp(&(q[b] - p[b])))
+                                        .unwrap()
+                                } else {
+                                    (case as usize * 37 + c * 101) % len
+                                };
+                                let u = match case % 3 {
+                                    0 => 0.999_999,
+                                    1 => 0.0,
+                                    _ => ((case * 13 + c as u64 * 7) % 100) as f64 / 100.0,
+                                };
+                                let row = (!one_hot).then_some(&near[c][..]);
+                                (row, x, u)
+                            })
+                            .collect();
+                        let recovery = (case as f64 + 0.5) / 24.0;
+                        let views: Vec<_> = picks
+                            .iter()
+                            .map(|&(row, x, u)| (row.map(ArrayView1::from), x, u))
+                            .collect();
+                        let target_view = ArrayView1::from(&target[..]);
+                        let look = children(target_view, &views, inverse, recovery, &mut scratch);
+                        let want = float64_children(&target, &picks, inverse, recovery);
+                        tried += 1;
+                        if let Some(found) = look {
+                            decided += 1;
+                            let got = match found {
+                                Children::Accepted(k) => Ok(k),
+                                Children::Drawn(token) => Err(token),
+                            };
+                            assert_eq!(got, want, "seed {seed}, 1/T {inverse}, case {case}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(decided * 10 >= tried * 9, "decided {decided} of {tried}");
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_residual_rounds_kernel_writes_the_portable_values() {
+        if !(crate::simd::has_avx2() && std::is_x86_feature_detected!("fma")) {
+            return; // the portable loop is the only one here
+        }
+        for len in [0, 5, 16, 17, 40, 256] {
+            let a = rows(len as u64, len, 2.0, 1.0);
+            let b = rows(len as u64 + 9, len, 2.0, 1.0);
+            for rho in [0.0f32, 0.3, 1.0, 7.5] {
+                let (mut simd, mut portable) = (a.clone(), a.clone());
+                // SAFETY: AVX2, F16C and FMA checked above.
+                let s = unsafe { x86::residual_block_store(&mut simd, &b, rho) };
+                let t = residual_block_store_scalar(&mut portable, &b, rho);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&simd), bits(&portable), "len {len}, rho {rho}");
+                assert!(
+                    (s - t).abs() <= 1e-12 * t.abs(),
+                    "len {len}, rho {rho}: {s} {t}"
+                );
+            }
+        }
+    }
+
     fn drafts(p: &[f32], seed: u64, scale: f32) -> (Vec<f32>, Vec<f32>) {
         let len = p.len();
         let near = p

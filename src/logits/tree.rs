@@ -296,8 +296,8 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
         })
     }
 
-    /// Without filters and with draft rows, the certified passes of the
-    /// node's target row and each child's draft row, the rounds on their
+    /// Without filters, the certified passes of the node's target row and
+    /// each child's draft row (one-hot drafts: none), the rounds on their
     /// kept terms (docs/spec.md section 7.7): no row transformed where they
     /// decide.
     fn surely_children(
@@ -307,14 +307,14 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
         recovery: f64,
     ) -> Option<SurelyChildren> {
         let inverse = self.unfiltered_inverse()?;
-        let draft = self.inputs.draft_logits.as_ref()?;
+        let draft = self.inputs.draft_logits.as_ref();
         let target = self.inputs.target_logits.slice(s![self.b, n, ..]);
         let mut drafts = Vec::new();
         memory::reserve(&mut drafts, children.len(), "node_token_ids").ok()?;
         drafts.extend(
             children
                 .iter()
-                .map(|&(c, x, u)| (draft.slice(s![self.b, c, ..]), x, u)),
+                .map(|&(c, x, u)| (draft.map(|d| d.slice(s![self.b, c, ..])), x, u)),
         );
         let scratch = &mut self.looks.borrow_mut().certified;
         Some(
