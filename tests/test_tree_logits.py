@@ -201,6 +201,30 @@ def _as_the_exact_pass(kwargs: dict, vocab: int, far: np.ndarray | None = None):
     return looked
 
 
+# Relative distances from a boundary: rows cycle through them, both sides of each.
+DISTANCES = np.array([1e-2, 1e-4, 1e-6, 1e-8, 1e-10, 1e-12, 0.0])
+
+
+def _at_distance(value: float, b: int, period: int) -> float:
+    """``value`` moved by row ``b``'s relative distance: rows take each of ``DISTANCES``
+    for ``period`` rows, the first half of them below ``value``, the rest above."""
+    sign = 1.0 if (b // (period // 2)) % 2 else -1.0
+    return value * (1 + sign * DISTANCES[(b // period) % len(DISTANCES)])
+
+
+def _far(batch: int, period: int) -> np.ndarray:
+    """The rows ``_at_distance`` puts at least 1e-8 from their boundary."""
+    return DISTANCES[(np.arange(batch) // period) % len(DISTANCES)] >= 1e-8
+
+
+def _near_an_edge(rng, residual: np.ndarray, b: int, period: int) -> float:
+    """A recovery uniform at row ``b``'s distance from a boundary of the cumulative
+    sums of ``residual`` (a random one with weight after it)."""
+    cumulative = np.cumsum(residual) / residual.sum()
+    edge = cumulative[rng.choice(np.flatnonzero(residual[:-1] > 0))]
+    return min(_at_distance(edge, b, period), 0.999)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("draft", ["rows", "prefix", "one-hot"])
 def test_the_screens_decide_a_first_child_as_the_exact_pass_next_to_the_boundary(
@@ -314,13 +338,11 @@ def test_the_certified_bonus_draw_is_the_exact_pass_draw_next_to_a_boundary(dtyp
     tokens = rng.integers(0, vocab, (batch, nodes))
     temperature = rng.choice([0.7, 1.3], size=batch)
     recovery = np.empty(batch)
-    distances = np.array([1e-2, 1e-4, 1e-6, 1e-8, 1e-10, 1e-12, 0.0])
     for b in range(batch):
         law = np.asarray(reference.transform_logits(target[b, 6], temperature[b], 0, 1.0))
         cumulative = np.cumsum(law) / law.sum()
         edge = cumulative[rng.integers(0, vocab - 1)]
-        sign = 1.0 if b % 2 else -1.0
-        recovery[b] = min(edge * (1 + sign * distances[(b // 2) % len(distances)]), 0.999)
+        recovery[b] = min(_at_distance(edge, b, 2), 0.999)
     kwargs = dict(
         node_token_ids=tokens,
         parent_ids=PARENTS,
@@ -330,8 +352,7 @@ def test_the_certified_bonus_draw_is_the_exact_pass_draw_next_to_a_boundary(dtyp
         recovery_uniforms=recovery,
         method=method,
     )
-    far = distances[(np.arange(batch) // 2) % len(distances)] >= 1e-8
-    drawn = _as_the_exact_pass(kwargs, vocab, far)
+    drawn = _as_the_exact_pass(kwargs, vocab, _far(batch, 2))
     assert (drawn.accepted_node_ids == [1, 3, 6]).all()
 
 
@@ -358,7 +379,6 @@ def test_an_only_child_s_residual_draw_is_the_exact_pass_draw_next_to_a_boundary
     tokens = np.zeros((batch, 3), np.int64)
     u = np.zeros((batch, 3))
     recovery = np.empty(batch)
-    distances = np.array([1e-2, 1e-4, 1e-6, 1e-8, 1e-10, 1e-12, 0.0])
     for b in range(batch):
         rejected = 1 + b % 2
         node = parents[rejected]
@@ -374,11 +394,7 @@ def test_an_only_child_s_residual_draw_is_the_exact_pass_draw_next_to_a_boundary
         if rejected == 2:
             tokens[b, 1] = int(np.argmax(target[b, 0]))  # accepted with u = 0
         u[b, rejected] = np.nextafter(1.0, 0.0)
-        residual = np.maximum(p - q, 0.0)
-        cumulative = np.cumsum(residual) / residual.sum()
-        edge = cumulative[rng.choice(np.flatnonzero(residual[:-1] > 0))]
-        sign = 1.0 if (b // 2) % 2 else -1.0
-        recovery[b] = min(edge * (1 + sign * distances[(b // 4) % len(distances)]), 0.999)
+        recovery[b] = _near_an_edge(rng, np.maximum(p - q, 0.0), b, 4)
     kwargs = dict(
         node_token_ids=tokens,
         parent_ids=parents,
@@ -388,8 +404,7 @@ def test_an_only_child_s_residual_draw_is_the_exact_pass_draw_next_to_a_boundary
         uniforms=u,
         recovery_uniforms=recovery,
     )
-    far = distances[(np.arange(batch) // 4) % len(distances)] >= 1e-8
-    drawn = _as_the_exact_pass(kwargs, vocab, far)
+    drawn = _as_the_exact_pass(kwargs, vocab, _far(batch, 4))
     assert drawn.num_accepted.tolist() == [b % 2 for b in range(batch)]
 
 
@@ -463,7 +478,6 @@ def test_children_tried_in_turn_are_decided_as_the_exact_pass_next_to_a_boundary
     tokens = np.zeros((batch, 4), np.int64)
     u = np.full((batch, 4), np.nextafter(1.0, 0.0))
     recovery = rng.random(batch)
-    distances = np.array([1e-2, 1e-4, 1e-6, 1e-8, 1e-10, 1e-12, 0.0])
     for b in range(batch):
         residual = np.asarray(reference.transform_logits(target[b, 0], temperature[b], 0, 1.0))
         for c in (1, 2, 3):
@@ -477,16 +491,11 @@ def test_children_tried_in_turn_are_decided_as_the_exact_pass_next_to_a_boundary
                 x = int(np.argmax(q - p))
             tokens[b, c] = x
             if near == "second child" and c == 2:
-                sign = 1.0 if (b // 2) % 2 else -1.0
-                rate = p[x] / q[x]
-                u[b, c] = rate * (1 + sign * distances[(b // 4) % len(distances)])
+                u[b, c] = _at_distance(p[x] / q[x], b, 4)
                 break
             residual = np.maximum(p - q, 0.0)
         if near == "draw":
-            cumulative = np.cumsum(residual) / residual.sum()
-            edge = cumulative[rng.choice(np.flatnonzero(residual[:-1] > 0))]
-            sign = 1.0 if (b // 2) % 2 else -1.0
-            recovery[b] = min(edge * (1 + sign * distances[(b // 4) % len(distances)]), 0.999)
+            recovery[b] = _near_an_edge(rng, residual, b, 4)
     kwargs = dict(
         node_token_ids=tokens,
         parent_ids=parents,
@@ -496,8 +505,7 @@ def test_children_tried_in_turn_are_decided_as_the_exact_pass_next_to_a_boundary
         uniforms=u,
         recovery_uniforms=recovery,
     )
-    far = distances[(np.arange(batch) // 4) % len(distances)] >= 1e-8
-    verified = _as_the_exact_pass(kwargs, vocab, far)
+    verified = _as_the_exact_pass(kwargs, vocab, _far(batch, 4))
     if near == "draw":
         assert verified.num_accepted.tolist() == [0] * batch
     else:
