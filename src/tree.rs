@@ -286,7 +286,8 @@ pub(crate) enum Surely {
 /// What a source proved of a node's children tried in turn without their
 /// rows ([`NodeRows::surely_children`]).
 pub(crate) enum SurelyChildren {
-    /// This child is accepted, those before it rejected.
+    /// The child at this index of the list is accepted, those before it
+    /// rejected.
     Accepted(usize),
     /// Every child is rejected, and the last residual's draw is this token.
     Drawn(usize),
@@ -696,9 +697,9 @@ fn verify_row<R: NodeRows>(
                         && gather_children(inputs, b, vocab, child, next_sibling, children)
                     {
                         match rows.surely_children(node, children, recovery) {
-                            Some(SurelyChildren::Accepted(c)) => {
-                                let x = children.iter().find(|k| k.0 == c).map(|k| k.1);
-                                taken = Some((c, x.expect("one of the children")));
+                            Some(SurelyChildren::Accepted(k)) => {
+                                let (c, x, _) = children[k];
+                                taken = Some((c, x));
                                 break;
                             }
                             Some(SurelyChildren::Drawn(token)) => break 'walk token,
@@ -812,11 +813,17 @@ fn gather_children(
     };
     let mut c = first;
     while c != usize::MAX {
-        let (x, u) = (inputs.node_token_ids.get(b, c), uniforms.get(b, c));
-        if x < 0 || x as u64 >= vocab as u64 || !(0.0..1.0).contains(&u) {
+        let x = check_token(
+            "node_token_ids",
+            &[b, c],
+            inputs.node_token_ids.get(b, c),
+            vocab,
+        );
+        let u = check_uniform(uniforms.get(b, c), "uniforms", &[b, c]);
+        let (Ok(x), Ok(u)) = (x, u) else {
             return false;
-        }
-        out.push((c, x as usize, u));
+        };
+        out.push((c, x, u));
         c = next_sibling[c];
     }
     true

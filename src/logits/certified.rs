@@ -44,6 +44,7 @@ use crate::error::CoreError;
 use crate::memory;
 use crate::prob::Prob;
 use crate::sample::SUM_BLOCK;
+use crate::tree::SurelyChildren;
 
 /// `u = 2^-24`, the unit roundoff of `f32`.
 const U32: f64 = 1.0 / 16_777_216.0;
@@ -796,21 +797,13 @@ pub(super) fn screens_accept<P: Prob, Q: Prob>(
     found
 }
 
-/// What [`children`] decided at a node of a tree.
-pub(super) enum Children {
-    /// The child at this index of the list is accepted (those before it
-    /// rejected).
-    Accepted(usize),
-    /// Every child rejected, and the last residual's draw.
-    Drawn(usize),
-}
-
 /// The token rule over a node's children in turn (docs/spec.md sections 7.3
 /// and 7.7), on the float64 path's rows of `target` and each child's draft
 /// row (`(row, x, u)`, in order; `None`: one-hot at `x`), the rounds'
 /// residuals in units of their scale, from the certified passes' kept terms:
-/// the child accepted, or after every rejection the last residual's draw
-/// with `recovery`. `None` leaves the node to the float64 rows.
+/// the child accepted (its index in `drafts`), or after every rejection the
+/// last residual's draw with `recovery`. `None` leaves the node to the
+/// float64 rows.
 ///
 /// The float64 path's residuals are `R_0 = p`, `R_k = max(0, fl(fl(R_{k-1}
 /// f_k) - q_k))` with `f_1 = 1` and `f_k = fl(1 / S_{k-1})` after, `S` the
@@ -833,7 +826,7 @@ pub(super) fn children<P: Prob, Q: Prob>(
     inverse: f64,
     recovery: f64,
     scratch: &mut CertifiedScratch,
-) -> Option<Children> {
+) -> Option<SurelyChildren> {
     let CertifiedScratch {
         target: a_blocks,
         draft: q_blocks,
@@ -865,20 +858,17 @@ pub(super) fn children<P: Prob, Q: Prob>(
             Interval(low / scale.1 * (1.0 - STEP), high / scale.0 * (1.0 + STEP))
         };
         // One-hot drafts: q = 1 at x, and W_q = 1.
-        let (q_row, total_q) = match row {
+        let (q_row, total_q, q) = match row {
             Some(row) => {
                 let row = Row::of(row, inverse)?;
                 let total = Interval::of_total(row.total(q_blocks, Some(q_terms)))?;
-                (Some(row), total)
+                let q = Interval::quotient(row.weight(x), total);
+                (Some(row), total, q)
             }
-            None => (None, Interval(1.0, 1.0)),
-        };
-        let q = match &q_row {
-            Some(row) => Interval::quotient(row.weight(x), total_q),
-            None => Interval(1.0, 1.0),
+            None => (None, Interval(1.0, 1.0), Interval(1.0, 1.0)),
         };
         if decide(p, q, u)? {
-            return Some(Children::Accepted(k));
+            return Some(SurelyChildren::Accepted(k));
         }
         let rho = Interval(
             scale.0 / total_q.1 * (1.0 - STEP),
@@ -895,55 +885,60 @@ pub(super) fn children<P: Prob, Q: Prob>(
         // the draft side: its block's draft terms summed again without it.
         let x_high = element(&p_row, &rounds, x).1;
         let surely_zero = x_high <= SURELY_ZERO;
-        let Some(q_row) = &rounds.last().expect("pushed above").0 else {
-            // One-hot: every other entry is `R f` (rounded twice), x's is 0.
-            if !surely_zero {
-                return None;
+        match &rounds.last().expect("pushed above").0 {
+            None => {
+                // One-hot: every other entry is `R f` (rounded twice), x's is 0.
+                if !surely_zero {
+                    return None;
+                }
+                a_terms[x] = 0.0;
+                for (&s, e) in a_blocks.sum.iter().zip(a_blocks.bound.iter_mut()) {
+                    *e = INFLATE * (*e + 2.0 * STEP * (s + *e));
+                }
+                let (j, start) = (x / SUM_BLOCK, x / SUM_BLOCK * SUM_BLOCK);
+                let block = &a_terms[start..(start + SUM_BLOCK).min(len)];
+                let s: f64 = block.iter().map(|&t| f64::from(t)).sum();
+                a_blocks.sum[j] = s;
+                a_blocks.bound[j] += INFLATE * EXACT_ERROR * s + x_high;
             }
-            a_terms[x] = 0.0;
-            for (&s, e) in a_blocks.sum.iter().zip(a_blocks.bound.iter_mut()) {
-                *e = INFLATE * (*e + 2.0 * STEP * (s + *e));
+            Some(q_row) => {
+                let excluded = surely_zero.then(|| {
+                    let block = block_without(q_row, q_terms, x / SUM_BLOCK, x);
+                    (a_terms[x], q_terms[x]) = (0.0, 0.0);
+                    (x / SUM_BLOCK, block)
+                });
+                next_blocks.clear();
+                for (j, (&s_a, &e_a)) in a_blocks.sum.iter().zip(&a_blocks.bound).enumerate() {
+                    let start = j * SUM_BLOCK;
+                    let end = (start + SUM_BLOCK).min(len);
+                    // The left-out entry's float64 value is at most `x_high`.
+                    let ((s_q, e_q), zeroed) = match excluded {
+                        Some((k, block)) if k == j => (block, x_high),
+                        _ => ((q_blocks.sum[j], q_blocks.bound[j]), 0.0),
+                    };
+                    let s = residual_block_store(
+                        &mut a_terms[start..end],
+                        &q_terms[start..end],
+                        rho_f32,
+                    );
+                    // The draft side as in `Residual::block_bound`; the float32
+                    // difference's rounding (`u a`: a difference below 0 is 0
+                    // exactly); the float64 path's roundings of `R f`, `f`, `v /
+                    // W_q` and the difference, two STEPs on both parts.
+                    let q_part = rho.1 * (e_q + (s_q + e_q) * (delta + 3.0 * U32));
+                    let roundings = U32 * s_a + 2.0 * STEP * (s_a + e_a + rho.1 * (s_q + e_q));
+                    next_blocks.sum.push(s);
+                    next_blocks
+                        .bound
+                        .push(INFLATE * (e_a + q_part + roundings + EXACT_ERROR * s + zeroed));
+                }
+                std::mem::swap(a_blocks, next_blocks);
             }
-            let (j, start) = (x / SUM_BLOCK, x / SUM_BLOCK * SUM_BLOCK);
-            let block = &a_terms[start..(start + SUM_BLOCK).min(len)];
-            let s: f64 = block.iter().map(|&t| f64::from(t)).sum();
-            a_blocks.sum[j] = s;
-            a_blocks.bound[j] += INFLATE * EXACT_ERROR * s + x_high;
-            let Interval(low, high) = Interval::of_total(a_blocks.total())?;
-            scale = Interval(low * (1.0 - sum_error), high * (1.0 + sum_error));
-            continue;
-        };
-        let excluded = surely_zero.then(|| {
-            let block = block_without(q_row, q_terms, x / SUM_BLOCK, x);
-            (a_terms[x], q_terms[x]) = (0.0, 0.0);
-            (x / SUM_BLOCK, block)
-        });
-        next_blocks.clear();
-        for (j, (&s_a, &e_a)) in a_blocks.sum.iter().zip(&a_blocks.bound).enumerate() {
-            let start = j * SUM_BLOCK;
-            let end = (start + SUM_BLOCK).min(len);
-            // The left-out entry's float64 value is at most `x_high`.
-            let ((s_q, e_q), zeroed) = match excluded {
-                Some((k, block)) if k == j => (block, x_high),
-                _ => ((q_blocks.sum[j], q_blocks.bound[j]), 0.0),
-            };
-            let s = residual_block_store(&mut a_terms[start..end], &q_terms[start..end], rho_f32);
-            // The draft side as in `Residual::block_bound`; the float32
-            // difference's rounding (`u a`: a difference below 0 is 0
-            // exactly); the float64 path's roundings of `R f`, `f`, `v /
-            // W_q` and the difference, two STEPs on both parts.
-            let q_part = rho.1 * (e_q + (s_q + e_q) * (delta + 3.0 * U32));
-            let roundings = U32 * s_a + 2.0 * STEP * (s_a + e_a + rho.1 * (s_q + e_q));
-            next_blocks.sum.push(s);
-            next_blocks
-                .bound
-                .push(INFLATE * (e_a + q_part + roundings + EXACT_ERROR * s + zeroed));
         }
-        std::mem::swap(a_blocks, next_blocks);
         let Interval(low, high) = Interval::of_total(a_blocks.total())?;
         scale = Interval(low * (1.0 - sum_error), high * (1.0 + sum_error));
     }
-    draw(a_blocks, len, recovery, |i| element(&p_row, &rounds, i)).map(Children::Drawn)
+    draw(a_blocks, len, recovery, |i| element(&p_row, &rounds, i)).map(SurelyChildren::Drawn)
 }
 
 /// The absolute error of one float64 operation of the rounds whose result
@@ -2124,8 +2119,6 @@ mod tests {
         )
     }
 
-    /// Draft rows for target logits `p`: one near it (`p` plus noise of
-    /// spread 1), one unrelated (spread `scale`).
     /// The float64 token rule over a node's children in turn (docs/spec.md
     /// section 7.3) on the exact pass's probability rows: `Ok(k)` child `k`
     /// accepted, `Err(token)` every child rejected and the residual's draw.
@@ -2209,8 +2202,8 @@ mod tests {
                         if let Some(found) = look {
                             decided += 1;
                             let got = match found {
-                                Children::Accepted(k) => Ok(k),
-                                Children::Drawn(token) => Err(token),
+                                SurelyChildren::Accepted(k) => Ok(k),
+                                SurelyChildren::Drawn(token) => Err(token),
                             };
                             assert_eq!(got, want, "seed {seed}, 1/T {inverse}, case {case}");
                         }
@@ -2245,6 +2238,8 @@ mod tests {
         }
     }
 
+    /// Draft rows for target logits `p`: one near it (`p` plus noise of
+    /// spread 1), one unrelated (spread `scale`).
     fn drafts(p: &[f32], seed: u64, scale: f32) -> (Vec<f32>, Vec<f32>) {
         let len = p.len();
         let near = p

@@ -17,7 +17,7 @@ use std::cell::{Cell, OnceCell, RefCell};
 
 use ndarray::{s, ArrayView1, ArrayView3, Ix1, Ix2};
 
-use super::certified::{self, Certified, CertifiedScratch, Children};
+use super::certified::{self, Certified, CertifiedScratch};
 use super::screen;
 use super::sparse::{top_k_accepts, SparseScratch};
 use super::{argmax_logits, params, transform, LogitsRow, Params, Scratch};
@@ -317,12 +317,7 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
                 .map(|&(c, x, u)| (draft.map(|d| d.slice(s![self.b, c, ..])), x, u)),
         );
         let scratch = &mut self.looks.borrow_mut().certified;
-        Some(
-            match certified::children(target, &drafts, inverse, recovery, scratch)? {
-                Children::Accepted(k) => SurelyChildren::Accepted(children[k].0),
-                Children::Drawn(token) => SurelyChildren::Drawn(token),
-            },
-        )
+        certified::children(target, &drafts, inverse, recovery, scratch)
     }
 
     /// Without filters, the screens of both rows, or for a node's only child
