@@ -100,9 +100,11 @@ def workloads(
 
             calls.append(sampled)
         return calls
-    if name == "tree-logits":
+    if name in ("tree-logits", "tree-logits-traversal"):
         # bench_tree.py's logits table: the same tree from float32 logits, every
-        # child rejected (its draft logit raised by 30), temperature 0.8.
+        # child rejected (its draft logit raised by 30), temperature 0.8;
+        # "tree-logits" the token rule, "tree-logits-traversal".
+        method = "traversal" if name.endswith("traversal") else "token"
         parents, nodes = TIMED_PARENTS, len(TIMED_PARENTS)
         tokens = rng.integers(0, vocab, size=(batch, nodes))
         u, ru = np.full((batch, nodes), np.nextafter(1.0, 0.0)), np.full(batch, 0.5)
@@ -119,6 +121,7 @@ def workloads(
                     temperature=0.8,
                     uniforms=u,
                     recovery_uniforms=ru,
+                    method=method,
                 ).output_token_ids
             )
         ]
@@ -196,6 +199,7 @@ def main() -> None:
             "tree-traversal",
             "tree-sampled",
             "tree-logits",
+            "tree-logits-traversal",
             "tree-smollm2",
             "tree-smollm2-traversal",
             "chain",

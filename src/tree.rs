@@ -293,6 +293,18 @@ pub(crate) enum SurelyChildren {
     Drawn(usize),
 }
 
+/// A batch row's tree as a look at the whole walk reads it: the children
+/// in index order as linked lists, and each node's token and uniform where
+/// they are valid (`None`: bad, left to the walk to name).
+pub(crate) struct TreeLinks<'t> {
+    pub first_child: &'t [usize],
+    pub next_sibling: &'t [usize],
+    /// Node `n`'s token, where it is in `[0, V)`.
+    pub token: &'t dyn Fn(usize) -> Option<usize>,
+    /// Node `n`'s uniform, where it is in `[0, 1)`.
+    pub uniform: &'t dyn Fn(usize) -> Option<f64>,
+}
+
 /// The rows of one batch row: node `n`'s target distribution, child `c`'s draft
 /// distribution, each a probability row (checked where read), and the argmax a
 /// greedy row takes.
@@ -339,6 +351,13 @@ pub(crate) trait NodeRows {
     /// where the source can, each row read whole and found valid (`None`: left
     /// to the rows).
     fn surely_bounds(&self, _n: usize, _c: usize, _x: usize) -> Option<[(f64, f64); 2]> {
+        None
+    }
+    /// Traversal verification of the whole row (docs/spec.md section 7.6),
+    /// decided without the rows where the source can: the accepted node (its
+    /// path from the root is the accepted path) and the next token, drawn
+    /// with `recovery`. `None` leaves the row to the walk.
+    fn surely_traverses(&self, _links: &TreeLinks<'_>, _recovery: f64) -> Option<(usize, usize)> {
         None
     }
     /// The draw with uniform `u` from node `n`'s target row, made without the
@@ -1034,6 +1053,22 @@ fn traverse_row<R: NodeRows>(
             }
             node = first_child[node];
         }
+    }
+    let links = TreeLinks {
+        first_child,
+        next_sibling,
+        token: &|c| token(c).ok(),
+        uniform: &|n| uniform(n).ok(),
+    };
+    if let Some((node, next)) = rows.surely_traverses(&links, recovery) {
+        accepted.clear();
+        let mut n = node;
+        while n != 0 {
+            accepted.push((n, token(n)? as i64));
+            n = inputs.parent_ids.get(b, n) as usize;
+        }
+        accepted.reverse();
+        return Ok(next);
     }
     frames.clear();
     frames.push(Frame {

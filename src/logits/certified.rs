@@ -46,6 +46,9 @@ use crate::prob::Prob;
 use crate::sample::SUM_BLOCK;
 use crate::tree::SurelyChildren;
 
+mod traversal;
+pub(super) use traversal::traversal;
+
 /// `u = 2^-24`, the unit roundoff of `f32`.
 const U32: f64 = 1.0 / 16_777_216.0;
 
@@ -239,6 +242,7 @@ fn row_blocks_dispatch<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, st
 
 /// A contiguous row of logits the certified pass applies to: float16,
 /// bfloat16 or float32, valid, with a finite max; `1 / T` a normal `f32`.
+#[derive(Clone, Copy)]
 struct Row<'a, L> {
     values: &'a [L],
     scale: Scale,
@@ -471,6 +475,8 @@ pub(super) struct CertifiedScratch {
     residual: Blocks,
     target_terms: Vec<f32>,
     draft_terms: Vec<f32>,
+    /// The certified traversal's stack levels ([`traversal::Level`]).
+    levels: Vec<traversal::Level>,
 }
 
 impl CertifiedScratch {
@@ -501,7 +507,7 @@ pub(super) fn bonus<P: Prob>(
     u: f64,
     scratch: &mut CertifiedScratch,
 ) -> Option<usize> {
-    whole_row_draw(row, inverse, u, scratch, Widening::NONE)
+    whole_row_draw(row, inverse, u, &mut scratch.target, Widening::NONE)
 }
 
 /// [`bonus`] on the row's probabilities `p_i = w_i / W` (each a float64
@@ -515,7 +521,7 @@ pub(super) fn draw_probabilities<P: Prob>(
     u: f64,
     scratch: &mut CertifiedScratch,
 ) -> Option<usize> {
-    whole_row_draw(row, inverse, u, scratch, Widening::DIVIDED)
+    whole_row_draw(row, inverse, u, &mut scratch.target, Widening::DIVIDED)
 }
 
 /// How far the values drawn from may lie from the exact pass's weights `w`:
@@ -550,7 +556,7 @@ fn whole_row_draw<P: Prob>(
     row: ArrayView1<'_, P>,
     inverse: f64,
     u: f64,
-    scratch: &mut CertifiedScratch,
+    blocks: &mut Blocks,
     widening: Widening,
 ) -> Option<usize> {
     let Widening {
@@ -559,7 +565,6 @@ fn whole_row_draw<P: Prob>(
         absolute,
     } = widening;
     let row = Row::of(row, inverse)?;
-    let blocks = &mut scratch.target;
     row.total(blocks, None);
     if block > 0.0 || absolute > 0.0 {
         for (&s, e) in blocks.sum.iter().zip(blocks.bound.iter_mut()) {
@@ -613,6 +618,7 @@ pub(super) fn position<P: Prob, Q: Prob>(
         residual,
         target_terms,
         draft_terms,
+        ..
     } = scratch;
     // Room reserved for the rows (`CertifiedScratch::reserve`).
     let len = target.len();
@@ -833,6 +839,7 @@ pub(super) fn children<P: Prob, Q: Prob>(
         residual: next_blocks,
         target_terms,
         draft_terms,
+        ..
     } = scratch;
     let len = target.len();
     let (a_terms, q_terms) = (target_terms.get_mut(..len)?, draft_terms.get_mut(..len)?);
@@ -878,7 +885,6 @@ pub(super) fn children<P: Prob, Q: Prob>(
         if !(1e-30..=1e30).contains(&mid) {
             return None;
         }
-        let (rho_f32, delta) = (mid as f32, (rho.1 - rho.0) / rho.0);
         rounds.push((q_row, x, rho));
         // The drafted token's new entry, surely 0 (as at any rejection where
         // q(x) is most of the draft's mass), is 0 in both and left out of
@@ -902,43 +908,82 @@ pub(super) fn children<P: Prob, Q: Prob>(
                 a_blocks.bound[j] += INFLATE * EXACT_ERROR * s + x_high;
             }
             Some(q_row) => {
-                let excluded = surely_zero.then(|| {
-                    let block = block_without(q_row, q_terms, x / SUM_BLOCK, x);
-                    (a_terms[x], q_terms[x]) = (0.0, 0.0);
-                    (x / SUM_BLOCK, block)
-                });
-                next_blocks.clear();
-                for (j, (&s_a, &e_a)) in a_blocks.sum.iter().zip(&a_blocks.bound).enumerate() {
-                    let start = j * SUM_BLOCK;
-                    let end = (start + SUM_BLOCK).min(len);
-                    // The left-out entry's float64 value is at most `x_high`.
-                    let ((s_q, e_q), zeroed) = match excluded {
-                        Some((k, block)) if k == j => (block, x_high),
-                        _ => ((q_blocks.sum[j], q_blocks.bound[j]), 0.0),
-                    };
-                    let s = residual_block_store(
-                        &mut a_terms[start..end],
-                        &q_terms[start..end],
-                        rho_f32,
-                    );
-                    // The draft side as in `Residual::block_bound`; the float32
-                    // difference's rounding (`u a`: a difference below 0 is 0
-                    // exactly); the float64 path's roundings of `R f`, `f`, `v /
-                    // W_q` and the difference, two STEPs on both parts.
-                    let q_part = rho.1 * (e_q + (s_q + e_q) * (delta + 3.0 * U32));
-                    let roundings = U32 * s_a + 2.0 * STEP * (s_a + e_a + rho.1 * (s_q + e_q));
-                    next_blocks.sum.push(s);
-                    next_blocks
-                        .bound
-                        .push(INFLATE * (e_a + q_part + roundings + EXACT_ERROR * s + zeroed));
-                }
-                std::mem::swap(a_blocks, next_blocks);
+                let draft = (q_row, &mut q_terms[..], &*q_blocks);
+                draft_round((a_terms, a_blocks), draft, next_blocks, rho, (x, x_high));
             }
         }
         let Interval(low, high) = Interval::of_total(a_blocks.total())?;
         scale = Interval(low * (1.0 - sum_error), high * (1.0 + sum_error));
     }
     draw(a_blocks, len, recovery, |i| element(&p_row, &rounds, i)).map(SurelyChildren::Drawn)
+}
+
+/// One round `A := max(0, A - v rho)` of [`children`] and of the certified
+/// traversal on the kept terms, in float32 (`rho'` the float32 of `rho`'s
+/// midpoint), and each block's bound: the last one's, the draft side's (as
+/// [`Residual::block_bound`]), the float32 difference's rounding (`u a`: a
+/// difference below 0 is 0 exactly) and the float64 path's roundings of `R
+/// f`, `f`, `v / W_q` and the difference (two STEPs on both parts). The drafted
+/// token `x`, whose new entry's float64 value is at most `x_high`: where
+/// that is surely 0 ([`SURELY_ZERO`]), its entry is 0 in both and left out
+/// of the draft side (its block's draft terms summed again without it), its
+/// bound added. `a`: the residual's terms and blocks (replaced); `draft`: the
+/// draft row, its terms and blocks; `spare`: scratch blocks.
+///
+/// The draft side may instead be bounded over the entries not surely
+/// clipped alone. An entry with `a_i <= fl(fl(e'_i rho') KEEP)` has `v_i rho
+/// >= a_i` whenever `e'_i rho'` is within a relative `1 - KEEP` of `v_i rho`
+/// (checked: twice the element's error, below): its float64 value
+/// `max(0, A_i - v_i rho)` is then at most `|A_i - a_i|`, already in the
+/// block's bound, and its estimate 0. The other entries err on the draft
+/// side by at most `rho_high (e'_i (c + delta + 3u) + FLOOR)`, `c` the
+/// relative error of a kept term: the kernel sums their `e'_i`. Where the
+/// draft row is peaked on tokens the residual clips, that is far below the
+/// whole block's draft error.
+fn draft_round<Q: Prob>(
+    (a_terms, a_blocks): (&mut [f32], &mut Blocks),
+    (q_row, q_terms, q_blocks): (&Row<'_, Q>, &mut [f32], &Blocks),
+    spare: &mut Blocks,
+    rho: Interval,
+    (x, x_high): (usize, f64),
+) {
+    let len = a_terms.len();
+    let (rho_f32, delta) = ((0.5 * (rho.0 + rho.1)) as f32, (rho.1 - rho.0) / rho.0);
+    // An element's draft term errs by at most `c e' + FLOOR` (as
+    // `Row::kept_weight`, `|y'| <= 125`), and `rho'` by `delta + u` of `rho`.
+    let c = INFLATE * (EXP_ERROR + EXACT_ERROR + PAIR_ERROR + 125.0 * f64::from(q_row.scale.arg));
+    let relative = c + delta + 3.0 * U32;
+    let near_error = (relative < 0.5 * (1.0 - f64::from(KEEP))).then_some(relative);
+    let excluded = (x_high <= SURELY_ZERO).then(|| {
+        let block = block_without(q_row, q_terms, x / SUM_BLOCK, x);
+        (a_terms[x], q_terms[x]) = (0.0, 0.0);
+        (x / SUM_BLOCK, block)
+    });
+    spare.clear();
+    for (j, (&s_a, &e_a)) in a_blocks.sum.iter().zip(&a_blocks.bound).enumerate() {
+        let start = j * SUM_BLOCK;
+        let end = (start + SUM_BLOCK).min(len);
+        // The left-out entry's float64 value is at most `x_high`.
+        let ((s_q, e_q), zeroed) = match excluded {
+            Some((k, block)) if k == j => (block, x_high),
+            _ => ((q_blocks.sum[j], q_blocks.bound[j]), 0.0),
+        };
+        let (s, near) =
+            residual_block_store(&mut a_terms[start..end], &q_terms[start..end], rho_f32);
+        // The draft side over the block, or over its entries not surely
+        // clipped where the margin allows (see above).
+        let whole = rho.1 * (e_q + (s_q + e_q) * (delta + 3.0 * U32));
+        let q_part = match near_error {
+            Some(relative) => whole.min(rho.1 * (near * relative + FLOOR * (end - start) as f64)),
+            None => whole,
+        };
+        let roundings = U32 * s_a + 2.0 * STEP * (s_a + e_a + rho.1 * (s_q + e_q));
+        spare.sum.push(s);
+        spare
+            .bound
+            .push(INFLATE * (e_a + q_part + roundings + EXACT_ERROR * s + zeroed));
+    }
+    std::mem::swap(a_blocks, spare);
 }
 
 /// The absolute error of one float64 operation of the rounds whose result
@@ -983,10 +1028,12 @@ fn element<P: Prob, Q: Prob>(
     a
 }
 
-/// `a_i := max(0, fl(a_i - fl(b_i rho)))` in float32 over a block, and the
-/// float64 sum of the new `a`: the AVX2 kernel where the CPU has it, else in
-/// order (the same values; the sums in another order).
-fn residual_block_store(a: &mut [f32], b: &[f32], rho: f32) -> f64 {
+/// `a_i := max(0, fl(a_i - fl(b_i rho)))` in float32 over a block; returns
+/// the float64 sum of the new `a`, and that of the `b_i` whose entry is not
+/// surely clipped, `a_i > fl(fl(b_i rho) KEEP)` (see [`draft_round`]): the
+/// AVX2 kernel where the CPU has it, else in order (the same values and
+/// entries; the sums in another order).
+fn residual_block_store(a: &mut [f32], b: &[f32], rho: f32) -> (f64, f64) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() && std::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU supports AVX2, F16C and FMA, checked just above.
@@ -996,15 +1043,23 @@ fn residual_block_store(a: &mut [f32], b: &[f32], rho: f32) -> f64 {
 }
 
 /// [`residual_block_store`], portable.
-fn residual_block_store_scalar(a: &mut [f32], b: &[f32], rho: f32) -> f64 {
-    let mut sum = 0.0f64;
+fn residual_block_store_scalar(a: &mut [f32], b: &[f32], rho: f32) -> (f64, f64) {
+    let (mut sum, mut near) = (0.0f64, 0.0f64);
     for (a, &b) in a.iter_mut().zip(b) {
-        let d = *a - b * rho;
+        let q = b * rho;
+        if *a > q * KEEP {
+            near += f64::from(b);
+        }
+        let d = *a - q;
         *a = if d > 0.0 { d } else { 0.0 };
         sum += f64::from(*a);
     }
-    sum
+    (sum, near)
 }
+
+/// An entry of a round with `a <= fl(fl(b rho) KEEP)` is clipped to 0 with a
+/// relative margin `1 - KEEP` (see [`draft_round`]).
+const KEEP: f32 = 0.999;
 
 /// The sum of the kept terms of block `j` of a row and its bound as the row
 /// pass gives them (see [`Blocks::push_row_block`]), without element `skip`.
@@ -1200,31 +1255,43 @@ mod x86 {
     /// # Safety
     /// The CPU has AVX2, F16C and FMA.
     #[target_feature(enable = "avx2,f16c,fma")]
-    pub(super) unsafe fn residual_block_store(a: &mut [f32], b: &[f32], rho: f32) -> f64 {
+    pub(super) unsafe fn residual_block_store(a: &mut [f32], b: &[f32], rho: f32) -> (f64, f64) {
         assert!(b.len() >= a.len());
         let (rho8, zero) = (_mm256_set1_ps(rho), _mm256_setzero_ps());
+        let keep8 = _mm256_set1_ps(super::KEEP);
         let step = |a: &mut [f32], i: usize| {
-            let q = _mm256_mul_ps(_mm256_loadu_ps(b[i..i + 8].as_ptr()), rho8);
-            // max returns its second operand, 0, where the difference is 0 or NaN.
-            let d = _mm256_max_ps(
-                _mm256_sub_ps(_mm256_loadu_ps(a[i..i + 8].as_ptr()), q),
-                zero,
+            let b = _mm256_loadu_ps(b[i..i + 8].as_ptr());
+            let (a_now, q) = (
+                _mm256_loadu_ps(a[i..i + 8].as_ptr()),
+                _mm256_mul_ps(b, rho8),
             );
+            // The draft terms of the entries not surely clipped: a > q KEEP.
+            let near = _mm256_and_ps(
+                _mm256_cmp_ps::<_CMP_GT_OQ>(a_now, _mm256_mul_ps(q, keep8)),
+                b,
+            );
+            // max returns its second operand, 0, where the difference is 0 or NaN.
+            let d = _mm256_max_ps(_mm256_sub_ps(a_now, q), zero);
             _mm256_storeu_ps(a[i..i + 8].as_mut_ptr(), d);
-            d
+            (d, near)
         };
-        let (mut low, mut high) = (
-            (_mm256_setzero_pd(), _mm256_setzero_pd()),
-            (_mm256_setzero_pd(), _mm256_setzero_pd()),
-        );
+        let zeros = || (_mm256_setzero_pd(), _mm256_setzero_pd());
+        let (mut low, mut high, mut near) = (zeros(), zeros(), zeros());
         let steps = a.len() / 16;
         for k in 0..steps {
-            add_f64(&mut low, step(a, 16 * k));
-            add_f64(&mut high, step(a, 16 * k + 8));
+            let (d, n) = step(a, 16 * k);
+            add_f64(&mut low, d);
+            add_f64(&mut near, n);
+            let (d, n) = step(a, 16 * k + 8);
+            add_f64(&mut high, d);
+            add_f64(&mut near, n);
         }
         let done = 16 * steps;
-        let tail = super::residual_block_store_scalar(&mut a[done..], &b[done..], rho);
-        total_f64(low) + total_f64(high) + tail
+        let (tail, tail_near) = super::residual_block_store_scalar(&mut a[done..], &b[done..], rho);
+        (
+            total_f64(low) + total_f64(high) + tail,
+            total_f64(near) + tail_near,
+        )
     }
 
     /// `acc += v` in float64, eight `f32` lanes into two `f64x4`.
@@ -2226,13 +2293,17 @@ mod tests {
             for rho in [0.0f32, 0.3, 1.0, 7.5] {
                 let (mut simd, mut portable) = (a.clone(), a.clone());
                 // SAFETY: AVX2, F16C and FMA checked above.
-                let s = unsafe { x86::residual_block_store(&mut simd, &b, rho) };
-                let t = residual_block_store_scalar(&mut portable, &b, rho);
+                let (s, n) = unsafe { x86::residual_block_store(&mut simd, &b, rho) };
+                let (t, m) = residual_block_store_scalar(&mut portable, &b, rho);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&simd), bits(&portable), "len {len}, rho {rho}");
                 assert!(
                     (s - t).abs() <= 1e-12 * t.abs(),
                     "len {len}, rho {rho}: {s} {t}"
+                );
+                assert!(
+                    (n - m).abs() <= 1e-12 * m.abs(),
+                    "len {len}, rho {rho}: {n} {m}"
                 );
             }
         }

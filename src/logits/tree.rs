@@ -15,7 +15,7 @@
 
 use std::cell::{Cell, OnceCell, RefCell};
 
-use ndarray::{s, ArrayView1, ArrayView3, Ix1, Ix2};
+use ndarray::{s, ArrayView1, ArrayView3, Axis, Ix1, Ix2};
 
 use super::certified::{self, Certified, CertifiedScratch};
 use super::screen;
@@ -27,7 +27,8 @@ use crate::memory;
 use crate::prob::Prob;
 use crate::sample::SUM_BLOCK;
 use crate::tree::{
-    self, NodeRows, Surely, SurelyChildren, TreeMethod, TreeOutputs, TreeParts, TreeSource,
+    self, NodeRows, Surely, SurelyChildren, TreeLinks, TreeMethod, TreeOutputs, TreeParts,
+    TreeSource,
 };
 use crate::view::{FloatView, IntView};
 
@@ -318,6 +319,18 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
         );
         let scratch = &mut self.looks.borrow_mut().certified;
         certified::children(target, &drafts, inverse, recovery, scratch)
+    }
+
+    /// Without filters, the whole walk from the certified passes of the rows
+    /// it reads (docs/spec.md section 7.7): no row transformed where they
+    /// decide.
+    fn surely_traverses(&self, links: &TreeLinks<'_>, recovery: f64) -> Option<(usize, usize)> {
+        let inverse = self.unfiltered_inverse()?;
+        let target = self.inputs.target_logits.index_axis(Axis(0), self.b);
+        let draft = self.inputs.draft_logits.as_ref();
+        let draft = draft.map(|d| d.index_axis(Axis(0), self.b));
+        let scratch = &mut self.looks.borrow_mut().certified;
+        certified::traversal(target, draft, links, inverse, recovery, scratch)
     }
 
     /// Without filters, the screens of both rows, or for a node's only child
