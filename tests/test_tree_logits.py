@@ -514,6 +514,186 @@ def test_children_tried_in_turn_are_decided_as_the_exact_pass_next_to_a_boundary
         assert {-1, 2} <= set(accepted.tolist())
 
 
+# Tree shapes for traversal's walk: 3 x 4 (root -> 1, 2, 3; each with four
+# leaves), three chains of four, a binary tree of depth 3, and PARENTS.
+WALK_SHAPES = [
+    np.array([-1, 0, 0, 0] + [1 + (n - 4) // 4 for n in range(4, 16)]),
+    np.array([-1, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9]),
+    np.array([-1] + [(n - 1) // 2 for n in range(1, 15)]),
+    PARENTS,
+]
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_traversal_s_walk_agrees_with_the_exact_pass_on_random_trees(block) -> None:
+    # Without filters traversal's whole walk may be decided from the certified
+    # passes (docs/spec.md section 7.7). Random trees of each shape; drafters close,
+    # far, unrelated or equal to the target (draft row c near its parent's target
+    # row), or one-hot; masked tokens; drafted tokens sampled from the draft rows or
+    # uniform; uniforms random, scaled down (deeper acceptances) or all 0, 0.5 or
+    # just under 1. The tokens must equal the exact pass's, forced by top_k = V.
+    rng = np.random.default_rng(70 + block)
+    for case in range(24):
+        vocab = int(rng.choice([5, 40, 300, 3000]))
+        parents = WALK_SHAPES[case % len(WALK_SHAPES)]
+        batch, nodes = 8, len(parents)
+        target = rng.normal(size=(batch, nodes, vocab)) * rng.choice([0.5, 2.0, 5.0])
+        above = target[:, np.maximum(parents, 0)]
+        drafted = [
+            above + rng.normal(size=target.shape) * 0.3,
+            above + rng.normal(size=target.shape) * 2.0,
+            rng.normal(size=target.shape) * 2.0,
+            above.copy(),
+        ][case % 4]
+        if case % 5 == 0:
+            target[:, :, : max(1, vocab // 3)] = -np.inf
+        temperature = float(rng.choice([0.3, 0.8, 2.0]))
+        tokens = rng.integers(0, vocab, (batch, nodes))
+        if case % 2 == 0:
+            z = drafted / temperature
+            q = np.exp(z - z.max(-1, keepdims=True))
+            cdf = np.cumsum(q / q.sum(-1, keepdims=True), -1)
+            tokens = (cdf < rng.random((batch, nodes, 1))).sum(-1).clip(0, vocab - 1)
+        u = rng.random((batch, nodes)) * rng.choice([1.0, 0.1])
+        if case % 3 == 0:
+            u[:] = rng.choice([0.0, 0.5, np.nextafter(1.0, 0.0)])
+        dtype = FLOAT_DTYPES[case % 2]  # float16 or float32 logits: the looks apply
+        kwargs = dict(
+            node_token_ids=tokens,
+            parent_ids=parents,
+            target_logits=target.astype(dtype),
+            draft_logits=None if case % 3 == 2 else drafted.astype(dtype),  # one-hot
+            temperature=temperature,
+            uniforms=u,
+            recovery_uniforms=rng.random(batch),
+            method="traversal",
+        )
+        _as_the_exact_pass(kwargs, vocab)
+
+
+def _exact_outcomes(kwargs: dict, vocab: int) -> np.ndarray:
+    """Each row's outcome on the float64 path (``top_k = V``): its accepted nodes
+    and emitted tokens, one row of integers."""
+    exact = specaccept.verify_tree_logits(**kwargs, top_k=vocab)
+    return np.concatenate([exact.accepted_node_ids, exact.output_token_ids], axis=1)
+
+
+def _boundary(kwargs: dict, vocab: int, place, high: np.ndarray) -> tuple:
+    """Per row, where the float64 path's outcome changes as a uniform moves from 0
+    to ``high``: ``place(kwargs, values)`` writes the uniform of each row. Bisects
+    to the smallest float64 value with ``high``'s outcome. Returns the boundaries,
+    and which rows have one (the outcome at 0 differs from that at ``high``)."""
+    low = np.zeros_like(high)
+    place(kwargs, low)
+    at_low = _exact_outcomes(kwargs, vocab)
+    place(kwargs, high)
+    changes = (_exact_outcomes(kwargs, vocab) != at_low).any(axis=1)
+    high = high.copy()
+    while True:
+        middle = low + (high - low) / 2
+        open_ = (middle > low) & (middle < high)
+        if not open_.any():
+            return high, changes
+        place(kwargs, middle)
+        same = (_exact_outcomes(kwargs, vocab) == at_low).all(axis=1)
+        low = np.where(open_ & same, middle, low)
+        high = np.where(open_ & ~same, middle, high)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("one_hot", [False, True])
+@pytest.mark.parametrize("near", ["later leaf", "parent", "parent's draw", "root's draw"])
+def test_traversal_s_walk_is_decided_as_the_exact_pass_next_to_a_boundary(
+    dtype, one_hot, near
+) -> None:
+    # The 3 x 4 tree (root -> 1, 2, 3; node 1 -> 4, 5, 6, 7), drafts near the
+    # parent's target row, tokens sampled from them, every uniform just under 1
+    # (everything rejected, every round made) but the one moved. Each row's
+    # boundary of the float64 path is found by bisection on it (the exact pass,
+    # forced by top_k = V); the uniform is then put at relative distances 1e-2 ..
+    # 1e-12 from it (either side) and on it. "later leaf": node 5's uniform, its
+    # rate from node 1's residual after node 4's removal (node 1's u = 0, so its
+    # rounds are made); "parent": node 1's, its
+    # rate after its four leaves' rounds; "parent's draw": node 1 accepted (u = 0)
+    # after them, the recovery uniform at a boundary of its residual's draw;
+    # "root's draw": everything rejected, the root's residual after three rounds.
+    # The certified walk (docs/spec.md section 7.7) must give the exact pass's tokens.
+    rng = np.random.default_rng(23)
+    parents = WALK_SHAPES[0]
+    batch, nodes, vocab = 48, len(parents), 3000
+    target = (rng.normal(size=(batch, nodes, vocab)) * 2).astype(dtype)
+    # Siblings drawn independently from one draft row: row c is its parent's.
+    noise = rng.normal(size=(batch, nodes, vocab))
+    above = np.maximum(parents, 0)
+    drafted = (target[:, above].astype(np.float64) + noise[:, above]).astype(dtype)
+    temperature = rng.choice([0.7, 1.3], size=batch)
+    tokens = np.zeros((batch, nodes), np.int64)
+    for b in range(batch):
+        t = temperature[b]
+        p = [np.asarray(reference.transform_logits(target[b, v], t, 0, 1.0)) for v in range(4)]
+        for v in range(4):
+            children = np.flatnonzero(parents == v)
+            if one_hot:
+                # Tokens the target gives little: rates below 1.
+                picked = rng.choice(np.argsort(p[v])[: vocab // 2], len(children), replace=False)
+            else:
+                # q(x) > p(x): rates below 1, and each residual 0 at the siblings' tokens.
+                q = np.asarray(reference.transform_logits(drafted[b, children[0]], t, 0, 1.0))
+                picked = np.argsort(p[v] - q)[: len(children)]
+                if near == "later leaf" and v == 0:
+                    picked[0] = int(np.argmax(p[0]))  # node 1's rate near 1 (its u is 0)
+                if near == "later leaf" and v == 1:
+                    # Node 5's rate after node 4's removal (section 7.6) in (0.1, 0.9).
+                    q_1 = np.asarray(reference.transform_logits(drafted[b, 1], t, 0, 1.0))
+                    a = min(1.0, p[0][tokens[b, 1]] / q_1[tokens[b, 1]])
+                    w = np.maximum(a * p[1] - q, 0.0)
+                    a = w.sum() / (w.sum() + 1 - a)
+                    rate = np.minimum(a * w / w.sum() / q, 1.0)
+                    between = np.flatnonzero((rate > 0.1) & (rate < 0.9))
+                    if len(between):
+                        picked[1] = rng.choice(between)
+            tokens[b, children] = picked
+    u = np.full((batch, nodes), np.nextafter(1.0, 0.0))
+    if near in ("later leaf", "parent's draw"):
+        u[:, 1] = 0.0  # below node 1's rate: step 3 makes every round
+    kwargs = dict(
+        node_token_ids=tokens,
+        parent_ids=parents,
+        target_logits=target,
+        draft_logits=None if one_hot else drafted,
+        temperature=temperature,
+        uniforms=u,
+        recovery_uniforms=rng.random(batch),
+        method="traversal",
+    )
+    if near.endswith("draw"):
+
+        def place(kw, values):
+            kw["recovery_uniforms"] = values
+
+        high = kwargs["recovery_uniforms"]
+    else:
+        node = 5 if near == "later leaf" else 1
+
+        def place(kw, values):
+            kw["uniforms"] = u.copy()
+            kw["uniforms"][:, node] = values
+
+        high = np.full(batch, np.nextafter(1.0, 0.0))
+    edge, changes = _boundary(kwargs, vocab, place, high)
+    assert changes.mean() > 0.5, "most rows have a boundary to test"
+    values = np.array([_at_distance(e, b, 4) for b, e in enumerate(edge)])
+    place(kwargs, np.where(changes, np.minimum(values, np.nextafter(1.0, 0.0)), high))
+    # Not against the reference: uniforms just under 1 sit within 1e-16 of rates
+    # that are 1 up to the last bits of a float64 sum (h(S, 1) = S / ((S + 1) - 1)),
+    # and the reference's sums differ within about 1e-9.
+    verified = _as_the_exact_pass(kwargs, vocab)
+    if not near.endswith("draw"):
+        # Both sides of the rate are represented.
+        accepted = (verified.accepted_node_ids == node).any(axis=1)[changes]
+        assert 0 < accepted.sum() < len(accepted)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("one_hot", [False, True])
 def test_traversal_s_first_leaf_is_decided_as_the_exact_pass_next_to_its_rate(

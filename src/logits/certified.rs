@@ -931,9 +931,9 @@ pub(super) fn children<P: Prob, Q: Prob>(
 /// draft row, its terms and blocks; `spare`: scratch blocks.
 ///
 /// The draft side may instead be bounded over the entries not surely
-/// clipped alone. An entry with `a_i <= fl(fl(e'_i rho') KEEP)` has `v_i rho
-/// >= a_i` whenever `e'_i rho'` is within a relative `1 - KEEP` of `v_i rho`
-/// (checked: twice the element's error, below): its float64 value
+/// clipped alone. An entry with `a_i <= fl(fl(e'_i rho') KEEP)` has
+/// `v_i rho >= a_i` whenever `e'_i rho'` is within a relative `1 - KEEP` of
+/// `v_i rho` (checked: twice the element's error, below): its float64 value
 /// `max(0, A_i - v_i rho)` is then at most `|A_i - a_i|`, already in the
 /// block's bound, and its estimate 0. The other entries err on the draft
 /// side by at most `rho_high (e'_i (c + delta + 3u) + FLOOR)`, `c` the
@@ -2307,6 +2307,49 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_round_s_bounds_hold_entries_next_to_the_clip_for_any_rho() {
+        // A round whose every entry sits just below its clip at `rho`'s
+        // midpoint: the draft row is the target's own (v = w) and `rho_mid (1 -
+        // d / 4) = 1`, so each estimate is clipped (or about 0) while at `rho`'s
+        // low end the float64 entry is `w d / 4 > 0`. Each block's bound must
+        // hold the float64 sums for every `rho` in the interval: the entries not
+        // surely clipped (`KEEP`) carry the draft side's error.
+        let (len, inverse, d) = (3 * SUM_BLOCK + 17, 1.0 / 0.8, 1e-4);
+        let logits = rows(7, len, 12.0, 0.0);
+        let row = Row::of(ArrayView1::from(&logits[..]), inverse).expect("a valid row");
+        let (mut a_terms, mut q_terms) = (vec![0.0f32; len], vec![0.0f32; len]);
+        let (mut a_blocks, mut q_blocks, mut spare) = Default::default();
+        row.total(&mut a_blocks, Some(&mut a_terms));
+        row.total(&mut q_blocks, Some(&mut q_terms));
+        let mid = 1.0 / (1.0 - d / 4.0);
+        let rho = Interval(mid * (1.0 - d / 2.0), mid * (1.0 + d / 2.0));
+        let draft = (&row, &mut q_terms[..], &q_blocks);
+        draft_round(
+            (&mut a_terms, &mut a_blocks),
+            draft,
+            &mut spare,
+            rho,
+            (0, f64::INFINITY),
+        );
+        let mut widest = 0.0f64;
+        for r in [rho.0, mid, rho.1] {
+            for (j, (&s, &bound)) in a_blocks.sum.iter().zip(&a_blocks.bound).enumerate() {
+                let exact: f64 = (j * SUM_BLOCK..((j + 1) * SUM_BLOCK).min(len))
+                    .map(|i| (row.weight(i) - row.weight(i) * r).max(0.0))
+                    .sum();
+                assert!(
+                    (exact - s).abs() <= bound,
+                    "rho {r}, block {j}: {exact} vs {s} +- {bound}"
+                );
+                widest = widest.max((exact - s).abs() / bound);
+            }
+        }
+        // The entries' float64 values at the low end are far above the kept
+        // terms' errors: the bound is there for them.
+        assert!(widest > 0.1, "{widest}");
     }
 
     /// Draft rows for target logits `p`: one near it (`p` plus noise of

@@ -135,18 +135,19 @@ fn next_rate(a: Interval, mb: Interval, q: Interval) -> Option<Interval> {
     (rate.0 > SMALL).then_some(rate)
 }
 
-/// `h(S, a) = fl(S / fl(fl(S + 1) - a))` over the intervals (increasing in
-/// both for `a <= 1`). The denominator's roundings are absolute, up to
-/// `u (S + 1)` each: it is bounded with that slack. `None` where `S` may be 0
-/// or the denominator may be.
+/// `h(S, a) = fl(S / fl(fl(S + 1) - a))` over the intervals: `S / ((S + 1) -
+/// a + e)` is increasing in `S` for any `e >= 0` and `a <= 1`, and in `a`, so
+/// its ends are at `(S_low, a_low)` and `(S_high, a_high)`. The
+/// denominator's roundings are absolute, up to `u (S + 1)` each: the slack
+/// `e`. `None` where `S` may be 0 or the denominator may be.
 fn h(Interval(s0, s1): Interval, Interval(a0, a1): Interval) -> Option<Interval> {
     if s0 <= SMALL {
         return None;
     }
     let slack = STEP * (s1 + 2.0);
-    let low = (s0 + (1.0 - a1)) * (1.0 - STEP) - slack;
-    let high = (s1 + (1.0 - a0)) * (1.0 + STEP) + slack;
-    (low > 0.0).then(|| Interval(s0 / high * (1.0 - STEP), s1 / low * (1.0 + STEP)))
+    let largest = (s0 + (1.0 - a0)) * (1.0 + STEP) + slack;
+    let smallest = (s1 + (1.0 - a1)) * (1.0 - STEP) - slack;
+    (smallest > 0.0).then(|| Interval(s0 / largest * (1.0 - STEP), s1 / smallest * (1.0 + STEP)))
 }
 
 /// `A(i)` of a node after `rounds` (and `extra`, a round not made), from the
