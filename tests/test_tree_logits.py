@@ -408,25 +408,24 @@ def test_an_only_child_s_residual_draw_is_the_exact_pass_draw_next_to_a_boundary
     assert drawn.num_accepted.tolist() == [b % 2 for b in range(batch)]
 
 
-@pytest.mark.parametrize("block", range(3))
-def test_children_tried_in_turn_agree_with_the_exact_pass_on_random_trees(block) -> None:
-    # The look at a node's children in turn (docs/spec.md section 7.7) on random
-    # trees: 2 to 4 children at the root, each with a child; drafters close, far,
-    # unrelated or equal to the target, or one-hot; masked tokens; drafted tokens sampled from
-    # the draft rows or uniform; uniforms random or all 0, 0.5 or just under 1. The
-    # tokens must equal the exact pass's, forced by top_k = V.
-    rng = np.random.default_rng(40 + block)
-    for case in range(20):
+def _agree_on_random_trees(rng, shape, method: str, cases: int) -> None:
+    """``cases`` random batches of trees (``shape(case)``: the parent links), each
+    checked against the exact pass: drafters close to, far from, unrelated to or
+    equal to the target (draft row ``c`` near its parent's target row), or one-hot;
+    masked tokens; drafted tokens sampled from the draft rows or uniform; uniforms
+    random, scaled down (deeper acceptances) or all 0, 0.5 or just under 1; float16
+    or float32 logits (the looks apply)."""
+    for case in range(cases):
         vocab = int(rng.choice([5, 40, 300, 3000]))
-        width = int(rng.integers(2, 5))
-        parents = np.array([-1] + [0] * width + list(range(1, width + 1)))
+        parents = shape(case)
         batch, nodes = 8, len(parents)
         target = rng.normal(size=(batch, nodes, vocab)) * rng.choice([0.5, 2.0, 5.0])
+        above = target[:, np.maximum(parents, 0)]
         drafted = [
-            target + rng.normal(size=target.shape) * 0.3,
-            target + rng.normal(size=target.shape) * 2.0,
+            above + rng.normal(size=target.shape) * 0.3,
+            above + rng.normal(size=target.shape) * 2.0,
             rng.normal(size=target.shape) * 2.0,
-            target.copy(),
+            above.copy(),
         ][case % 4]
         if case % 5 == 0:
             target[:, :, : max(1, vocab // 3)] = -np.inf
@@ -437,10 +436,10 @@ def test_children_tried_in_turn_agree_with_the_exact_pass_on_random_trees(block)
             q = np.exp(z - z.max(-1, keepdims=True))
             cdf = np.cumsum(q / q.sum(-1, keepdims=True), -1)
             tokens = (cdf < rng.random((batch, nodes, 1))).sum(-1).clip(0, vocab - 1)
-        u = rng.random((batch, nodes))
+        u = rng.random((batch, nodes)) * rng.choice([1.0, 0.1])
         if case % 3 == 0:
             u[:] = rng.choice([0.0, 0.5, np.nextafter(1.0, 0.0)])
-        dtype = FLOAT_DTYPES[case % 2]  # float16 or float32 logits: the looks apply
+        dtype = FLOAT_DTYPES[case % 2]
         kwargs = dict(
             node_token_ids=tokens,
             parent_ids=parents,
@@ -449,8 +448,24 @@ def test_children_tried_in_turn_agree_with_the_exact_pass_on_random_trees(block)
             temperature=temperature,
             uniforms=u,
             recovery_uniforms=rng.random(batch),
+            method=method,
         )
         _as_the_exact_pass(kwargs, vocab)
+
+
+@pytest.mark.parametrize("block", range(3))
+def test_children_tried_in_turn_agree_with_the_exact_pass_on_random_trees(block) -> None:
+    # The look at a node's children in turn (docs/spec.md section 7.7) on random
+    # trees, 2 to 4 children at the root, each with a child, and random inputs
+    # (_agree_on_random_trees): the tokens must equal the exact pass's, forced by
+    # top_k = V.
+    rng = np.random.default_rng(40 + block)
+
+    def shape(_case: int) -> np.ndarray:
+        width = int(rng.integers(2, 5))
+        return np.array([-1] + [0] * width + list(range(1, width + 1)))
+
+    _agree_on_random_trees(rng, shape, "token", 20)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
@@ -527,48 +542,11 @@ WALK_SHAPES = [
 @pytest.mark.parametrize("block", range(3))
 def test_traversal_s_walk_agrees_with_the_exact_pass_on_random_trees(block) -> None:
     # Without filters traversal's whole walk may be decided from the certified
-    # passes (docs/spec.md section 7.7). Random trees of each shape; drafters close,
-    # far, unrelated or equal to the target (draft row c near its parent's target
-    # row), or one-hot; masked tokens; drafted tokens sampled from the draft rows or
-    # uniform; uniforms random, scaled down (deeper acceptances) or all 0, 0.5 or
-    # just under 1. The tokens must equal the exact pass's, forced by top_k = V.
+    # passes (docs/spec.md section 7.7). Trees of each of WALK_SHAPES, random inputs
+    # (_agree_on_random_trees): the tokens must equal the exact pass's, forced by
+    # top_k = V.
     rng = np.random.default_rng(70 + block)
-    for case in range(24):
-        vocab = int(rng.choice([5, 40, 300, 3000]))
-        parents = WALK_SHAPES[case % len(WALK_SHAPES)]
-        batch, nodes = 8, len(parents)
-        target = rng.normal(size=(batch, nodes, vocab)) * rng.choice([0.5, 2.0, 5.0])
-        above = target[:, np.maximum(parents, 0)]
-        drafted = [
-            above + rng.normal(size=target.shape) * 0.3,
-            above + rng.normal(size=target.shape) * 2.0,
-            rng.normal(size=target.shape) * 2.0,
-            above.copy(),
-        ][case % 4]
-        if case % 5 == 0:
-            target[:, :, : max(1, vocab // 3)] = -np.inf
-        temperature = float(rng.choice([0.3, 0.8, 2.0]))
-        tokens = rng.integers(0, vocab, (batch, nodes))
-        if case % 2 == 0:
-            z = drafted / temperature
-            q = np.exp(z - z.max(-1, keepdims=True))
-            cdf = np.cumsum(q / q.sum(-1, keepdims=True), -1)
-            tokens = (cdf < rng.random((batch, nodes, 1))).sum(-1).clip(0, vocab - 1)
-        u = rng.random((batch, nodes)) * rng.choice([1.0, 0.1])
-        if case % 3 == 0:
-            u[:] = rng.choice([0.0, 0.5, np.nextafter(1.0, 0.0)])
-        dtype = FLOAT_DTYPES[case % 2]  # float16 or float32 logits: the looks apply
-        kwargs = dict(
-            node_token_ids=tokens,
-            parent_ids=parents,
-            target_logits=target.astype(dtype),
-            draft_logits=None if case % 3 == 2 else drafted.astype(dtype),  # one-hot
-            temperature=temperature,
-            uniforms=u,
-            recovery_uniforms=rng.random(batch),
-            method="traversal",
-        )
-        _as_the_exact_pass(kwargs, vocab)
+    _agree_on_random_trees(rng, lambda case: WALK_SHAPES[case % len(WALK_SHAPES)], "traversal", 24)
 
 
 def _exact_outcomes(kwargs: dict, vocab: int) -> np.ndarray:
