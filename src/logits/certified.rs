@@ -909,7 +909,13 @@ pub(super) fn children<P: Prob, Q: Prob>(
             }
             Some(q_row) => {
                 let draft = (q_row, &mut q_terms[..], &*q_blocks);
-                draft_round((a_terms, a_blocks), draft, next_blocks, rho, (x, x_high));
+                draft_round(
+                    (a_terms, a_blocks),
+                    draft,
+                    next_blocks,
+                    (rho, TINY),
+                    (x, x_high),
+                );
             }
         }
         let Interval(low, high) = Interval::of_total(a_blocks.total())?;
@@ -927,8 +933,9 @@ pub(super) fn children<P: Prob, Q: Prob>(
 /// token `x`, whose new entry's float64 value is at most `x_high`: where
 /// that is surely 0 ([`SURELY_ZERO`]), its entry is 0 in both and left out
 /// of the draft side (its block's draft terms summed again without it), its
-/// bound added. `a`: the residual's terms and blocks (replaced); `draft`: the
-/// draft row, its terms and blocks; `spare`: scratch blocks.
+/// bound added; an entry below the normal range errs by `tiny` per operation.
+/// `a`: the residual's terms and blocks (replaced); `draft`: the draft row,
+/// its terms and blocks; `spare`: scratch blocks.
 ///
 /// The draft side may instead be bounded over the entries not surely
 /// clipped alone. An entry with `a_i <= fl(fl(e'_i rho') KEEP)` has
@@ -944,7 +951,7 @@ fn draft_round<Q: Prob>(
     (a_terms, a_blocks): (&mut [f32], &mut Blocks),
     (q_row, q_terms, q_blocks): (&Row<'_, Q>, &mut [f32], &Blocks),
     spare: &mut Blocks,
-    rho: Interval,
+    (rho, tiny): (Interval, f64),
     (x, x_high): (usize, f64),
 ) {
     let len = a_terms.len();
@@ -979,9 +986,11 @@ fn draft_round<Q: Prob>(
         };
         let roundings = U32 * s_a + 2.0 * STEP * (s_a + e_a + rho.1 * (s_q + e_q));
         spare.sum.push(s);
+        // An entry below the normal range errs by `tiny` per operation.
+        let small = 3.0 * tiny * (end - start) as f64;
         spare
             .bound
-            .push(INFLATE * (e_a + q_part + roundings + EXACT_ERROR * s + zeroed));
+            .push(INFLATE * (e_a + q_part + roundings + EXACT_ERROR * s + zeroed + small));
     }
     std::mem::swap(a_blocks, spare);
 }
@@ -2331,7 +2340,7 @@ mod tests {
             (&mut a_terms, &mut a_blocks),
             draft,
             &mut spare,
-            rho,
+            (rho, TINY),
             (0, f64::INFINITY),
         );
         let mut widest = 0.0f64;

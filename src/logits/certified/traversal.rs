@@ -61,8 +61,10 @@ impl Level {
 /// A round made at a node, as [`element`] replays it.
 #[derive(Clone, Copy)]
 enum Round<'a, Q> {
-    /// `A := max(0, A - v rho)`: the removed child's draft row, and `rho`.
-    Draft(Row<'a, Q>, Interval),
+    /// `A := max(0, A - v rho)`: the removed child's draft row, `rho`, and the
+    /// absolute error of an operation whose float64 result is below the
+    /// normal range, in these units ([`tiny`]).
+    Draft(Row<'a, Q>, Interval, f64),
     /// One-hot drafts: the removed child's token's entry set to 0.
     Zero(usize),
 }
@@ -113,6 +115,13 @@ fn over(Interval(a0, a1): Interval, Interval(b0, b1): Interval) -> Interval {
 /// where a decision needs them above 0.
 const SMALL: f64 = 1e-290;
 
+/// The absolute error of one float64 operation of a round whose result lies
+/// below the normal range (at most `2^-1075`), in units `K` at most `k_high`,
+/// rounded far up: [`TINY`] where that is larger.
+fn tiny(k_high: f64) -> f64 {
+    (k_high * 4.0 * f64::from_bits(1)).max(TINY)
+}
+
 /// `next_rho(a, mb, q)` (block verification's rate, docs/spec.md section
 /// 2.6) over the intervals: exactly 0 where `mb` is exactly 0, exactly 1
 /// where `q` is, else `min(1, fl(fl(a mb) / q))`'s interval; `None` where
@@ -135,18 +144,19 @@ fn next_rate(a: Interval, mb: Interval, q: Interval) -> Option<Interval> {
     (rate.0 > SMALL).then_some(rate)
 }
 
-/// `h(S, a) = fl(S / fl(fl(S + 1) - a))` over the intervals: `S / ((S + 1) -
-/// a + e)` is increasing in `S` for any `e >= 0` and `a <= 1`, and in `a`, so
-/// its ends are at `(S_low, a_low)` and `(S_high, a_high)`. The
-/// denominator's roundings are absolute, up to `u (S + 1)` each: the slack
-/// `e`. `None` where `S` may be 0 or the denominator may be.
+/// `h(S, a) = fl(S / fl(fl(S + 1) - a))` over the intervals, its numerator
+/// and denominator bounded apart (rates may exceed 1 by the roundings, so `h`
+/// need not be monotone in `S`). The denominator's roundings are absolute, up
+/// to `u (S + 1)` each: the slack. `None` where `S` may be 0 or the
+/// denominator may be.
 fn h(Interval(s0, s1): Interval, Interval(a0, a1): Interval) -> Option<Interval> {
     if s0 <= SMALL {
         return None;
     }
     let slack = STEP * (s1 + 2.0);
-    let largest = (s0 + (1.0 - a0)) * (1.0 + STEP) + slack;
-    let smallest = (s1 + (1.0 - a1)) * (1.0 - STEP) - slack;
+    let (low, high) = (s0 + (1.0 - a1), s1 + (1.0 - a0));
+    let smallest = low - STEP * low.abs() - slack;
+    let largest = high + STEP * high.abs() + slack;
     (smallest > 0.0).then(|| Interval(s0 / largest * (1.0 - STEP), s1 / smallest * (1.0 + STEP)))
 }
 
@@ -170,13 +180,13 @@ fn element<P: Prob, Q: Prob>(
         match round {
             Round::Zero(x) if x == i => return Interval(0.0, 0.0),
             Round::Zero(_) => {}
-            Round::Draft(_, _) if a.1 == 0.0 => {}
-            Round::Draft(row, Interval(rho_low, rho_high)) => {
+            Round::Draft(..) if a.1 == 0.0 => {}
+            Round::Draft(row, Interval(rho_low, rho_high), tiny) => {
                 let v = row.weight(i);
                 let q = Interval(v * rho_low * (1.0 - STEP), v * rho_high * (1.0 + STEP));
                 // `fl(R f)`: `K` takes `f` exactly, so one rounding.
                 let a_now = Interval(a.0 * (1.0 - STEP), a.1 * (1.0 + STEP));
-                let slack = STEP * (a_now.1 + q.1) + 3.0 * TINY;
+                let slack = STEP * (a_now.1 + q.1) + 3.0 * tiny;
                 a = Interval(
                     (a_now.0 - q.1 - slack).max(0.0),
                     (a_now.1 - q.0 + slack).max(0.0),
@@ -311,7 +321,14 @@ pub(in crate::logits) fn traversal<P: Prob, Q: Prob>(
         let scale_next = over(parent.sigma, parent.rate);
         let round = match &removed.draft {
             None => Round::Zero(x),
-            Some((q_row, total_q)) => Round::Draft(*q_row, over(scale_next, *total_q)),
+            Some((q_row, total_q)) => {
+                let rho = over(scale_next, *total_q);
+                // `rho'` a normal float32, every bound finite.
+                if !(1e-30..=1e30).contains(&(0.5 * (rho.0 + rho.1))) || !rho.1.is_finite() {
+                    return None;
+                }
+                Round::Draft(*q_row, rho, tiny(scale_next.1))
+            }
         };
         if parent.node != 0 && !below(uniform(parent.node)?, parent.rate)? {
             // Step 3: no update where no later child can enter with a rate above 0.
@@ -355,11 +372,7 @@ pub(in crate::logits) fn traversal<P: Prob, Q: Prob>(
                 let total = times(parent.total, rest);
                 (times(parent.rate, rest), times(total_p, total), total)
             }
-            Round::Draft(q_row, rho) => {
-                let mid = 0.5 * (rho.0 + rho.1);
-                if !(1e-30..=1e30).contains(&mid) {
-                    return None;
-                }
+            Round::Draft(q_row, rho, tiny) => {
                 rounds.push(round);
                 let x_high = element(&p_row, &rounds[from..], None, x).1;
                 let q_level = &mut upper[0];
@@ -369,7 +382,7 @@ pub(in crate::logits) fn traversal<P: Prob, Q: Prob>(
                     &q_level.draft_blocks,
                 );
                 let a_side = (&mut lvl.terms[..len], &mut lvl.blocks);
-                draft_round(a_side, q_side, spare, rho, (x, x_high));
+                draft_round(a_side, q_side, spare, (rho, tiny), (x, x_high));
                 let Interval(low, high) = Interval::of_total(lvl.blocks.total())?;
                 let sigma = Interval(low * (1.0 - sum_error), high * (1.0 + sum_error));
                 // The mass is the canonical sum, T = Sigma / K.
