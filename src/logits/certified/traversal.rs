@@ -197,13 +197,38 @@ fn element<P: Prob, Q: Prob>(
     a
 }
 
+/// The deepest level the walk keeps (each level holds two float32 rows):
+/// deeper trees run the float64 walk.
+const DEEPEST: usize = 64;
+
+/// Float32 values of the levels a thread keeps between batch rows and calls
+/// (32 MiB), as `POOLED_VALUES` keeps transformed rows.
+const RETAINED: usize = 8 << 20;
+
 /// Traversal verification of one batch row from its logits (`target`,
 /// `draft`: its `[N, V]` rows; `None`: one-hot drafts), `1 / T` = `inverse`,
 /// no filters, decided from the certified passes: the accepted node and the
 /// next token, the float64 walk's bit for bit. `None` leaves the row to the
 /// float64 walk (a decision the intervals leave open, a row the passes do
-/// not apply to, a bad token or uniform, memory).
+/// not apply to, a bad token or uniform, a tree deeper than [`DEEPEST`],
+/// memory).
 pub(in crate::logits) fn traversal<P: Prob, Q: Prob>(
+    target: ArrayView2<'_, P>,
+    draft: Option<ArrayView2<'_, Q>>,
+    links: &TreeLinks<'_>,
+    inverse: f64,
+    recovery: f64,
+    scratch: &mut CertifiedScratch,
+) -> Option<(usize, usize)> {
+    let found = walk(target, draft, links, inverse, recovery, scratch);
+    // Each level holds two rows of `V`: keep at most RETAINED values.
+    let keep = RETAINED / (2 * target.shape()[1]).max(1);
+    scratch.levels.truncate(keep.max(1));
+    found
+}
+
+/// [`traversal`]'s walk.
+fn walk<P: Prob, Q: Prob>(
     target: ArrayView2<'_, P>,
     draft: Option<ArrayView2<'_, Q>>,
     links: &TreeLinks<'_>,
@@ -242,6 +267,9 @@ pub(in crate::logits) fn traversal<P: Prob, Q: Prob>(
     };
     stack.push(visit(0, one, None, 0));
     let level = |levels: &mut Vec<Level>, d: usize| -> Option<()> {
+        if d > DEEPEST {
+            return None;
+        }
         if levels.len() <= d {
             levels.resize_with(d + 1, Level::default);
         }
@@ -565,6 +593,15 @@ mod tests {
             assert_eq!(node as i64, last, "row {b}: the accepted node");
         }
         (decided, batch)
+    }
+
+    #[test]
+    fn a_tree_deeper_than_the_levels_kept_runs_the_float64_walk() {
+        // Chains: one of 70 nodes (down to depth 69) is left to the float64
+        // walk, one of 40 decided; both agree with it.
+        let chain = |nodes: i64| (0..nodes).map(|n| n - 1).collect::<Vec<_>>();
+        assert_eq!(compare(&chain(70), false, 1.0, true, 99).0, 0);
+        assert!(compare(&chain(40), false, 1.0, true, 98).0 > 0);
     }
 
     #[test]
