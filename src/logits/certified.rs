@@ -168,6 +168,25 @@ impl Blocks {
         self.bound.clear();
     }
 
+    /// Each block's bound widened by `relative` of its sum's upper end and by
+    /// `absolute` per element.
+    fn widen(&mut self, relative: f64, absolute: f64) {
+        for (&s, e) in self.sum.iter().zip(self.bound.iter_mut()) {
+            *e += relative * (s + *e) + SUM_BLOCK as f64 * absolute;
+        }
+    }
+
+    /// Element `x` of the kept `terms` set to 0 (its float64 value too, or
+    /// at most `bound` more, added), its block summed again.
+    fn zero_entry(&mut self, terms: &mut [f32], x: usize, bound: f64) {
+        terms[x] = 0.0;
+        let (j, start) = (x / SUM_BLOCK, x / SUM_BLOCK * SUM_BLOCK);
+        let block = &terms[start..(start + SUM_BLOCK).min(terms.len())];
+        let s: f64 = block.iter().map(|&t| f64::from(t)).sum();
+        self.sum[j] = s;
+        self.bound[j] += INFLATE * EXACT_ERROR * s + bound;
+    }
+
     /// A block of a row: `s = sum e`, `a = sum |y'| e` (see the module docs).
     #[inline(always)]
     fn push_row_block(&mut self, s: f64, a: f64, len: usize, arg: f32) {
@@ -567,9 +586,7 @@ fn whole_row_draw<P: Prob>(
     let row = Row::of(row, inverse)?;
     row.total(blocks, None);
     if block > 0.0 || absolute > 0.0 {
-        for (&s, e) in blocks.sum.iter().zip(blocks.bound.iter_mut()) {
-            *e += block * (s + *e) + SUM_BLOCK as f64 * absolute;
-        }
+        blocks.widen(block, absolute);
     }
     draw(blocks, row.values.len(), u, |i| {
         let w = row.weight(i);
@@ -846,9 +863,7 @@ pub(super) fn children<P: Prob, Q: Prob>(
     let p_row = Row::of(target, inverse)?;
     let total_p = Interval::of_total(p_row.total(a_blocks, Some(a_terms)))?;
     // A_0 = W_p fl(w_i / W_p): one rounding of each weight.
-    for (&s, e) in a_blocks.sum.iter().zip(a_blocks.bound.iter_mut()) {
-        *e += STEP * (s + *e);
-    }
+    a_blocks.widen(STEP, 0.0);
     // The relative error of a canonical sum of non-negative terms (S_k).
     let sum_error = (2 * (len.div_ceil(SUM_BLOCK) + SUM_BLOCK) + 64) as f64 * STEP;
     let mut rounds: Vec<(Option<Row<'_, Q>>, usize, Interval)> = Vec::with_capacity(drafts.len());
@@ -897,15 +912,10 @@ pub(super) fn children<P: Prob, Q: Prob>(
                 if !surely_zero {
                     return None;
                 }
-                a_terms[x] = 0.0;
                 for (&s, e) in a_blocks.sum.iter().zip(a_blocks.bound.iter_mut()) {
                     *e = INFLATE * (*e + 2.0 * STEP * (s + *e));
                 }
-                let (j, start) = (x / SUM_BLOCK, x / SUM_BLOCK * SUM_BLOCK);
-                let block = &a_terms[start..(start + SUM_BLOCK).min(len)];
-                let s: f64 = block.iter().map(|&t| f64::from(t)).sum();
-                a_blocks.sum[j] = s;
-                a_blocks.bound[j] += INFLATE * EXACT_ERROR * s + x_high;
+                a_blocks.zero_entry(a_terms, x, x_high);
             }
             Some(q_row) => {
                 let draft = (q_row, &mut q_terms[..], &*q_blocks);

@@ -26,8 +26,8 @@
 use ndarray::{ArrayView2, Axis};
 
 use super::{
-    draft_round, draw, whole_row_draw, Blocks, CertifiedScratch, Interval, Row, Widening,
-    EXACT_ERROR, INFLATE, STEP, TINY,
+    draft_round, draw, whole_row_draw, Blocks, CertifiedScratch, Interval, Row, Widening, STEP,
+    TINY,
 };
 use crate::memory;
 use crate::prob::Prob;
@@ -288,9 +288,7 @@ fn walk<P: Prob, Q: Prob>(
                 let lvl = &mut levels[d];
                 let total = Interval::of_total(row.total(&mut lvl.blocks, Some(&mut lvl.terms)))?;
                 // A_0 = W_p fl(w_i / W_p): one rounding of each weight.
-                for (&s, e) in lvl.blocks.sum.iter().zip(lvl.blocks.bound.iter_mut()) {
-                    *e += STEP * (s + *e);
-                }
+                lvl.blocks.widen(STEP, 0.0);
                 v.target = Some((row, total));
                 v.sigma = total;
             }
@@ -326,12 +324,12 @@ fn walk<P: Prob, Q: Prob>(
                     let blocks = &mut levels[d].blocks;
                     let rounds = &rounds[v.from..];
                     if draft.is_none() {
-                        // The float64 walk draws from its weights: a second
-                        // canonical sum, as `Widening::DIVIDED`.
-                        for (&s, e) in blocks.sum.iter().zip(blocks.bound.iter_mut()) {
-                            *e += INFLATE * (2.0 * EXACT_ERROR + STEP) * (s + *e)
-                                + SUM_BLOCK as f64 * TINY;
-                        }
+                        // The float64 walk draws from its weights `p_i`:
+                        // divided, and a second canonical sum.
+                        let Widening {
+                            block, absolute, ..
+                        } = Widening::DIVIDED;
+                        blocks.widen(block, absolute);
                     }
                     draw(blocks, len, recovery, |i| element(p_row, rounds, None, i))?
                 }
@@ -391,12 +389,7 @@ fn walk<P: Prob, Q: Prob>(
                 if rest.0 <= SMALL {
                     return None;
                 }
-                let (j, start) = (x / SUM_BLOCK, x / SUM_BLOCK * SUM_BLOCK);
-                lvl.terms[x] = 0.0;
-                let block = &lvl.terms[start..(start + SUM_BLOCK).min(len)];
-                let s: f64 = block.iter().map(|&t| f64::from(t)).sum();
-                lvl.blocks.sum[j] = s;
-                lvl.blocks.bound[j] += INFLATE * EXACT_ERROR * s;
+                lvl.blocks.zero_entry(&mut lvl.terms[..len], x, 0.0);
                 let total = times(parent.total, rest);
                 (times(parent.rate, rest), times(total_p, total), total)
             }
