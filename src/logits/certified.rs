@@ -382,9 +382,28 @@ enum Pass {
 struct Interval(f64, f64);
 
 impl Interval {
+    /// Each end moved out by the relative rounding `relative`.
+    fn widened(self, relative: f64) -> Interval {
+        Interval(self.0 * (1.0 - relative), self.1 * (1.0 + relative))
+    }
+
+    /// `max(0, fl(a - fl(v rho)))` for `a` in `self` and `rho` in `rho`: one
+    /// entry's round on intervals, the element functions' step ([`element`],
+    /// `traversal::element`). Relative roundings of the product and the
+    /// difference, and an absolute `tiny` per operation for values below the
+    /// normal range.
+    fn minus_rounded(self, v: f64, rho: Interval, tiny: f64) -> Interval {
+        let q = Interval(v * rho.0, v * rho.1).widened(STEP);
+        let slack = STEP * (self.1 + q.1) + 3.0 * tiny;
+        Interval(
+            (self.0 - q.1 - slack).max(0.0),
+            (self.1 - q.0 + slack).max(0.0),
+        )
+    }
+
     /// `w / W` as the exact pass divides, for `W` in `total`.
     fn quotient(w: f64, Interval(low, high): Interval) -> Interval {
-        Interval(w / high * (1.0 - STEP), w / low * (1.0 + STEP))
+        Interval(w / high, w / low).widened(STEP)
     }
 
     fn of_total((sum, error): (f64, f64)) -> Option<Interval> {
@@ -702,10 +721,7 @@ pub(super) fn position<P: Prob, Q: Prob>(
     }
     // The residual in units of the target's weights (see [`Residual`]).
     let rho = draft.as_ref().map(|(_, total_q, _)| {
-        Interval(
-            total_p.0 / total_q.1 * (1.0 - STEP),
-            total_p.1 / total_q.0 * (1.0 + STEP),
-        )
+        Interval(total_p.0 / total_q.1, total_p.1 / total_q.0).widened(STEP)
     });
     // The drafted token's residual is surely 0 for one-hot drafts, and
     // where p(x) < q(x) surely (as at any rejection decided on the row's q):
@@ -747,11 +763,11 @@ pub(super) fn position<P: Prob, Q: Prob>(
     let entry = |w: Interval, v: Option<Interval>| {
         let q = match (v, rho) {
             (Some(Interval(v_low, v_high)), Some(Interval(low, high))) => {
-                Interval(v_low * low * (1.0 - STEP), v_high * high * (1.0 + STEP))
+                Interval(v_low * low, v_high * high).widened(STEP)
             }
             _ => Interval(0.0, 0.0),
         };
-        let p = Interval(w.0 * (1.0 - STEP), w.1 * (1.0 + STEP));
+        let p = w.widened(STEP);
         let slack = STEP * (p.1 + q.1);
         Interval((p.0 - q.1 - slack).max(0.0), (p.1 - q.0 + slack).max(0.0))
     };
@@ -877,7 +893,7 @@ pub(super) fn children<P: Prob, Q: Prob>(
             Interval::quotient(p_row.weight(x), total_p)
         } else {
             let Interval(low, high) = element(&p_row, &rounds, x);
-            Interval(low / scale.1 * (1.0 - STEP), high / scale.0 * (1.0 + STEP))
+            Interval(low / scale.1, high / scale.0).widened(STEP)
         };
         // One-hot drafts: q = 1 at x, and W_q = 1.
         let (q_row, total_q, q) = match row {
@@ -892,10 +908,7 @@ pub(super) fn children<P: Prob, Q: Prob>(
         if decide(p, q, u)? {
             return Some(SurelyChildren::Accepted(k));
         }
-        let rho = Interval(
-            scale.0 / total_q.1 * (1.0 - STEP),
-            scale.1 / total_q.0 * (1.0 + STEP),
-        );
+        let rho = Interval(scale.0 / total_q.1, scale.1 / total_q.0).widened(STEP);
         let mid = 0.5 * (rho.0 + rho.1);
         if !(1e-30..=1e30).contains(&mid) {
             return None;
@@ -1029,20 +1042,9 @@ fn element<P: Prob, Q: Prob>(
             Some(row) => row.weight(i),
             None => f64::from(u8::from(i == *x)), // one-hot at the drafted token
         };
-        let q = Interval(v * rho_low * (1.0 - STEP), v * rho_high * (1.0 + STEP));
         // After the first round, `R f` is rounded twice more (`f` and the product).
-        let a_now = if k == 0 {
-            a
-        } else {
-            Interval(a.0 * (1.0 - STEP), a.1 * (1.0 + STEP))
-        };
-        // Relative roundings, and an absolute one per operation for values
-        // below the normal range.
-        let slack = STEP * (a_now.1 + q.1) + 3.0 * TINY;
-        a = Interval(
-            (a_now.0 - q.1 - slack).max(0.0),
-            (a_now.1 - q.0 + slack).max(0.0),
-        );
+        let a_now = if k == 0 { a } else { a.widened(STEP) };
+        a = a_now.minus_rounded(v, Interval(*rho_low, *rho_high), TINY);
     }
     a
 }

@@ -103,12 +103,12 @@ fn below(u: f64, Interval(low, high): Interval) -> Option<bool> {
 
 /// `a * b` for non-negative intervals, widened by a rounding.
 fn times(Interval(a0, a1): Interval, Interval(b0, b1): Interval) -> Interval {
-    Interval(a0 * b0 * (1.0 - STEP), a1 * b1 * (1.0 + STEP))
+    Interval(a0 * b0, a1 * b1).widened(STEP)
 }
 
 /// `a / b` for non-negative intervals, `b` above 0, widened by a rounding.
 fn over(Interval(a0, a1): Interval, Interval(b0, b1): Interval) -> Interval {
-    Interval(a0 / b1 * (1.0 - STEP), a1 / b0 * (1.0 + STEP))
+    Interval(a0 / b1, a1 / b0).widened(STEP)
 }
 
 /// Values at most this are taken as possibly 0 (or below the normal range)
@@ -157,7 +157,7 @@ fn h(Interval(s0, s1): Interval, Interval(a0, a1): Interval) -> Option<Interval>
     let (low, high) = (s0 + (1.0 - a1), s1 + (1.0 - a0));
     let smallest = low - STEP * low.abs() - slack;
     let largest = high + STEP * high.abs() + slack;
-    (smallest > 0.0).then(|| Interval(s0 / largest * (1.0 - STEP), s1 / smallest * (1.0 + STEP)))
+    (smallest > 0.0).then(|| Interval(s0 / largest, s1 / smallest).widened(STEP))
 }
 
 /// `A(i)` of a node after `rounds` (and `extra`, a round not made), from the
@@ -181,16 +181,9 @@ fn element<P: Prob, Q: Prob>(
             Round::Zero(x) if x == i => return Interval(0.0, 0.0),
             Round::Zero(_) => {}
             Round::Draft(..) if a.1 == 0.0 => {}
-            Round::Draft(row, Interval(rho_low, rho_high), tiny) => {
-                let v = row.weight(i);
-                let q = Interval(v * rho_low * (1.0 - STEP), v * rho_high * (1.0 + STEP));
+            Round::Draft(row, rho, tiny) => {
                 // `fl(R f)`: `K` takes `f` exactly, so one rounding.
-                let a_now = Interval(a.0 * (1.0 - STEP), a.1 * (1.0 + STEP));
-                let slack = STEP * (a_now.1 + q.1) + 3.0 * tiny;
-                a = Interval(
-                    (a_now.0 - q.1 - slack).max(0.0),
-                    (a_now.1 - q.0 + slack).max(0.0),
-                );
+                a = a.widened(STEP).minus_rounded(row.weight(i), rho, tiny);
             }
         }
     }
@@ -385,7 +378,7 @@ fn walk<P: Prob, Q: Prob>(
                 // One-hot: Mb(x) from the weights so far, x's entry 0, T and the
                 // mass by the float64 walk's products.
                 let mb = over(element(&p_row, &rounds[from..], None, x), parent.sigma);
-                let rest = Interval((1.0 - mb.1) * (1.0 - STEP), (1.0 - mb.0) * (1.0 + STEP));
+                let rest = Interval(1.0 - mb.1, 1.0 - mb.0).widened(STEP);
                 if rest.0 <= SMALL {
                     return None;
                 }
