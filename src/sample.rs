@@ -151,9 +151,13 @@ pub(crate) struct PairWeights<O, P, Q, RP, RQ, L> {
     pub p: RP,
     pub q: RQ,
     pub at: L,
-    /// `p` is a float64 buffer in cache and `q` a row read from memory: the
-    /// sums go through [`Kernel::pair_ahead`] (the same bits).
-    pub ahead: bool,
+    /// `p` is a round's float64 buffer, `q` a row read from memory. The
+    /// buffer holds the library's own values, in cache: the sums go through
+    /// [`Kernel::pair_ahead`] (the same bits), and only `q` is checked. Its
+    /// values are what float64 gives, an infinity included where a round's
+    /// factor `1 / S` overflowed (`S` below the normal range, docs/spec.md
+    /// section 7.3): not a bad input.
+    pub buffer: bool,
     pub _elem: PhantomData<(P, Q)>,
 }
 
@@ -173,7 +177,7 @@ where
     #[inline(always)]
     fn block_sum<K: Kernel>(&self, start: usize, end: usize) -> (f64, bool) {
         match (self.p.contiguous(), self.q.contiguous()) {
-            (Some(p), Some(q)) if self.ahead => {
+            (Some(p), Some(q)) if self.buffer => {
                 K::pair_ahead(self.op, &p[start..end], &q[start..end])
             }
             (Some(p), Some(q)) => K::pair(self.op, &p[start..end], &q[start..end]),
@@ -185,7 +189,7 @@ where
         let valid = |v: f64| (0.0..=f64::MAX).contains(&v);
         for i in start..end {
             let (p, q) = (self.p.at(i).to_f64(), self.q.at(i).to_f64());
-            if !valid(p) {
+            if !valid(p) && !self.buffer {
                 return Err(bad_probability("target_probs", self.at.element(i), p));
             }
             if !valid(q) {
@@ -552,7 +556,7 @@ pub(crate) fn sample_residual<P: Prob, Q: Prob>(
                 p,
                 q,
                 at,
-                ahead: false,
+                buffer: false,
                 _elem: PhantomData,
             };
             sample_or_search(&w, u, scratch, known_total)
@@ -563,7 +567,7 @@ pub(crate) fn sample_residual<P: Prob, Q: Prob>(
                 p,
                 q,
                 at,
-                ahead: false,
+                buffer: false,
                 _elem: PhantomData,
             };
             sample_or_search(&w, u, scratch, known_total)
@@ -572,16 +576,15 @@ pub(crate) fn sample_residual<P: Prob, Q: Prob>(
 }
 
 /// The residual mass `Z = sum(max(0, rho * p - q))`, its block sums left in
-/// `scratch` for [`sample_residual`] with `known_total`. `ahead`: `p` is a
-/// round's float64 buffer, in cache, and `q` a row read from memory
-/// ([`PairWeights::ahead`]).
+/// `scratch` for [`sample_residual`] with `known_total`. `buffer`: `p` is a
+/// round's float64 buffer ([`PairWeights::buffer`]: in cache, not checked).
 pub(crate) fn residual_mass<P: Prob, Q: Prob>(
     p: ArrayView1<'_, P>,
     q: ArrayView1<'_, Q>,
     at: Pos,
     rho: f64,
     scratch: &mut Vec<f64>,
-    ahead: bool,
+    buffer: bool,
 ) -> Result<f64, CoreError> {
     let op = ScaledResidual(rho);
     match (p.as_slice(), q.as_slice()) {
@@ -591,7 +594,7 @@ pub(crate) fn residual_mass<P: Prob, Q: Prob>(
                 p,
                 q,
                 at,
-                ahead,
+                buffer,
                 _elem: PhantomData,
             },
             scratch,
@@ -602,7 +605,7 @@ pub(crate) fn residual_mass<P: Prob, Q: Prob>(
                 p,
                 q,
                 at,
-                ahead: false,
+                buffer,
                 _elem: PhantomData,
             },
             scratch,

@@ -853,7 +853,9 @@ fn gather_children(
 /// round's residual of sum `S` (the factor 0 where `S` is not positive: a
 /// residual that vanished by rounding); `q` is one-hot at `x` when `None`. Returns the new
 /// residual's canonical sum (its block sums left in `scratch`), or `None` when a
-/// `P_i` or `q_i` read is not finite and non-negative (the caller names it).
+/// `P_i` of the target row or a `q_i` read is not finite and non-negative (the
+/// caller names it). A previous round's residual is the library's own values,
+/// not checked ([`sample::PairWeights::buffer`]).
 fn residual_round<A: Prob, Q: Prob>(
     p: ArrayView1<'_, A>,
     scale: Option<f64>,
@@ -869,11 +871,12 @@ fn residual_round<A: Prob, Q: Prob>(
         Some(total) => factor(1.0, total),
     });
     let valid = |v: f64| (0.0..=f64::MAX).contains(&v);
+    let valid_p = |v: f64| scale.is_some() || valid(v);
     if let (Some(ps), Some(qs)) = (p.as_slice(), q.and_then(|q| q.to_slice())) {
         // The round and its sum in one pass.
         let (total, surely_valid) = sample::store_pair_blocks(op, ps, qs, next, scratch);
         let ok = surely_valid
-            || (ps.iter().all(|v| valid(v.to_f64())) && qs.iter().all(|v| valid(v.to_f64())));
+            || (ps.iter().all(|v| valid_p(v.to_f64())) && qs.iter().all(|v| valid(v.to_f64())));
         return ok.then_some(total);
     }
     let mut ok = true;
@@ -881,14 +884,14 @@ fn residual_round<A: Prob, Q: Prob>(
         Some(q) => {
             for ((n, p), q) in next.iter_mut().zip(p.iter()).zip(q.iter()) {
                 let (p, q) = (p.to_f64(), q.to_f64());
-                ok &= valid(p) & valid(q);
+                ok &= valid_p(p) & valid(q);
                 *n = op.apply(p, q);
             }
         }
         None => {
             for (i, (n, p)) in next.iter_mut().zip(p.iter()).enumerate() {
                 let p = p.to_f64();
-                ok &= valid(p);
+                ok &= valid_p(p);
                 *n = op.apply(p, f64::from(u8::from(i == x)));
             }
         }
@@ -1266,17 +1269,17 @@ fn later_round<Q: Prob>(
 /// The draw from `max(0, p * f - q)` with uniform `u` (`None`: it sums to 0),
 /// without writing the weights: one pass for the canonical sum, then the block
 /// the draw lands in recomputed. An error means a bad value (the caller names it).
-/// `ahead`: `p` is the residual buffer ([`sample::residual_mass`]).
+/// `buffer`: `p` is the residual buffer ([`sample::residual_mass`]).
 fn last_draw<A: Prob, Q: Prob>(
     p: ArrayView1<'_, A>,
     q: ArrayView1<'_, Q>,
     f: f64,
     u: f64,
     scratch: &mut Vec<f64>,
-    ahead: bool,
+    buffer: bool,
 ) -> Result<Option<usize>, CoreError> {
     let at = Pos::Padded { b: 0, t: 0 }; // errors are renamed by the caller
-    let mass = sample::residual_mass(p, q, at, f, scratch, ahead)?;
+    let mass = sample::residual_mass(p, q, at, f, scratch, buffer)?;
     sample::sample_residual(p, q, at, f, u, scratch, Some(mass))
 }
 

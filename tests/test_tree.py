@@ -428,6 +428,51 @@ def test_later_rounds_scale_by_one_factor_to_the_bit(method) -> None:
     assert found == 20
 
 
+@pytest.mark.parametrize("method", ["token", "traversal"])
+@pytest.mark.parametrize("children", [2, 3, 4])
+@pytest.mark.parametrize("vocab", [4, 300])
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_a_round_whose_factor_overflows_gives_the_reference_tokens(
+    method, children, vocab, layout
+) -> None:
+    # float64 rows whose first residual is one subnormal entry: its total S is
+    # about 2e-320, so the next round's factor 1 / S is inf (docs/spec.md
+    # section 7.3): 0 * inf is NaN, max(0, NaN) is 0, and the tiny entry becomes
+    # inf. The residual buffer is the library's own values, not an input: the
+    # tokens must be the reference's, not an error naming target_probs. Every
+    # child (token 0) is rejected; with two children the draw lands on the inf
+    # entry; with three the last round (summed, not written) reads the inf
+    # entry, with four a written round does too, and the residual then sums to
+    # 0, so the draw falls back to the target row. At V = 300 the entry sits in
+    # the kernels' vector body; strided draft rows take the scalar rounds.
+    tiny_at = 2 if vocab == 4 else 40
+    p = np.zeros(vocab)
+    p[[0, 1, tiny_at]] = [0.5, 0.5, 2e-320]
+    q = np.zeros((children, vocab))
+    q[:, 0] = 0.75  # q(0) > p(0): rejected at u = 0.9
+    q[0, 1] = 0.5  # the first residual: only the entry at tiny_at
+    q[1:, 1] = 0.25
+    target = np.broadcast_to(p, (1, children + 1, vocab)).copy()
+    draft = np.zeros((1, children + 1, vocab))
+    draft[0, 1:] = q
+    if layout == "strided":
+        wide = np.zeros((1, children + 1, 2 * vocab))
+        wide[..., ::2] = draft
+        draft = wide[..., ::2]
+    kwargs = dict(
+        uniforms=np.full((1, children + 1), 0.9),
+        recovery_uniforms=np.array([0.5]),
+        method=method,
+    )
+    ids = np.zeros((1, children + 1), np.int64)
+    parents = np.array([-1] + [0] * children)
+    ours = specaccept.verify_tree(ids, parents, target, draft, **kwargs)
+    theirs = reference.verify_tree(ids, parents, target, draft, **kwargs)
+    assert ours.num_accepted.tolist() == theirs.num_accepted.tolist() == [0]
+    expected = tiny_at if children == 2 else 1
+    assert ours.output_token_ids[0, 0] == theirs.output_token_ids[0, 0] == expected
+
+
 def test_traversal_scales_a_later_round_by_its_rate_over_its_total() -> None:
     # Root -> v -> {c1, c2}: v's rate a < 1; c1 and c2 rejected; v accepted
     # (u_v = 0), its token drawn from w_v * (a / T) - q_c2.
