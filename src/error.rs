@@ -141,14 +141,86 @@ impl RowErrors<'_> {
     }
 }
 
-/// Formats a float the way Python's `repr` does for the common cases
-/// (`nan`, `inf`, `-inf`, `0.5`), so messages read the same from both sides.
+/// Formats a float as Python's `repr` does (docs/spec.md section 5.8), so
+/// messages read the same from both sides: the shortest digits that read back
+/// to `v`, in positional notation for decimal exponents `-4 ..= 15` (`0.0001`,
+/// `1e15` as `1000000000000000.0`) and scientific otherwise, with a signed
+/// exponent of at least two digits (`1e-05`, `1e+16`); `nan`, `inf`, `-inf`.
 pub(crate) fn show(v: f64) -> String {
     if v.is_nan() {
-        "nan".to_string()
-    } else if v.is_infinite() {
-        if v > 0.0 { "inf" } else { "-inf" }.to_string()
+        return "nan".to_string();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf" } else { "-inf" }.to_string();
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits: `d.ddde[-]x`.
+    let scientific = format!("{:e}", v.abs());
+    let (mantissa, exponent) = scientific.split_once('e').expect("`{:e}` has an exponent");
+    let exponent: i32 = exponent.parse().expect("`{:e}`'s exponent is an integer");
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let sign = if v.is_sign_negative() { "-" } else { "" };
+    // Digits before the decimal point, as Python's `decpt`.
+    let point = exponent + 1;
+    if !(-3..=16).contains(&point) {
+        let (first, rest) = digits.split_at(1);
+        let fraction = if rest.is_empty() {
+            String::new()
+        } else {
+            format!(".{rest}")
+        };
+        let exp_sign = if exponent < 0 { '-' } else { '+' };
+        return format!(
+            "{sign}{first}{fraction}e{exp_sign}{:02}",
+            exponent.unsigned_abs()
+        );
+    }
+    let n = digits.len() as i32;
+    let body = if point <= 0 {
+        format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+    } else if point >= n {
+        format!("{digits}{}.0", "0".repeat((point - n) as usize))
     } else {
-        format!("{v:?}")
+        let (whole, fraction) = digits.split_at(point as usize);
+        format!("{whole}.{fraction}")
+    };
+    format!("{sign}{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::show;
+
+    #[test]
+    fn floats_print_as_python_s_repr() {
+        // Python 3.11's `repr` of each value.
+        for (v, python) in [
+            (0.5, "0.5"),
+            (0.0, "0.0"),
+            (-0.0, "-0.0"),
+            (1.5, "1.5"),
+            (-2.0, "-2.0"),
+            (0.0001, "0.0001"),
+            (0.00012345, "0.00012345"),
+            (1e-5, "1e-05"),
+            (-1e-5, "-1e-05"),
+            (1.5e-7, "1.5e-07"),
+            (1e15, "1000000000000000.0"),
+            (1234567890123456.0, "1234567890123456.0"),
+            (1e16, "1e+16"),
+            (1.2345678901234567e16, "1.2345678901234568e+16"),
+            (9e307, "9e+307"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (f64::MIN_POSITIVE, "2.2250738585072014e-308"),
+            (5e-324, "5e-324"),
+            (2e-320, "2e-320"),
+            (0.1, "0.1"),
+            (1.0 / 3.0, "0.3333333333333333"),
+            (123.456, "123.456"),
+            (f64::NAN, "nan"),
+            (f64::INFINITY, "inf"),
+            (f64::NEG_INFINITY, "-inf"),
+        ] {
+            assert_eq!(show(v), python, "{v:e}");
+        }
     }
 }

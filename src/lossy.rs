@@ -13,7 +13,7 @@
 use ndarray::ArrayView1;
 
 use crate::checks::RowAt;
-use crate::error::CoreError;
+use crate::error::{show, CoreError};
 use crate::memory;
 use crate::prob::Prob;
 use crate::sample::{canonical_sum, sample, sample_target, zero_row, BufferWeights, TargetWeights};
@@ -127,7 +127,7 @@ pub(crate) fn check_rates(rates: &[f64], num_draft: usize) -> Result<(), CoreErr
             return Err(CoreError::value(
                 "acceptance_rate",
                 &[t],
-                format!("= {a:?}: an acceptance rate must lie in [0, 1]"),
+                format!("= {}: an acceptance rate must lie in [0, 1]", show(a)),
             ));
         }
     }
@@ -140,7 +140,7 @@ pub(crate) fn check_typical(epsilon: f64, delta: f64) -> Result<(), CoreError> {
         if !(v.is_finite() && v >= 0.0) {
             return Err(CoreError::shape(
                 name,
-                format!("must be a finite number >= 0, got {v:?}"),
+                format!("must be a finite number >= 0, got {}", show(v)),
             ));
         }
     }

@@ -357,3 +357,43 @@ def test_native_entry_points_refuse_bad_arguments_without_panicking():
         _native.verify(np.zeros((1, 1), np.int64), p, None, None, None, None, False)
     with pytest.raises(TypeError, match="greedy"):
         _native.verify(np.zeros((1, 1), np.int64), p, None, None, None, None, np.zeros(1))
+
+
+def test_values_in_messages_print_as_python_s_repr():
+    # docs/spec.md section 5.8: a bad value prints as Python's repr, whatever its
+    # magnitude (repr switches to exponents below 1e-4 and from 1e16, as in
+    # 1e-05 and 1e+16). Bad values of many magnitudes in a target row the
+    # residual reads, in a drafted token's gathered probability, in a uniform
+    # and in a draft_token_probs entry: the native message is the reference's.
+    rng = np.random.default_rng(5)
+    magnitudes = 10.0 ** rng.uniform(-320, 308, 60)
+    values = np.concatenate(
+        [-magnitudes, magnitudes[magnitudes > 1], [-1e-5, 1e16, 1e15, -0.0001, -1.5e-7]]
+    )
+    ids = np.array([[1, 2]])
+    p = np.full((1, 3, 4), 0.25)
+    q = np.full((1, 2, 4), 0.25)
+    q[0, 0, 1] = 0.5  # position 0 rejected: its residual reads the whole row
+    u = np.array([[0.9, 0.5]])
+    checked = 0
+    for v in values:
+        row = p.copy()
+        row[0, 0, 3] = v  # a residual entry (negative: bad)
+        gathered = p.copy()
+        gathered[0, 0, 1] = v  # the drafted token's probability (outside [0, 1])
+        cases = [
+            dict(target_probs=gathered, uniforms=u),
+            dict(target_probs=p, uniforms=np.array([[v, 0.5]])),
+        ]
+        if v < 0:  # a positive entry of a row is valid, however large
+            cases.append(dict(target_probs=row, uniforms=u))
+        for case in cases:
+            messages = []
+            for fn in (specaccept.verify, reference.verify):
+                with pytest.raises(ValueError) as info:
+                    fn(ids, draft_probs=q, recovery_uniforms=np.array([0.5]), **case)
+                messages.append(str(info.value))
+            assert messages[0] == messages[1]
+            assert repr(float(v)) in messages[0]
+            checked += 1
+    assert checked == 2 * len(values) + (values < 0).sum()

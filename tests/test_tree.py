@@ -473,6 +473,33 @@ def test_a_round_whose_factor_overflows_gives_the_reference_tokens(
     assert ours.output_token_ids[0, 0] == theirs.output_token_ids[0, 0] == expected
 
 
+@pytest.mark.parametrize("children", [3, 4])
+def test_a_nan_probability_over_a_zero_draft_probability_rejects(children) -> None:
+    # As above (V = 4, the first residual one subnormal entry at 2), with the
+    # third child drafting token 2, which its draft row gives 0: after the
+    # second round that entry is inf and the residual's total inf, so p(x) =
+    # inf / inf is NaN, and u < NaN / 0 is false in float64 (docs/spec.md
+    # sections 0.2, 1.1): rejected. The reference must not raise Python's
+    # ZeroDivisionError; both give the target row's draw (token 1). (Traversal
+    # gives a child with q(x) = 0 the rate 1, section 7.6: no division.)
+    p = np.array([0.5, 0.5, 2e-320, 0.0])
+    draft = np.zeros((1, children + 1, 4))
+    draft[0, 1:] = [0.75, 0.25, 0.0, 0.0]
+    draft[0, 1, 1] = 0.5
+    ids = np.zeros((1, children + 1), np.int64)
+    ids[0, 3] = 2
+    kwargs = dict(
+        uniforms=np.full((1, children + 1), 0.9),
+        recovery_uniforms=np.array([0.5]),
+    )
+    parents = np.array([-1] + [0] * children)
+    target = np.broadcast_to(p, (1, children + 1, 4))
+    for fn in (specaccept.verify_tree, reference.verify_tree):
+        out = fn(ids, parents, target, draft, **kwargs)
+        assert out.num_accepted.tolist() == [0], fn.__module__
+        assert out.output_token_ids[0, 0] == 1, fn.__module__
+
+
 def test_traversal_scales_a_later_round_by_its_rate_over_its_total() -> None:
     # Root -> v -> {c1, c2}: v's rate a < 1; c1 and c2 rejected; v accepted
     # (u_v = 0), its token drawn from w_v * (a / T) - q_c2.

@@ -70,6 +70,11 @@ def _is_accepted(p: float, q: float, u: float) -> bool:
         return False  # even when q == 0: a token the target rules out is never emitted
     if q <= p:
         return True  # accepted outright; u is not consulted
+    if q == 0.0:
+        # Only a NaN p gets here (a residual after a round whose factor
+        # overflowed, docs/spec.md section 7.3): NaN / 0 is NaN in float64, and
+        # u < NaN is false. Python's division would raise instead.
+        return False
     return u < p / q  # rejected with probability 1 - p/q
 
 

@@ -751,8 +751,10 @@ fn check_draft_prob(given: f64, q: f64, b: usize, t: usize) -> Result<(), CoreEr
         "draft_token_probs",
         &[b, t],
         format!(
-            "= {given:?} disagrees with the draft row, which gives {q:?} to the drafted token \
-             (the same temperature, filters and position?)"
+            "= {} disagrees with the draft row, which gives {} to the drafted token \
+             (the same temperature, filters and position?)",
+            show(given),
+            show(q)
         ),
     ))
 }
