@@ -389,11 +389,15 @@ impl Interval {
 
     /// `max(0, fl(a - fl(v rho)))` for `a` in `self` and `rho` in `rho`: one
     /// entry's round on intervals, the element functions' step ([`element`],
-    /// `traversal::element`). Relative roundings of the product and the
-    /// difference, and an absolute `tiny` per operation for values below the
-    /// normal range.
+    /// `traversal::element`): the product's rounding, then [`Interval::minus`].
     fn minus_rounded(self, v: f64, rho: Interval, tiny: f64) -> Interval {
-        let q = Interval(v * rho.0, v * rho.1).widened(STEP);
+        self.minus(Interval(v * rho.0, v * rho.1).widened(STEP), tiny)
+    }
+
+    /// `max(0, fl(a - b))` for `a` in `self` and `b` in `q`: the difference's
+    /// relative rounding, and an absolute `tiny` per operation for values
+    /// below the normal range.
+    fn minus(self, q: Interval, tiny: f64) -> Interval {
         let slack = STEP * (self.1 + q.1) + 3.0 * tiny;
         Interval(
             (self.0 - q.1 - slack).max(0.0),
@@ -767,9 +771,8 @@ pub(super) fn position<P: Prob, Q: Prob>(
             }
             _ => Interval(0.0, 0.0),
         };
-        let p = w.widened(STEP);
-        let slack = STEP * (p.1 + q.1);
-        Interval((p.0 - q.1 - slack).max(0.0), (p.1 - q.0 + slack).max(0.0))
+        // Normal range: no absolute term (`3 * 0` adds nothing).
+        w.widened(STEP).minus(q, 0.0)
     };
     let zero_at_x = excluded.is_some(); // always so for one-hot drafts
                                         // First from the kept terms (no `exp`), then, where those leave the
