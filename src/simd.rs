@@ -472,6 +472,25 @@ mod x86 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(line) };
     }
 
+    /// [`combine_lanes`] of the lanes in `acc`, the same bits, in registers:
+    /// a block without a tail returns without a round trip through memory
+    /// (whose reloads, wider than or straddling the stores, stall
+    /// store-to-load forwarding).
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn combine(acc: [__m256d; REGS]) -> f64 {
+        const _: () = assert!(REGS == 4, "the pairing below is for 16 lanes");
+        // Level 1: [l0+l1, l4+l5, l2+l3, l6+l7] and the same for lanes 8..16.
+        let h01 = _mm256_hadd_pd(acc[0], acc[1]);
+        let h23 = _mm256_hadd_pd(acc[2], acc[3]);
+        // Level 2: [(l0+l1)+(l2+l3), (l4+l5)+(l6+l7)] and lanes 8..16's.
+        let t01 = _mm_add_pd(_mm256_castpd256_pd128(h01), _mm256_extractf128_pd::<1>(h01));
+        let t23 = _mm_add_pd(_mm256_castpd256_pd128(h23), _mm256_extractf128_pd::<1>(h23));
+        // Level 3, then the last sum.
+        let u = _mm_hadd_pd(t01, t23);
+        _mm_cvtsd_f64(_mm_add_sd(u, _mm_unpackhi_pd(u, u)))
+    }
+
     #[inline]
     #[target_feature(enable = "avx2,f16c")]
     unsafe fn spill(acc: [__m256d; REGS]) -> [f64; SUM_LANES] {
@@ -496,6 +515,9 @@ mod x86 {
             }
         }
         let body_ok = P::all_valid(high);
+        if tail.is_empty() {
+            return (combine(acc), body_ok);
+        }
         let mut lanes = spill(acc);
         let mut high = [P::Bits::default(); SUM_LANES];
         add_dense_tail(&mut lanes, &mut high, tail);
@@ -531,6 +553,9 @@ mod x86 {
             }
         }
         let body_ok = P::all_valid(high_p) & Q::all_valid(high_q);
+        if p_tail.is_empty() {
+            return (combine(acc), body_ok);
+        }
         let mut lanes = spill(acc);
         let mut high_p = [P::Bits::default(); SUM_LANES];
         let mut high_q = [Q::Bits::default(); SUM_LANES];
@@ -564,6 +589,9 @@ mod x86 {
             }
         }
         let body_ok = Q::all_valid(high_q);
+        if w_tail.is_empty() {
+            return (combine(acc), body_ok);
+        }
         let mut lanes = spill(acc);
         let mut high_q = [Q::Bits::default(); SUM_LANES];
         update_pair_tail::<O, Q>(op, &mut lanes, &mut high_q, w_tail, q_tail);
@@ -600,6 +628,9 @@ mod x86 {
             }
         }
         let body_ok = P::all_valid(high_p) & Q::all_valid(high_q);
+        if p_tail.is_empty() {
+            return (combine(acc), body_ok);
+        }
         let mut lanes = spill(acc);
         let mut high_p = [P::Bits::default(); SUM_LANES];
         let mut high_q = [Q::Bits::default(); SUM_LANES];
