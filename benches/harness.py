@@ -352,6 +352,50 @@ def read_bandwidth(nbytes: int, threads: int, repeats: int = 3) -> tuple[float, 
     return buf.nbytes / best_1t, buf.nbytes / best_all
 
 
+class ReadFloor:
+    """The read floor measured next to each timed call, for ratios this noisy machine
+    keeps: :meth:`ratio` times ``fn`` and, right before each call, the fastest NumPy
+    reduction (chosen once, as :func:`read_bandwidth` chooses) over a 256 MiB buffer
+    on the same number of threads. Each call's floor is ``nbytes`` at the bandwidth
+    just measured; the ratio is the median of the calls' ratios, so a drift in the
+    machine's bandwidth moves both sides of each ratio together."""
+
+    def __init__(self, threads: int, nbytes: int = 256 << 20) -> None:
+        self.buf = np.ones(nbytes // PROB_BYTES, dtype=np.float32)  # pages exist
+        self.chunks = np.array_split(self.buf, threads)
+        self.pool = ThreadPoolExecutor(threads)
+        best = {}
+        for name, reduce in REDUCTIONS.items():
+            reduce(self.buf)  # warm-up
+            best[name] = min(seconds_1t(self.buf, reduce) for _ in range(3))
+        self.reduce = REDUCTIONS[min(best, key=best.__getitem__)]
+
+    def bandwidth(self, threads: int) -> float:
+        """Bytes per second read now, on one thread or on all."""
+        if threads == 1:
+            return self.buf.nbytes / seconds_1t(self.buf, self.reduce)
+        return self.buf.nbytes / seconds_threads(self.pool, self.chunks, self.reduce)
+
+    def ratio(
+        self, fn: Callable[[], Any], nbytes: int, threads: int, repeats: int
+    ) -> tuple[float, float, float]:
+        """Median seconds of ``fn``, median floor seconds of ``nbytes``, median ratio
+        of the two over ``repeats`` pairs (``fn`` runs on however many threads the
+        caller set; ``threads`` is the floor's)."""
+        fn()  # warm-up
+        times, floors = [], []
+        for _ in range(repeats):
+            floors.append(nbytes / self.bandwidth(threads))
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        ratios = [t / f for t, f in zip(times, floors, strict=True)]
+        return statistics.median(times), statistics.median(floors), statistics.median(ratios)
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
 @dataclass
 class Floors:
     """Read bandwidths in bytes per second, one thread and all threads."""
