@@ -386,7 +386,7 @@ fn add_pair_tail<O: PairOp, P: Prob, Q: Prob>(
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::{has_avx2, Avx2};
+pub(crate) use x86::{has_avx2, has_avx512vl, Avx2};
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -402,6 +402,14 @@ mod x86 {
     #[inline]
     pub(crate) fn has_avx2() -> bool {
         std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c")
+    }
+
+    /// Whether this CPU has AVX-512F and AVX-512VL: kernels with many live
+    /// vectors are compiled for them too, for the 32 registers (their
+    /// intrinsics stay 256-bit; every build gives the same bits).
+    #[inline]
+    pub(crate) fn has_avx512vl() -> bool {
+        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512vl")
     }
 
     /// The AVX2 kernels. Only reachable through functions compiled with

@@ -239,13 +239,17 @@ fn row_blocks_avx2<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, store:
 /// Where a row pass keeps its terms `e` (as long as the row), if anywhere.
 type Store<'a> = Option<&'a mut [f32]>;
 
-/// The row pass: AVX2 with FMA, AVX2, or portable on x86-64 (chosen at run
-/// time); on aarch64 the NEON kernel, which computes the FMA variant's terms
+/// The row pass: AVX2 with FMA (with 32 registers where the CPU has
+/// AVX-512VL), AVX2, or portable on x86-64 (chosen at run time); on aarch64 the NEON kernel, which computes the FMA variant's terms
 /// (as the screen there).
 fn row_blocks_dispatch<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, store: Store<'_>) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {
         if std::is_x86_feature_detected!("fma") {
+            if crate::simd::has_avx512vl() {
+                // SAFETY: the CPU supports AVX2, F16C, FMA and AVX-512F/VL.
+                return unsafe { x86::row_blocks_wide(values, scale, out, store) };
+            }
             // SAFETY: the CPU supports AVX2, F16C and FMA, checked here.
             return unsafe { x86::row_blocks(values, scale, out, store) };
         }
@@ -1353,6 +1357,37 @@ mod x86 {
         out: &mut Blocks,
         store: Store<'_>,
     ) {
+        row_blocks_body(values, scale, out, store)
+    }
+
+    /// [`row_blocks`] compiled with AVX-512VL: the same operations on the same
+    /// 256-bit registers, 32 of them instead of 16, so the loop's constants and
+    /// sums stay in registers (its 16-register build spills them). The same
+    /// bits (`the_wide_row_pass_is_the_avx2_row_pass`).
+    ///
+    /// # Safety
+    /// The CPU has AVX2, F16C, FMA, AVX-512F and AVX-512VL.
+    #[target_feature(enable = "avx2,f16c,fma,avx512f,avx512vl")]
+    pub(super) unsafe fn row_blocks_wide<L: Prob>(
+        values: &[L],
+        scale: Scale,
+        out: &mut Blocks,
+        store: Store<'_>,
+    ) {
+        row_blocks_body(values, scale, out, store)
+    }
+
+    /// The body of [`row_blocks`] and [`row_blocks_wide`], inlined into each.
+    ///
+    /// # Safety
+    /// As [`row_blocks`].
+    #[inline(always)]
+    unsafe fn row_blocks_body<L: Prob>(
+        values: &[L],
+        scale: Scale,
+        out: &mut Blocks,
+        store: Store<'_>,
+    ) {
         let max = _mm256_set1_ps(scale.max);
         let inverse = _mm256_set1_ps(scale.log2e_inverse);
         let dst = match store {
@@ -1701,13 +1736,71 @@ mod tests {
         tightest
     }
 
+    /// The row pass compiled with 32 registers (AVX-512VL) against its
+    /// 16-register build: the kept terms, the block sums and their bounds,
+    /// bit for bit, storing the terms and not.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_wide_row_pass_is_the_avx2_row_pass() {
+        use crate::logits::screen::tests::kernel_rows;
+        if !(crate::simd::has_avx2()
+            && std::is_x86_feature_detected!("fma")
+            && crate::simd::has_avx512vl())
+        {
+            return;
+        }
+        fn bits(v: &[impl Copy + Into<f64>]) -> Vec<u64> {
+            v.iter().map(|&x| x.into().to_bits()).collect()
+        }
+        fn check<L: Prob>(values: &[L], inverse: f64, what: &str) -> bool {
+            let Some(row) = Row::of(ArrayView1::from(values), inverse) else {
+                return false; // empty or all -inf: no pass
+            };
+            let len = values.len();
+            let (mut wide, mut narrow, mut unstored) =
+                (Blocks::default(), Blocks::default(), Blocks::default());
+            let (mut wide_terms, mut terms) = (vec![f32::NAN; len], vec![f32::NAN; len]);
+            // SAFETY: the CPU has AVX2, F16C, FMA and AVX-512F/VL, checked above.
+            unsafe {
+                x86::row_blocks_wide(values, row.scale, &mut wide, Some(&mut wide_terms));
+                x86::row_blocks_wide(values, row.scale, &mut unstored, None);
+                x86::row_blocks(values, row.scale, &mut narrow, Some(&mut terms));
+            }
+            assert_eq!(bits(&wide_terms), bits(&terms), "kept terms, {what}");
+            for blocks in [&wide, &unstored] {
+                assert_eq!(bits(&blocks.sum), bits(&narrow.sum), "block sums, {what}");
+                assert_eq!(bits(&blocks.bound), bits(&narrow.bound), "bounds, {what}");
+            }
+            assert_eq!(narrow.sum.len(), len.div_ceil(SUM_BLOCK), "{what}");
+            true
+        }
+        let mut passes = 0;
+        for seed in 0..2u64 {
+            let mut cases = kernel_rows(seed);
+            cases.extend(test_rows().into_iter().step_by(3));
+            for row in cases {
+                for inverse in [1e-30, 1e-3, 0.7, 1.25, 40.0, 1e6] {
+                    let what = format!("length {}, seed {seed}, 1/T {inverse}", row.len());
+                    passes += usize::from(check(&row, inverse, &what));
+                    let halves: Vec<half::f16> =
+                        row.iter().map(|&v| half::f16::from_f32(v)).collect();
+                    check(&halves, inverse, &what);
+                    let brains: Vec<half::bf16> =
+                        row.iter().map(|&v| half::bf16::from_f32(v)).collect();
+                    check(&brains, inverse, &what);
+                }
+            }
+        }
+        assert!(passes > 200, "{passes} passes");
+    }
+
     /// The NEON kernels against their portable twins: the kept terms bit for
     /// bit, the sums within the roundings that tell them apart, the bounds
     /// against the exact pass.
     #[cfg(target_arch = "aarch64")]
     mod neon_twins {
         use super::*;
-        use crate::logits::screen::tests::neon_twins::kernel_rows;
+        use crate::logits::screen::tests::kernel_rows;
 
         #[test]
         fn the_neon_terms_are_the_scalar_terms() {

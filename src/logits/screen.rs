@@ -282,6 +282,15 @@ fn screen_row_fma<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
     screen_row::<L, true>(values, inverse)
 }
 
+/// [`screen_row_fma`] compiled with AVX-512VL: the same operations on the
+/// same 256-bit registers, 32 of them (fewer spills), the same bits
+/// (`the_wide_screen_is_the_fma_screen`).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c,fma,avx512f,avx512vl")]
+fn screen_row_wide<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
+    screen_row::<L, true>(values, inverse)
+}
+
 /// The screen of a contiguous f16/f32 row, `None` where it does not apply.
 fn screen(values: &[impl Prob], inverse: f64) -> Option<Screened> {
     // 1 / T must be a normal f32, far from overflow, for the error budget.
@@ -298,6 +307,10 @@ fn screen_values<L: Prob>(values: &[L], inverse: f64) -> Option<Screened> {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {
         if std::is_x86_feature_detected!("fma") {
+            if crate::simd::has_avx512vl() {
+                // SAFETY: the CPU supports AVX2, F16C, FMA and AVX-512F/VL.
+                return unsafe { screen_row_wide(values, inverse) };
+            }
             // SAFETY: the CPU supports AVX2, F16C and FMA, checked here.
             return unsafe { screen_row_fma(values, inverse) };
         }
@@ -527,8 +540,10 @@ pub(super) mod x86 {
     /// NaN reaches the sum; `+inf` raises the max.
     ///
     /// # Safety
-    /// The CPU has AVX2, F16C and FMA.
-    #[target_feature(enable = "avx2,f16c,fma")]
+    /// The CPU has AVX2, F16C and FMA. Not compiled alone: inlined into its
+    /// callers, compiled for AVX2 and FMA with 16 vector registers or with 32
+    /// (AVX-512VL), the same operations either way.
+    #[inline(always)]
     pub(super) unsafe fn screen_row<L: Prob>(values: &[L], inverse: f64) -> Fused {
         let first = &values[..values.len().min(super::SCREEN_CHUNK)];
         let (ok, first_max) = max_of(first);
@@ -891,50 +906,91 @@ pub(super) mod tests {
     }
 
     /// The NEON kernels against their portable twins, bit for bit.
+    /// Rows around the kernels' steps (16 logits, the 2048 of a chunk, the
+    /// 256 of a certified block): spread, with `-inf`, with huge negatives
+    /// (clamped terms), tied (whole numbers, zeros of both signs), a max
+    /// that grows in every chunk (each read again), a first chunk all
+    /// `-inf`, and the max in the tail.
+    pub(crate) fn kernel_rows(seed: u64) -> Vec<Vec<f32>> {
+        let lengths = [
+            0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 33, 100, 255, 256, 257, 263, 2047, 2048, 2049,
+            2065, 4111, 6000,
+        ];
+        let mut out = Vec::new();
+        for (i, len) in lengths.into_iter().enumerate() {
+            let case = seed as usize + i;
+            let mut row = rows(seed * 97 + i as u64, len, 24.0, 3.0);
+            for (k, v) in row.iter_mut().enumerate() {
+                *v = match case % 6 {
+                    0 => *v,
+                    1 if k % 3 == 0 => f32::NEG_INFINITY,
+                    2 if k % 4 == 1 => -1e30,
+                    2 if k % 7 == 0 => -3e38,
+                    3 if k % 5 == 0 => [0.0, -0.0][k % 2],
+                    3 => v.round(),
+                    4 => k as f32 * 0.01 - 20.0,
+                    5 if k < 2048 && len > 2048 => f32::NEG_INFINITY,
+                    _ => *v,
+                };
+            }
+            if case.is_multiple_of(6) && len > 0 {
+                row[len - 1] = 40.0; // the max in the tail
+            }
+            out.push(row);
+        }
+        // A max of zero, -0.0 met first in every lane.
+        let mut zeros = vec![-0.0f32; 16];
+        zeros.extend([0.0; 16]);
+        zeros.extend(rows(seed, 300, 10.0, -6.0));
+        out.push(zeros);
+        out
+    }
+
+    /// The screen compiled with 32 registers (AVX-512VL) against its
+    /// 16-register build: the same `max`, `sum` and `bound`, bit for bit.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_wide_screen_is_the_fma_screen() {
+        if !(crate::simd::has_avx2()
+            && std::is_x86_feature_detected!("fma")
+            && crate::simd::has_avx512vl())
+        {
+            return;
+        }
+        fn bits(s: Option<Screened>) -> Option<[u64; 3]> {
+            s.map(|s| [s.max.to_bits(), s.sum.to_bits(), s.bound.to_bits()])
+        }
+        fn check<L: Prob>(row: &[L], inverse: f64, what: &str) -> bool {
+            // SAFETY: the CPU has AVX2, F16C, FMA and AVX-512F/VL, checked above.
+            let (wide, fma) =
+                unsafe { (screen_row_wide(row, inverse), screen_row_fma(row, inverse)) };
+            assert_eq!(bits(wide), bits(fma), "{what}");
+            fma.is_some()
+        }
+        let mut screened = 0;
+        for seed in 0..3u64 {
+            let mut cases = kernel_rows(seed);
+            cases.extend(shaped_rows(seed).into_iter().map(|(row, _)| row));
+            for row in cases {
+                for inverse in [1e-3, 0.7, 1.25, 40.0] {
+                    let what = format!("length {}, seed {seed}, 1/T {inverse}", row.len());
+                    screened += usize::from(check(&row, inverse, &what));
+                    let halves: Vec<half::f16> =
+                        row.iter().map(|&v| half::f16::from_f32(v)).collect();
+                    check(&halves, inverse, &what);
+                    let brains: Vec<half::bf16> =
+                        row.iter().map(|&v| half::bf16::from_f32(v)).collect();
+                    check(&brains, inverse, &what);
+                }
+            }
+        }
+        assert!(screened > 200, "{screened} rows screened");
+    }
+
     #[cfg(target_arch = "aarch64")]
     pub(crate) mod neon_twins {
         use super::super::*;
-        use super::{rows, shaped_rows};
-
-        /// Rows around the kernels' steps (16 logits, the 2048 of a chunk, the
-        /// 256 of a certified block): spread, with `-inf`, with huge negatives
-        /// (clamped terms), tied (whole numbers, zeros of both signs), a max
-        /// that grows in every chunk (each read again), a first chunk all
-        /// `-inf`, and the max in the tail.
-        pub(crate) fn kernel_rows(seed: u64) -> Vec<Vec<f32>> {
-            let lengths = [
-                0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 33, 100, 255, 256, 257, 263, 2047, 2048, 2049,
-                2065, 4111, 6000,
-            ];
-            let mut out = Vec::new();
-            for (i, len) in lengths.into_iter().enumerate() {
-                let case = seed as usize + i;
-                let mut row = rows(seed * 97 + i as u64, len, 24.0, 3.0);
-                for (k, v) in row.iter_mut().enumerate() {
-                    *v = match case % 6 {
-                        0 => *v,
-                        1 if k % 3 == 0 => f32::NEG_INFINITY,
-                        2 if k % 4 == 1 => -1e30,
-                        2 if k % 7 == 0 => -3e38,
-                        3 if k % 5 == 0 => [0.0, -0.0][k % 2],
-                        3 => v.round(),
-                        4 => k as f32 * 0.01 - 20.0,
-                        5 if k < 2048 && len > 2048 => f32::NEG_INFINITY,
-                        _ => *v,
-                    };
-                }
-                if case.is_multiple_of(6) && len > 0 {
-                    row[len - 1] = 40.0; // the max in the tail
-                }
-                out.push(row);
-            }
-            // A max of zero, -0.0 met first in every lane.
-            let mut zeros = vec![-0.0f32; 16];
-            zeros.extend([0.0; 16]);
-            zeros.extend(rows(seed, 300, 10.0, -6.0));
-            out.push(zeros);
-            out
-        }
+        use super::{kernel_rows, rows, shaped_rows};
 
         /// Bit patterns of a screen's `(max, sum)`.
         fn bits(found: Option<(f64, f64)>) -> Option<(u64, u64)> {
