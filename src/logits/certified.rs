@@ -1742,11 +1742,8 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_wide_row_pass_is_the_avx2_row_pass() {
-        use crate::logits::screen::tests::kernel_rows;
-        if !(crate::simd::has_avx2()
-            && std::is_x86_feature_detected!("fma")
-            && crate::simd::has_avx512vl())
-        {
+        use crate::logits::screen::tests::{kernel_rows, narrowed, wide_cpu};
+        if !wide_cpu() {
             return;
         }
         fn bits(v: &[impl Copy + Into<f64>]) -> Vec<u64> {
@@ -1782,11 +1779,8 @@ mod tests {
                 for inverse in [1e-30, 1e-3, 0.7, 1.25, 40.0, 1e6] {
                     let what = format!("length {}, seed {seed}, 1/T {inverse}", row.len());
                     passes += usize::from(check(&row, inverse, &what));
-                    let halves: Vec<half::f16> =
-                        row.iter().map(|&v| half::f16::from_f32(v)).collect();
+                    let (halves, brains) = narrowed(&row);
                     check(&halves, inverse, &what);
-                    let brains: Vec<half::bf16> =
-                        row.iter().map(|&v| half::bf16::from_f32(v)).collect();
                     check(&brains, inverse, &what);
                 }
             }
@@ -1800,7 +1794,7 @@ mod tests {
     #[cfg(target_arch = "aarch64")]
     mod neon_twins {
         use super::*;
-        use crate::logits::screen::tests::kernel_rows;
+        use crate::logits::screen::tests::{kernel_rows, narrowed};
 
         #[test]
         fn the_neon_terms_are_the_scalar_terms() {
@@ -1878,11 +1872,8 @@ mod tests {
                     for inverse in [1e-30, 1e-3, 0.7, 1.25, 40.0, 1e6] {
                         let what = format!("length {}, seed {seed}, 1/T {inverse}", row.len());
                         check_row_pass(&row, inverse, &what);
-                        let halves: Vec<half::f16> =
-                            row.iter().map(|&v| half::f16::from_f32(v)).collect();
+                        let (halves, brains) = narrowed(&row);
                         check_row_pass(&halves, inverse, &what);
-                        let brains: Vec<half::bf16> =
-                            row.iter().map(|&v| half::bf16::from_f32(v)).collect();
                         check_row_pass(&brains, inverse, &what);
                         passes +=
                             usize::from(Row::of(ArrayView1::from(&row[..]), inverse).is_some());

@@ -946,15 +946,29 @@ pub(super) mod tests {
         out
     }
 
+    /// `row` as float16 and as bfloat16 (each value rounded to nearest).
+    pub(crate) fn narrowed(row: &[f32]) -> (Vec<half::f16>, Vec<half::bf16>) {
+        (
+            row.iter().map(|&v| half::f16::from_f32(v)).collect(),
+            row.iter().map(|&v| half::bf16::from_f32(v)).collect(),
+        )
+    }
+
+    /// Whether this CPU runs both builds of the FMA kernels: 16 registers
+    /// (AVX2, FMA) and 32 (AVX-512VL).
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn wide_cpu() -> bool {
+        crate::simd::has_avx2()
+            && std::is_x86_feature_detected!("fma")
+            && crate::simd::has_avx512vl()
+    }
+
     /// The screen compiled with 32 registers (AVX-512VL) against its
     /// 16-register build: the same `max`, `sum` and `bound`, bit for bit.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_wide_screen_is_the_fma_screen() {
-        if !(crate::simd::has_avx2()
-            && std::is_x86_feature_detected!("fma")
-            && crate::simd::has_avx512vl())
-        {
+        if !wide_cpu() {
             return;
         }
         fn bits(s: Option<Screened>) -> Option<[u64; 3]> {
@@ -975,11 +989,8 @@ pub(super) mod tests {
                 for inverse in [1e-3, 0.7, 1.25, 40.0] {
                     let what = format!("length {}, seed {seed}, 1/T {inverse}", row.len());
                     screened += usize::from(check(&row, inverse, &what));
-                    let halves: Vec<half::f16> =
-                        row.iter().map(|&v| half::f16::from_f32(v)).collect();
+                    let (halves, brains) = narrowed(&row);
                     check(&halves, inverse, &what);
-                    let brains: Vec<half::bf16> =
-                        row.iter().map(|&v| half::bf16::from_f32(v)).collect();
                     check(&brains, inverse, &what);
                 }
             }
@@ -990,7 +1001,7 @@ pub(super) mod tests {
     #[cfg(target_arch = "aarch64")]
     pub(crate) mod neon_twins {
         use super::super::*;
-        use super::{kernel_rows, rows, shaped_rows};
+        use super::{kernel_rows, narrowed, rows, shaped_rows};
 
         /// Bit patterns of a screen's `(max, sum)`.
         fn bits(found: Option<(f64, f64)>) -> Option<(u64, u64)> {
@@ -1017,9 +1028,8 @@ pub(super) mod tests {
 
         fn check_all_types(row: &[f32], what: &str) {
             check_kernels(row, what);
-            let halves: Vec<half::f16> = row.iter().map(|&v| half::f16::from_f32(v)).collect();
+            let (halves, brains) = narrowed(row);
             check_kernels(&halves, what);
-            let brains: Vec<half::bf16> = row.iter().map(|&v| half::bf16::from_f32(v)).collect();
             check_kernels(&brains, what);
         }
 
