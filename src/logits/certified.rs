@@ -240,8 +240,9 @@ fn row_blocks_avx2<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, store:
 type Store<'a> = Option<&'a mut [f32]>;
 
 /// The row pass: AVX2 with FMA (with 32 registers where the CPU has
-/// AVX-512VL), AVX2, or portable on x86-64 (chosen at run time); on aarch64 the NEON kernel, which computes the FMA variant's terms
-/// (as the screen there).
+/// AVX-512VL), AVX2, or portable on x86-64 (chosen at run time); on aarch64
+/// the NEON kernel, which computes the FMA variant's terms (as the screen
+/// there).
 fn row_blocks_dispatch<L: Prob>(values: &[L], scale: Scale, out: &mut Blocks, store: Store<'_>) {
     #[cfg(target_arch = "x86_64")]
     if crate::simd::has_avx2() {

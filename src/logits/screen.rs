@@ -905,7 +905,6 @@ pub(super) mod tests {
         }
     }
 
-    /// The NEON kernels against their portable twins, bit for bit.
     /// Rows around the kernels' steps (16 logits, the 2048 of a chunk, the
     /// 256 of a certified block): spread, with `-inf`, with huge negatives
     /// (clamped terms), tied (whole numbers, zeros of both signs), a max
@@ -998,6 +997,7 @@ pub(super) mod tests {
         assert!(screened > 200, "{screened} rows screened");
     }
 
+    /// The NEON kernels against their portable twins, bit for bit.
     #[cfg(target_arch = "aarch64")]
     pub(crate) mod neon_twins {
         use super::super::*;
