@@ -13,7 +13,7 @@ use ndarray::{s, Array1, Array2, Array3, ArrayView3, Axis};
 use specaccept::chain::{self, ChainInputs, ChainOutputs, FlatChainInputs, GreedyIdsInputs};
 use specaccept::error::RowErrors;
 use specaccept::logits::tree::TreeLogitsInputs;
-use specaccept::logits::{self, LogitsInputs};
+use specaccept::logits::{self, Draft, LogitsInputs, Rows};
 use specaccept::method::Method;
 use specaccept::prob::Prob;
 use specaccept::rate;
@@ -588,8 +588,11 @@ fn run_logits<P: FromF64, Q: FromF64>(
     let run_with = |top_k: &Array1<i64>, method: Method, given: Option<&Array2<f64>>| {
         let inputs = LogitsInputs {
             draft_token_ids: IntView::I64(ids.view()),
-            target_logits: target.view(),
-            draft_logits: (flags & 128 == 0).then(|| draft.view()),
+            target_logits: Rows::Padded(target.view()),
+            draft: match flags & 128 {
+                0 => Draft::Logits(Rows::Padded(draft.view())),
+                _ => Draft::OneHot,
+            },
             temperature: FloatView::F64(temperature.view()),
             top_k: IntView::I64(top_k.view()),
             top_p: FloatView::F64(top_p.view()),

@@ -1974,8 +1974,8 @@ mod tests {
             let top_p = Array1::from_elem(batch, 1.0);
             let inputs = LogitsInputs {
                 draft_token_ids: IntView::I64(ids.view()),
-                target_logits: target.view(),
-                draft_logits: Some(draft.view()),
+                target_logits: crate::logits::Rows::Padded(target.view()),
+                draft: crate::logits::Draft::Logits(crate::logits::Rows::Padded(draft.view())),
                 temperature: FloatView::F64(temperature.view()),
                 top_k: IntView::I64(top_k.view()),
                 top_p: FloatView::F64(top_p.view()),

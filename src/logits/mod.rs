@@ -32,7 +32,7 @@ pub mod tree;
 
 use std::cell::RefCell;
 
-use ndarray::{s, ArrayView1, ArrayView3, ArrayViewMut1, Ix1, Ix2};
+use ndarray::{s, ArrayView1, ArrayView2, ArrayView3, ArrayViewMut1, Ix1, Ix2};
 
 use certified::{Certified, CertifiedScratch};
 use exact::{row_exp_sum, row_max};
@@ -59,10 +59,11 @@ use crate::view::{FloatView, IntView};
 pub struct LogitsInputs<'a, P, Q> {
     /// `[B, K]` drafted tokens.
     pub draft_token_ids: IntView<'a, Ix2>,
-    /// `[B, K+1, V]` target logits.
-    pub target_logits: ArrayView3<'a, P>,
-    /// `[B, K, V]` draft logits, or `None` for deterministic drafts.
-    pub draft_logits: Option<ArrayView3<'a, Q>>,
+    /// Target logits: `[B, K+1, V]`, or the flat layout's rows.
+    pub target_logits: Rows<'a, P>,
+    /// Draft logits `[B, K, V]` (or flat), draft probabilities, or none
+    /// (deterministic drafts).
+    pub draft: Draft<'a, Q>,
     /// `[B]` temperatures, `>= 0` (0: greedy).
     pub temperature: FloatView<'a, Ix1>,
     /// `[B]` top-k, `>= 0` (0: off).
@@ -77,6 +78,107 @@ pub struct LogitsInputs<'a, P, Q> {
     pub draft_token_probs: Option<FloatView<'a, Ix2>>,
     /// How sampled rows decide their prefix (see [`crate::method::Method`]).
     pub method: Method<'a>,
+}
+
+/// Where the rows `(b, t)` of a logits (or draft probabilities) input are.
+#[derive(Clone, Copy)]
+pub enum Rows<'a, L> {
+    /// `[B, K(+1), V]`: row `(b, t)` is `[b, t, :]`.
+    Padded(ArrayView3<'a, L>),
+    /// The flat layout of serving engines, `[R, V]`: row `(b, t)` is
+    /// `[starts[b] + t, :]`, request `b`'s rows back to back (vLLM's logits:
+    /// its drafted positions, then its bonus position). Each request's rows
+    /// are checked to lie inside `[0, R)` before any is read
+    /// ([`Rows::check_fits`]).
+    Flat {
+        rows: ArrayView2<'a, L>,
+        starts: IntView<'a, Ix1>,
+        /// The argument that holds `starts`, for errors.
+        starts_arg: &'static str,
+    },
+}
+
+impl<'a, L> Rows<'a, L> {
+    /// The number of entries of a row.
+    pub fn vocab(&self) -> usize {
+        match self {
+            Rows::Padded(a) => a.shape()[2],
+            Rows::Flat { rows, .. } => rows.shape()[1],
+        }
+    }
+
+    /// Row `(b, t)`; inside the array for every `t < n` once
+    /// `check_fits(b, n)` has passed.
+    #[inline]
+    pub fn row(&self, b: usize, t: usize) -> ArrayView1<'_, L> {
+        match self {
+            Rows::Padded(a) => a.slice(s![b, t, ..]),
+            Rows::Flat { rows, starts, .. } => rows.row(starts.get(b) as usize + t),
+        }
+    }
+
+    /// Where row `(b, t)` is, to name it in errors.
+    #[inline]
+    pub(crate) fn pos(&self, b: usize, t: usize) -> Pos {
+        match self {
+            Rows::Padded(_) => Pos::Padded { b, t },
+            Rows::Flat { starts, .. } => Pos::Flat {
+                row: starts.get(b) as usize + t,
+            },
+        }
+    }
+
+    /// Row `b`'s first `n` rows lie inside the array (the padded layout's
+    /// shape was checked with the other shapes).
+    fn check_fits(&self, b: usize, n: usize) -> Result<(), CoreError> {
+        let Rows::Flat {
+            rows,
+            starts,
+            starts_arg,
+        } = self
+        else {
+            return Ok(());
+        };
+        let start = starts.get(b);
+        let total = rows.shape()[0];
+        if start < 0 || (start as u64).saturating_add(n as u64) > total as u64 {
+            return Err(CoreError::value(
+                starts_arg,
+                &[b],
+                format!("= {start}: request {b}'s {n} rows do not lie inside the {total} rows"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The draft side of `verify_logits`.
+#[derive(Clone, Copy)]
+pub enum Draft<'a, Q> {
+    /// Deterministic drafts: `q` one-hot at the draft.
+    OneHot,
+    /// Logits, transformed as the target's are (docs/spec.md section 8.2).
+    Logits(Rows<'a, Q>),
+    /// The drafter's probabilities, read as they are (docs/spec.md section
+    /// 9.1's `verify_logits`): vLLM's drafter samples from
+    /// `softmax(logits / T)` without the target's filters.
+    Probs(Rows<'a, Q>),
+}
+
+impl<'a, Q> Draft<'a, Q> {
+    fn rows(&self) -> Option<&Rows<'a, Q>> {
+        match self {
+            Draft::OneHot => None,
+            Draft::Logits(rows) | Draft::Probs(rows) => Some(rows),
+        }
+    }
+
+    fn arg(&self) -> &'static str {
+        match self {
+            Draft::Probs(_) => "draft_probs",
+            _ => "draft_logits",
+        }
+    }
 }
 
 /// How far a given `q_t(x_t)` may lie from the draft row's own value at the
@@ -139,13 +241,12 @@ thread_local! {
     static BUFFERS: RefCell<Buffers> = RefCell::default();
 }
 
-/// One logits row `arg[b, t, :]` and, where the screen has read it, its
+/// One logits row of `arg` at `pos` and, where the screen has read it, its
 /// max (the screen also found it valid).
 struct LogitsRow<'a, L> {
     logits: ArrayView1<'a, L>,
     arg: &'static str,
-    b: usize,
-    t: usize,
+    pos: Pos,
     max: Option<f64>,
 }
 
@@ -161,7 +262,7 @@ struct Look {
 }
 
 /// Transforms logits row `row` into weights `w` (`e_i` kept, else 0) and
-/// returns `sum(w)`. Errors name `arg[b, t, i]`.
+/// returns `sum(w)`. Errors name `arg` at `pos` (and element `i`).
 fn transform<L: Prob>(
     row: LogitsRow<'_, L>,
     params: Params,
@@ -171,8 +272,7 @@ fn transform<L: Prob>(
     let LogitsRow {
         logits: row,
         arg,
-        b,
-        t,
+        pos,
         max,
     } = row;
     // Every entry is written below (pass 2), so only the length matters.
@@ -200,14 +300,14 @@ fn transform<L: Prob>(
             .unwrap_or((0, f64::NAN));
         return Err(CoreError::value(
             arg,
-            &[b, t, i],
+            &pos.element(i),
             format!("= {}: logits must be finite or -inf", show(v)),
         ));
     }
     if max == f64::NEG_INFINITY {
         return Err(CoreError::value(
             arg,
-            &[b, t],
+            &pos.index(),
             "has no finite logit: there is no token to choose",
         ));
     }
@@ -314,8 +414,7 @@ fn params(
 fn argmax_logits<L: Prob>(
     row: ArrayView1<'_, L>,
     arg: &'static str,
-    b: usize,
-    t: usize,
+    pos: Pos,
 ) -> Result<usize, CoreError> {
     let mut best: Option<(usize, f64)> = None;
     for (i, l) in row.iter().enumerate() {
@@ -323,7 +422,7 @@ fn argmax_logits<L: Prob>(
         if v.is_nan() || v == f64::INFINITY {
             return Err(CoreError::value(
                 arg,
-                &[b, t, i],
+                &pos.element(i),
                 format!("= {}: logits must be finite or -inf", show(v)),
             ));
         }
@@ -334,7 +433,7 @@ fn argmax_logits<L: Prob>(
     best.map(|(i, _)| i).ok_or_else(|| {
         CoreError::value(
             arg,
-            &[b, t],
+            &pos.index(),
             "has no finite logit: there is no token to choose",
         )
     })
@@ -342,25 +441,35 @@ fn argmax_logits<L: Prob>(
 
 impl<P: Prob, Q: Prob> LogitsInputs<'_, P, Q> {
     /// Checks every shape against `draft_token_ids [B, K]` and
-    /// `target_logits [B, K+1, V]`; returns `(B, K, V)`.
+    /// `target_logits [B, K+1, V]` (or the flat layout's `[R, V]` with
+    /// `[B]` starts); returns `(B, K, V)`.
     pub fn dims(&self) -> Result<(usize, usize, usize), CoreError> {
         let &[batch, k_max] = self.draft_token_ids.shape() else {
             unreachable!("IntView<Ix2> has two axes")
         };
-        let vocab = self.target_logits.shape()[2];
-        expect_shape(
-            "target_logits",
-            self.target_logits.shape(),
-            &[batch, k_max + 1, vocab],
-            "[B, K+1, V]",
-        )?;
-        if let Some(q) = &self.draft_logits {
-            expect_shape(
-                "draft_logits",
-                q.shape(),
-                &[batch, k_max, vocab],
-                "[B, K, V]",
-            )?;
+        let vocab = self.target_logits.vocab();
+        fn rows_shape<L>(
+            arg: &'static str,
+            rows: &Rows<'_, L>,
+            (batch, padded, vocab): (usize, usize, usize),
+            what: &str,
+        ) -> Result<(), CoreError> {
+            match rows {
+                Rows::Padded(a) => expect_shape(arg, a.shape(), &[batch, padded, vocab], what),
+                Rows::Flat {
+                    rows,
+                    starts,
+                    starts_arg,
+                } => {
+                    expect_shape(arg, rows.shape(), &[rows.shape()[0], vocab], "[R, V]")?;
+                    expect_shape(starts_arg, starts.shape(), &[batch], "[B]")
+                }
+            }
+        }
+        let target = (batch, k_max + 1, vocab);
+        rows_shape("target_logits", &self.target_logits, target, "[B, K+1, V]")?;
+        if let Some(rows) = self.draft.rows() {
+            rows_shape(self.draft.arg(), rows, (batch, k_max, vocab), "[B, K, V]")?;
         }
         for (arg, shape) in [
             ("temperature", self.temperature.shape()),
@@ -380,7 +489,7 @@ impl<P: Prob, Q: Prob> LogitsInputs<'_, P, Q> {
         }
         if let Some(q) = &self.draft_token_probs {
             expect_shape("draft_token_probs", q.shape(), &[batch, k_max], "[B, K]")?;
-            if self.draft_logits.is_none() {
+            if !matches!(self.draft, Draft::Logits(_)) {
                 return Err(CoreError::shape(
                     "draft_token_probs",
                     "needs draft_logits (the rows the drafts were sampled from)",
@@ -414,7 +523,7 @@ pub fn verify_logits<P: Prob, Q: Prob>(
     }
     errors.check(batch)?;
     // Each row transforms at least one target row (and a draft row) of V.
-    let rows_read = if inputs.draft_logits.is_some() { 2 } else { 1 };
+    let rows_read = if inputs.draft.rows().is_some() { 2 } else { 1 };
     let out = ChainOutputs {
         output_token_ids: out.output_token_ids.view_mut(),
         num_accepted: out.num_accepted.view_mut(),
@@ -439,7 +548,7 @@ fn verify_rows<P: Prob, Q: Prob>(
     errors: &mut RowErrors<'_>,
     buffers: &mut Buffers,
 ) -> Result<(), CoreError> {
-    let vocab = inputs.target_logits.shape()[2];
+    let vocab = inputs.target_logits.vocab();
     buffers.reserve(vocab)?;
     for i in 0..out.num_accepted.len() {
         let b = first_row + i;
@@ -471,9 +580,13 @@ fn verify_row<P: Prob, Q: Prob>(
     buffers: &mut Buffers,
 ) -> Result<(Vec<usize>, usize, usize), CoreError> {
     let k_max = inputs.draft_token_ids.shape()[1];
-    let vocab = inputs.target_logits.shape()[2];
+    let vocab = inputs.target_logits.vocab();
     let params = params(&inputs.temperature, &inputs.top_k, &inputs.top_p, b)?;
     let k = draft_len(inputs.num_draft_tokens.as_ref(), b, k_max)?;
+    inputs.target_logits.check_fits(b, k + 1)?;
+    if let Some(rows) = inputs.draft.rows() {
+        rows.check_fits(b, k)?;
+    }
     let ids: Vec<usize> = (0..k)
         .map(|t| {
             check_token(
@@ -484,12 +597,15 @@ fn verify_row<P: Prob, Q: Prob>(
             )
         })
         .collect::<Result<_, _>>()?;
-    let target_row = |t: usize| inputs.target_logits.slice(s![b, t, ..]);
+    let argmax = |t: usize| {
+        let rows = &inputs.target_logits;
+        argmax_logits(rows.row(b, t), "target_logits", rows.pos(b, t))
+    };
     let (n, next) = if params.temperature == 0.0 {
         let mut n = k;
         let mut next = None;
         for (t, &x) in ids.iter().enumerate() {
-            let best = argmax_logits(target_row(t), "target_logits", b, t)?;
+            let best = argmax(t)?;
             if best != x {
                 n = t;
                 next = Some(best);
@@ -498,7 +614,7 @@ fn verify_row<P: Prob, Q: Prob>(
         }
         let next = match next {
             Some(best) => best,
-            None => argmax_logits(target_row(k), "target_logits", b, k)?,
+            None => argmax(k)?,
         };
         (n, next)
     } else {
@@ -575,7 +691,7 @@ fn verify_row<P: Prob, Q: Prob>(
         // logit, under the 60-70 us a sleeping worker takes to start on the
         // build machine (docs/design.md), so it stays on this thread.
         let filtered = params.top_k > 0 || params.top_p < 1.0;
-        let pool = (filtered && inputs.target_logits.shape()[0] == 1)
+        let pool = (filtered && inputs.draft_token_ids.shape()[0] == 1)
             .then(|| threads::pool_for(k + 1, (k + 1).saturating_mul(2 * vocab)))
             .flatten();
         let outcomes = threads::first_ending(pool, k + 1, buffers, &BUFFERS, step, ends);
@@ -627,20 +743,34 @@ fn token_position<P: Prob, Q: Prob>(
         sparse,
         certified,
     } = buffers;
-    let target_row = inputs.target_logits.slice(s![b, t, ..]);
-    let draft_row = inputs.draft_logits.as_ref().map(|d| d.slice(s![b, t, ..]));
+    let target_row = inputs.target_logits.row(b, t);
+    let draft_row = match &inputs.draft {
+        Draft::Logits(rows) => Some(rows.row(b, t)),
+        _ => None,
+    };
     // The drafter's own q_t(x_t), when given: no draft row is read unless
     // the position is rejected.
     let given_q = match &inputs.draft_token_probs {
         Some(q) => Some(check_gathered(q.get(b, t), "draft_token_probs", &[b, t])?),
         None => None,
     };
+    // q_t(x_t) known without transforming a draft row: the given one, or
+    // the draft probabilities' entry (their row is read whole only at a
+    // rejection, for the residual).
+    let known_q = match &inputs.draft {
+        Draft::Probs(rows) => Some(check_gathered(
+            rows.row(b, t)[x].to_f64(),
+            "draft_probs",
+            &rows.pos(b, t).element(x),
+        )?),
+        _ => given_q,
+    };
     if params.top_k == 0 && params.top_p >= 1.0 {
         let inverse = 1.0 / params.temperature;
         let found = certified::position(
             target_row,
             draft_row,
-            given_q,
+            known_q,
             x,
             inverse,
             (u, recovery_u),
@@ -656,7 +786,7 @@ fn token_position<P: Prob, Q: Prob>(
     // only where they reject or do not apply, with the rows' maxima the look
     // found.
     let look = if params.top_k > 0 {
-        let look = top_k_accepts(target_row, draft_row, given_q, params, (x, u), sparse);
+        let look = top_k_accepts(target_row, draft_row, known_q, params, (x, u), sparse);
         if look.accepted {
             return Ok(None);
         }
@@ -671,8 +801,7 @@ fn token_position<P: Prob, Q: Prob>(
         LogitsRow {
             logits: target_row,
             arg: "target_logits",
-            b,
-            t,
+            pos: inputs.target_logits.pos(b, t),
             max: look.target_max,
         },
         params,
@@ -680,7 +809,7 @@ fn token_position<P: Prob, Q: Prob>(
         scratch,
     )?;
     let p = wp[x] / total_p;
-    if let Some(q) = given_q {
+    if let Some(q) = known_q {
         if is_accepted(p, q, u) {
             return Ok(None);
         }
@@ -688,27 +817,11 @@ fn token_position<P: Prob, Q: Prob>(
     if dropped() {
         return Ok(None);
     }
-    let (q, total_q) = match draft_row {
-        Some(draft_row) => {
-            let total = transform(
-                LogitsRow {
-                    logits: draft_row,
-                    arg: "draft_logits",
-                    b,
-                    t,
-                    max: look.draft_max,
-                },
-                params,
-                wq,
-                scratch,
-            )?;
-            (wq[x] / total, Some(total))
-        }
-        None => (1.0, None),
-    };
+    let total_q = draft_weights(inputs, (b, t), params, look.draft_max, wq, scratch)?;
+    let q = total_q.map_or(1.0, |total| wq[x] / total);
     if let Some(given) = given_q {
         check_draft_prob(given, q, b, t)?;
-    } else if is_accepted(p, q, u) {
+    } else if known_q.is_none() && is_accepted(p, q, u) {
         return Ok(None);
     }
     if dropped() {
@@ -729,7 +842,7 @@ fn token_position<P: Prob, Q: Prob>(
     )? {
         Some(token) => token,
         // Only rounding gets here: sample from p itself.
-        None => sample_weights(wp, recovery_u, scratch, b, t)?,
+        None => sample_weights(wp, recovery_u, scratch, inputs.target_logits.pos(b, t))?,
     };
     Ok(Some(token))
 }
@@ -772,13 +885,13 @@ fn draw_target_row<P: Prob, Q: Prob>(
     scratch: &mut Scratch,
 ) -> Result<usize, CoreError> {
     if params.top_k == 0 && params.top_p >= 1.0 {
-        let row = inputs.target_logits.slice(s![b, t, ..]);
+        let row = inputs.target_logits.row(b, t);
         if let Some(token) = certified::bonus(row, 1.0 / params.temperature, u, certified) {
             return Ok(token);
         }
     }
     transform(target_logits_row(inputs, b, t), params, wp, scratch)?;
-    sample_weights(wp, u, scratch, b, t)
+    sample_weights(wp, u, scratch, inputs.target_logits.pos(b, t))
 }
 
 /// Row `t` of request `b`'s target logits, to be transformed.
@@ -788,11 +901,53 @@ fn target_logits_row<'i, P: Prob, Q: Prob>(
     t: usize,
 ) -> LogitsRow<'i, P> {
     LogitsRow {
-        logits: inputs.target_logits.slice(s![b, t, ..]),
+        logits: inputs.target_logits.row(b, t),
         arg: "target_logits",
-        b,
-        t,
+        pos: inputs.target_logits.pos(b, t),
         max: None,
+    }
+}
+
+/// Draft row `(b, t)`'s weights into `wq`, and their total (`None`: one-hot
+/// drafts, nothing read): draft logits transformed as the target's
+/// (`max`: the row's, where a look found it), draft probabilities read as
+/// they are (each checked finite and non-negative), of total 1.
+fn draft_weights<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    (b, t): (usize, usize),
+    params: Params,
+    max: Option<f64>,
+    wq: &mut Vec<f64>,
+    scratch: &mut Scratch,
+) -> Result<Option<f64>, CoreError> {
+    match &inputs.draft {
+        Draft::OneHot => Ok(None),
+        Draft::Logits(rows) => {
+            let row = LogitsRow {
+                logits: rows.row(b, t),
+                arg: "draft_logits",
+                pos: rows.pos(b, t),
+                max,
+            };
+            transform(row, params, wq, scratch).map(Some)
+        }
+        Draft::Probs(rows) => {
+            let at = RowAt {
+                arg: "draft_probs",
+                pos: rows.pos(b, t),
+            };
+            let row = rows.row(b, t);
+            memory::reserve(wq, row.len(), at.arg)?;
+            wq.clear();
+            for (i, v) in row.iter().enumerate() {
+                let v = v.to_f64();
+                if !(v.is_finite() && v >= 0.0) {
+                    return Err(at.bad_value(i, v));
+                }
+                wq.push(v);
+            }
+            Ok(Some(1.0))
+        }
     }
 }
 
@@ -825,7 +980,7 @@ fn typical_row<P: Prob, Q: Prob>(
         let p = ArrayView1::from(&residual[..]);
         let at = RowAt {
             arg: "target_logits",
-            pos: Pos::Padded { b, t },
+            pos: inputs.target_logits.pos(b, t),
         };
         let typical = TypicalRow::of(p, at, epsilon, delta, &mut scratch.block_sums, wq)?;
         if t < k && typical.accepts(residual[ids[t]]) {
@@ -854,22 +1009,11 @@ fn block_row<P: Prob, Q: Prob>(
     } = buffers;
     let k = ids.len();
     let target = |t: usize| target_logits_row(inputs, b, t);
-    let draft = |t: usize| {
-        inputs.draft_logits.as_ref().map(|d| LogitsRow {
-            logits: d.slice(s![b, t, ..]),
-            arg: "draft_logits",
-            b,
-            t,
-            max: None,
-        })
-    };
+    let at = |t: usize| inputs.target_logits.pos(b, t);
     // The transformed rows of position t: `wp` (and `wq`) and their totals.
     let rows = |t: usize, wp: &mut Vec<f64>, wq: &mut Vec<f64>, scratch: &mut Scratch| {
         let total_p = transform(target(t), params, wp, scratch)?;
-        let total_q = match draft(t) {
-            Some(row) => Some(transform(row, params, wq, scratch)?),
-            None => None,
-        };
+        let total_q = draft_weights(inputs, (b, t), params, None, wq, scratch)?;
         Ok::<_, CoreError>((total_p, total_q))
     };
     let mut rho = Vec::with_capacity(k + 1);
@@ -892,7 +1036,7 @@ fn block_row<P: Prob, Q: Prob>(
     // h_k = rho_k; with no drafts, tau = 0 = k.
     if k == 0 || eta(k) < rho[k] {
         transform(target(k), params, wp, scratch)?;
-        return Ok((k, sample_weights(wp, recovery_u, scratch, b, k)?));
+        return Ok((k, sample_weights(wp, recovery_u, scratch, at(k))?));
     }
     // Down from k - 1: the residual max(0, rho_i p_i - q_i) of the transformed rows.
     let mut tau = 0;
@@ -901,7 +1045,7 @@ fn block_row<P: Prob, Q: Prob>(
         if eta(i) >= rho[i] {
             continue; // h_i <= rho_i: fails without its round (docs/spec.md section 2.6)
         }
-        let z = match inputs.draft_logits {
+        let z = match inputs.draft.rows() {
             Some(_) => {
                 let (total_p, total_q) = rows(i, wp, wq, scratch)?;
                 let total_q = total_q.unwrap_or(1.0);
@@ -938,7 +1082,7 @@ fn block_row<P: Prob, Q: Prob>(
         // Only rounding gets here: sample from p itself.
         None => {
             transform(target(tau), params, wp, scratch)?;
-            sample_weights(wp, recovery_u, scratch, b, tau)?
+            sample_weights(wp, recovery_u, scratch, at(tau))?
         }
     };
     Ok((tau, token))
@@ -1011,21 +1155,13 @@ fn residual_pair_with(wp: &[f64], total_p: f64, wq: &[f64], total_q: f64, out: &
     }
 }
 
-fn sample_weights(
-    w: &[f64],
-    u: f64,
-    scratch: &mut Scratch,
-    b: usize,
-    t: usize,
-) -> Result<usize, CoreError> {
+/// The draw from target weights `w` with `u`; a row that keeps nothing is an
+/// error naming the row at `pos`.
+fn sample_weights(w: &[f64], u: f64, scratch: &mut Scratch, pos: Pos) -> Result<usize, CoreError> {
     sample::sample(&BufferWeights { w }, u, &mut scratch.block_sums)?.ok_or_else(|| {
-        let at = RowAt {
-            arg: "target_logits",
-            pos: Pos::Padded { b, t },
-        };
         CoreError::value(
-            at.arg,
-            &at.pos.index(),
+            "target_logits",
+            &pos.index(),
             "leaves no token after the filters".to_string(),
         )
     })

@@ -265,8 +265,7 @@ mod tests {
         let row_view = LogitsRow {
             logits: ArrayView1::from(row),
             arg: "target_logits",
-            b: 0,
-            t: 0,
+            pos: crate::checks::Pos::Padded { b: 0, t: 0 },
             max: None,
         };
         let total = transform(row_view, params, &mut w, &mut Scratch::default()).unwrap();

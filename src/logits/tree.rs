@@ -197,8 +197,7 @@ impl<P: Prob, Q: Prob> LogitsRows<'_, '_, P, Q> {
         let row = LogitsRow {
             logits,
             arg,
-            b: self.b,
-            t: n,
+            pos: Pos::Padded { b: self.b, t: n },
             max,
         };
         let total = transform(row, self.params, &mut w, &mut self.scratch.borrow_mut())?;
@@ -404,7 +403,7 @@ impl<P: Prob, Q: Prob> NodeRows for LogitsRows<'_, '_, P, Q> {
 
     fn argmax(&self, n: usize) -> Result<usize, CoreError> {
         let logits = self.inputs.target_logits.slice(s![self.b, n, ..]);
-        argmax_logits(logits, "target_logits", self.b, n)
+        argmax_logits(logits, "target_logits", Pos::Padded { b: self.b, t: n })
     }
 
     fn at(&self, n: usize) -> RowAt {

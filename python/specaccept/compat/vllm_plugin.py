@@ -1,0 +1,413 @@
+"""specaccept inside vLLM: a general plugin that replaces vLLM's rejection sampling.
+
+vLLM loads the entry point ``vllm.general_plugins`` / ``specaccept`` (this
+module's :func:`register`) in every process it starts. The plugin is **opt-in**:
+unless ``SPECACCEPT_VLLM`` names a method, it does nothing at all, and vLLM stays
+exactly its own. With ``SPECACCEPT_VLLM=token`` (standard speculative sampling) or
+``block`` (block verification), vLLM V1's ``RejectionSampler.forward`` is replaced,
+on the CPU platform of the vLLM versions in :data:`SUPPORTED_VLLM`, by
+:func:`specaccept.compat.vllm.verify_logits` over vLLM's logits, read in place:
+
+- vLLM's own logits processors (penalties, bad words, allowed ids, min tokens,
+  logit bias, thinking budget) stay vLLM's: where any is active in a step, the
+  rows are copied and processed by vLLM's own methods, exactly as its forward
+  does (the drafted positions by ``RejectionSampler.apply_logits_processors``,
+  the bonus rows by ``Sampler.apply_logits_processors``);
+- temperature, top-k and top-p are specaccept's (docs/spec.md section 8.2),
+  applied only to the rows a request reads; the bonus token is drawn here too,
+  from the bonus row, only when every draft is accepted;
+- uniforms: a request with a seed draws its ``k + 1`` uniforms of the step from
+  its own ``torch.Generator`` (vLLM's ``SamplingParams(seed=...)``), the others
+  from torch's global generator, as vLLM does (docs/spec.md section 9.3).
+
+Cases it does not serve keep vLLM's own forward and say why in the log, once:
+logits off the CPU, ``rejection_sample_method="synthetic"``, processed-logprobs
+modes, per-token logprob requests (``logprob_token_ids``), and an active ``min_p``
+or custom argmax-invariant logits processor (specaccept's transform has none).
+
+``SPECACCEPT_VLLM_RECORD=path.npz`` also records the verified steps (the
+processed target rows, bonus position included, and the drafter's rows) in the
+layout ``python -m specaccept compare --from`` reads.
+
+docs/serving.md ("vLLM") has the install recipe and the guarantees.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from typing import Any
+
+import numpy as np
+
+__all__ = ["METHODS", "SUPPORTED_VLLM", "register"]
+
+#: The vLLM versions whose ``RejectionSampler`` this plugin was written against
+#: (``vllm/v1/sample/rejection_sampler.py``): another version keeps its own.
+SUPPORTED_VLLM = ("0.32.0",)
+
+#: ``SPECACCEPT_VLLM``'s values: specaccept's chain methods.
+METHODS = ("token", "block")
+
+#: vLLM's greedy threshold (``vllm.v1.sample.sampler._SAMPLING_EPS``): a request
+#: below it is sampled greedily.
+SAMPLING_EPS = 1e-5
+
+#: At most this many recorded request-steps are kept (each ``(K+1) * V`` float32
+#: values), unless ``SPECACCEPT_VLLM_RECORD_ROWS`` says otherwise.
+RECORD_ROWS = 256
+
+# Under vLLM's own logger, so that its handlers print these lines.
+logger = logging.getLogger("vllm.specaccept")
+
+_LOGGED: set[str] = set()
+_LOCK = threading.Lock()
+
+
+def register() -> None:
+    """The ``vllm.general_plugins`` entry point: installs the replacement when
+    ``SPECACCEPT_VLLM`` names a method, else does nothing. Never raises: what it
+    cannot do, it logs, and vLLM keeps its own path."""
+    method = os.environ.get("SPECACCEPT_VLLM", "")
+    if not method:
+        return
+    try:
+        _install(method)
+    except Exception as error:  # never take vLLM down at start-up
+        logger.warning("specaccept: not installed, vLLM keeps its own sampler: %r", error)
+
+
+def _install(method: str) -> None:
+    if method not in METHODS:
+        logger.warning(
+            "specaccept: SPECACCEPT_VLLM=%r is not one of %s; vLLM keeps its own sampler",
+            method,
+            METHODS,
+        )
+        return
+    import vllm
+    from vllm.platforms import current_platform
+
+    version = getattr(vllm, "__version__", "unknown")
+    if version not in SUPPORTED_VLLM:
+        logger.warning(
+            "specaccept: vLLM %s is not a version this plugin was written for (%s); "
+            "vLLM keeps its own rejection sampler",
+            version,
+            ", ".join(SUPPORTED_VLLM),
+        )
+        return
+    if not current_platform.is_cpu():
+        logger.warning(
+            "specaccept: vLLM's platform is %s, not the CPU; vLLM keeps its own rejection sampler",
+            getattr(current_platform, "device_name", type(current_platform).__name__),
+        )
+        return
+    from vllm.v1.sample.rejection_sampler import RejectionSampler
+
+    with _LOCK:
+        if getattr(RejectionSampler.forward, "_specaccept", None) is not None:
+            return  # registered twice in this process
+        original_init, original_forward = RejectionSampler.__init__, RejectionSampler.forward
+        verifier = _Verifier(method, original_forward, version)
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(self, *args, **kwargs)
+            verifier.attach(self)
+
+        def forward(self: Any, metadata: Any, draft_probs: Any, logits: Any, sm: Any) -> Any:
+            return verifier.forward(self, metadata, draft_probs, logits, sm)
+
+        forward._specaccept = verifier  # type: ignore[attr-defined]
+        RejectionSampler.__init__ = __init__  # type: ignore[method-assign]
+        RejectionSampler.forward = forward  # type: ignore[method-assign]
+
+
+def _log_once(key: str, message: str, *args: Any, level: int = logging.WARNING) -> None:
+    with _LOCK:
+        if key in _LOGGED:
+            return
+        _LOGGED.add(key)
+    logger.log(level, message, *args)
+
+
+class _Verifier:
+    """The replacement of ``RejectionSampler.forward`` (one per process)."""
+
+    def __init__(self, method: str, original_forward: Any, version: str):
+        self.method, self.version = method, version
+        self.original_forward = original_forward
+        self.eos_token_id: int | None = None
+        self.recorder: _Recording | None = None
+        path = os.environ.get("SPECACCEPT_VLLM_RECORD")
+        if path:
+            self.recorder = _Recording(path)
+
+    def attach(self, sampler: Any) -> None:
+        """At the sampler's construction (inside vLLM's config context, once its
+        logging is set up): the start-up line, the model's end-of-sequence token,
+        and the recording's file name for this rank."""
+        from .. import __version__
+
+        record = os.environ.get("SPECACCEPT_VLLM_RECORD")
+        _log_once(
+            "installed",
+            "specaccept %s: vLLM %s's RejectionSampler.forward replaced by specaccept's %s "
+            "verification from logits (SPECACCEPT_VLLM=%s)%s",
+            __version__,
+            self.version,
+            self.method,
+            self.method,
+            f"; recording to {record}" if record else "",
+            level=logging.INFO,
+        )
+        try:
+            from vllm.config import get_current_vllm_config
+
+            config = get_current_vllm_config().model_config
+            eos = getattr(config.hf_text_config, "eos_token_id", None)
+            if isinstance(eos, (list, tuple)):
+                eos = eos[0] if eos else None
+            self.eos_token_id = None if eos is None else int(eos)
+        except Exception as error:  # a config without one: a bad request emits nothing
+            _log_once("eos", "specaccept: no end-of-sequence token found (%r)", error)
+        if self.recorder is not None:
+            self.recorder.name_for_rank()
+
+    def unsupported(self, sampler: Any, logits: Any, sm: Any) -> str | None:
+        """Why this step keeps vLLM's own forward, or ``None``."""
+        from vllm.v1.sample.logits_processor.builtin import MinPLogitsProcessor
+
+        if logits.device.type != "cpu":
+            return f"logits on {logits.device}: specaccept verifies CPU tensors"
+        if sampler.synthetic_mode:
+            return "rejection_sample_method='synthetic' is vLLM's own (lossy) method"
+        if sampler.is_processed_logprobs_mode and sm.max_num_logprobs is not None:
+            return f"logprobs_mode={sampler.sampler.logprobs_mode!r} (processed logprobs)"
+        if sm.logprob_token_ids:
+            return "per-token logprobs (logprob_token_ids)"
+        for processor in sm.logitsprocs.argmax_invariant:
+            if isinstance(processor, MinPLogitsProcessor):
+                if processor.min_p_count:
+                    return "min_p, which specaccept's sampling transform does not apply"
+            else:
+                return f"the argmax-invariant logits processor {type(processor).__name__}"
+        return None
+
+    def forward(self, sampler: Any, metadata: Any, draft_probs: Any, logits: Any, sm: Any) -> Any:
+        reason = self.unsupported(sampler, logits, sm)
+        if reason is not None:
+            _log_once(reason, "specaccept: vLLM's own rejection sampler for this step: %s", reason)
+            return self.original_forward(sampler, metadata, draft_probs, logits, sm)
+        return self.verify(sampler, metadata, draft_probs, logits, sm)
+
+    def verify(self, sampler: Any, metadata: Any, draft_probs: Any, logits: Any, sm: Any) -> Any:
+        import torch
+        from vllm.v1.outputs import SamplerOutput
+
+        from . import vllm as layout
+
+        counts = list(metadata.num_draft_tokens)
+        batch = len(counts)
+        rows = _processed_rows(sampler, metadata, logits, sm)
+        temperature, top_k, top_p = _sampling(sm, batch, logits.shape[-1])
+        uniforms, recovery = _uniforms(sm, counts, temperature)
+        result = layout.verify_logits(
+            metadata.draft_token_ids,
+            counts,
+            rows,
+            draft_probs,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            uniforms=uniforms,
+            recovery_uniforms=recovery,
+            errors="isolate",
+            method=self.method,
+        )
+        ids = np.asarray(result.output_token_ids)
+        for b, error in result.errors.items():
+            # vLLM's worker cannot finish one request with an error: the closest is
+            # its end-of-sequence token (docs/spec.md section 9.3).
+            logger.error("specaccept: request %d of this step ended: %s", b, error)
+            ids[b] = -1
+            if self.eos_token_id is not None:
+                ids[b, 0] = self.eos_token_id
+        out = torch.full((batch, metadata.max_spec_len + 1), -1, dtype=torch.int32)
+        out[:, : ids.shape[1]] = torch.from_numpy(ids.astype(np.int32, copy=False))
+        if self.recorder is not None:
+            self.recorder.add(rows, metadata, draft_probs, (temperature, top_k, top_p))
+        logprobs = None
+        if sm.max_num_logprobs is not None:
+            logprobs = sampler._get_logprobs_tensors(
+                sm.max_num_logprobs,
+                metadata,
+                logits,
+                logits[metadata.target_logits_indices].to(torch.float32),
+                logits[metadata.bonus_logits_indices].to(torch.float32),
+                out,
+            )
+        return SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
+
+
+def _needs_processors(sm: Any) -> bool:
+    """Whether any of vLLM's own logits processors changes a row of this step."""
+    from vllm.v1.sample.logits_processor.builtin import (
+        LogitBiasLogitsProcessor,
+        MinTokensLogitsProcessor,
+    )
+
+    if not sm.no_penalties or sm.allowed_token_ids_mask is not None or sm.bad_words_token_ids:
+        return True
+    for processor in sm.logitsprocs.non_argmax_invariant:
+        if isinstance(processor, MinTokensLogitsProcessor):
+            if processor.min_toks:
+                return True
+        elif isinstance(processor, LogitBiasLogitsProcessor):
+            if processor.biases:
+                return True
+        else:
+            return True  # a custom processor: assume it acts
+    holder = sm.thinking_budget_state_holder
+    return holder is not None and holder.has_tracked_requests()
+
+
+def _processed_rows(sampler: Any, metadata: Any, logits: Any, sm: Any) -> Any:
+    """``logits`` itself, or, where vLLM's processors act, a float32 copy processed
+    by vLLM's own methods in its forward's order (bonus rows, then drafted rows)."""
+    import torch
+
+    if not _needs_processors(sm):
+        return logits
+    rows = logits.to(torch.float32, copy=True)
+    bonus = metadata.bonus_logits_indices
+    rows[bonus] = sampler.sampler.apply_logits_processors(rows[bonus], sm, True)
+    target = metadata.target_logits_indices
+    if target.numel():
+        rows[target] = sampler.apply_logits_processors(rows[target], sm, metadata)
+    return rows
+
+
+def _sampling(sm: Any, batch: int, vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request: temperature (0 for vLLM's greedy requests), top-k (0: off) and
+    top-p (1: off), as specaccept reads them."""
+    if sm.all_greedy or sm.temperature is None:
+        temperature = np.zeros(batch)
+    else:
+        temperature = sm.temperature.numpy().astype(np.float64)
+        temperature[temperature < SAMPLING_EPS] = 0.0
+    top_k = np.zeros(batch, dtype=np.int64)
+    if sm.top_k is not None:
+        top_k = sm.top_k.numpy().astype(np.int64)
+        top_k[(top_k <= 0) | (top_k >= vocab)] = 0
+    top_p = np.ones(batch)
+    if sm.top_p is not None:
+        top_p = sm.top_p.numpy().astype(np.float64)
+    return temperature, top_k, top_p
+
+
+def _uniforms(
+    sm: Any, counts: list[int], temperature: np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The step's uniforms, ``[T]`` and ``[B]``: a seeded request's ``k + 1`` from
+    its own generator (acceptance, then recovery or bonus), the rest from torch's
+    global generator; none when every request is greedy."""
+    import torch
+
+    if not (temperature != 0).any():
+        return None, None
+    total = sum(counts)
+    drawn = torch.rand(total + len(counts), dtype=torch.float64).numpy()
+    uniforms, recovery = drawn[:total], drawn[total:]
+    if sm.generators:
+        start = 0
+        starts = []
+        for k in counts:
+            starts.append(start)
+            start += k
+        for b, generator in sm.generators.items():
+            if b >= len(counts):
+                continue
+            k = counts[b]
+            own = torch.rand(k + 1, dtype=torch.float64, generator=generator).numpy()
+            uniforms[starts[b] : starts[b] + k] = own[:k]
+            recovery[b] = own[k]
+    return uniforms, recovery
+
+
+class _Recording:
+    """``SPECACCEPT_VLLM_RECORD``: the verified steps, as probabilities (vLLM's
+    processed law: its processors, then specaccept's temperature, top-k, top-p),
+    saved at exit (and when full) in ``compare --from``'s layout."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.limit = int(os.environ.get("SPECACCEPT_VLLM_RECORD_ROWS", RECORD_ROWS))
+        self.rows = 0
+        self.saved = False
+        self.recorder: Any = None
+        atexit.register(self.save)
+
+    def name_for_rank(self) -> None:
+        """Rank ``r > 0`` of a distributed run writes ``stem.rank{r}.npz``."""
+        try:
+            import torch.distributed as dist
+
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        except Exception:
+            rank = 0
+        if rank:
+            stem, ext = os.path.splitext(self.path)
+            self.path = f"{stem}.rank{rank}{ext or '.npz'}"
+
+    def add(self, rows: Any, metadata: Any, draft_probs: Any, sampling: tuple) -> None:
+        from ..generation._record import Recorder
+        from ..generation._sampling import Sampling, transform
+
+        counts = np.asarray(metadata.num_draft_tokens, dtype=np.int64)
+        drafted = np.flatnonzero(counts > 0)
+        if not drafted.size or self.rows >= self.limit:
+            return
+        drafted = drafted[: self.limit - self.rows]
+        if self.recorder is None:
+            self.recorder = Recorder(self.path, draft_probs is None)
+        width = int(counts[drafted].max())
+        vocab = rows.shape[-1]
+        starts = np.concatenate([[0], np.cumsum(counts + 1)[:-1]])
+        draft_starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        values = rows.float().numpy() if hasattr(rows, "float") else np.asarray(rows)
+        logits = np.zeros((drafted.size, width + 1, vocab), dtype=np.float32)
+        ids = np.zeros((drafted.size, width), dtype=np.int64)
+        flat_ids = np.asarray(metadata.draft_token_ids)
+        draft = None if draft_probs is None else np.zeros((drafted.size, width, vocab), np.float32)
+        q = None if draft_probs is None else np.asarray(draft_probs.float())
+        for i, b in enumerate(drafted):
+            k = int(counts[b])
+            logits[i, : k + 1] = values[starts[b] : starts[b] + k + 1]
+            ids[i, :k] = flat_ids[draft_starts[b] : draft_starts[b] + k]
+            if draft is not None and q is not None:
+                draft[i, :k] = q[draft_starts[b] : draft_starts[b] + k]
+        temperature, top_k, top_p = (a[drafted] for a in sampling)
+        probs, _ = transform(logits, Sampling(temperature, top_k, top_p), list(counts[drafted] + 1))
+        self.recorder.add(ids, probs, draft, counts[drafted])
+        self.rows += drafted.size
+        if self.rows >= self.limit:
+            _log_once(
+                "record-full",
+                "specaccept: %d steps recorded (SPECACCEPT_VLLM_RECORD_ROWS); saving %s",
+                self.rows,
+                self.path,
+            )
+            self.save()
+
+    def save(self) -> None:
+        if self.recorder is None or self.saved:
+            return
+        self.saved = True
+        try:
+            self.recorder.save()
+            logger.info("specaccept: %d verified steps recorded in %s", self.rows, self.path)
+        except Exception as error:
+            logger.warning("specaccept: could not record %s: %r", self.path, error)
