@@ -551,6 +551,66 @@ CASES: dict[str, tuple[str, str]] = {
         "assert int(r.num_accepted[0]) <= 1",
         "ok",
     ),
+    "vllm.verify_logits: valid greedy, a zero-draft request": (
+        "l = w(np.log(np.eye(4)[[1, 3, 0, 2]] + 1e-9))\n"
+        "r = vllm.verify_logits(w(np.array([1, 2])), [2, 0], l, temperature=0.0)\n"
+        "assert r.output_token_ids.tolist() == [[1, 3, -1], [2, -1, -1]], r",
+        "ok",
+    ),
+    "vllm.verify_logits: valid sampled, draft probabilities, block": (
+        "l = w(np.log(probs(5, 8)))\n"
+        "r = vllm.verify_logits(w(np.array([1, 2, 3])), [2, 1], l, w(probs(3, 8, seed=1)),"
+        " temperature=0.8, top_k=3, rng=0, method='block')\n"
+        "assert all(((0 <= r.tokens(b)) & (r.tokens(b) < 8)).all() for b in range(2))",
+        "ok",
+    ),
+    "vllm.verify_logits: placeholder ends the drafts": (
+        "l = w(np.log(probs(4, 8)))\n"
+        "r = vllm.verify_logits(w(np.array([3, -1, 5])), [3], l, rng=0)\n"
+        "assert int(r.num_accepted[0]) <= 1",
+        "ok",
+    ),
+    "vllm.verify_logits: empty step": (
+        "r = vllm.verify_logits(np.zeros(0, np.int64), [], np.zeros((0, 8)), rng=0)\n"
+        "assert r.output_token_ids.shape[0] == 0",
+        "ok",
+    ),
+    "vllm.verify_logits: NaN row isolated": (
+        "l = np.log(probs(5, 8)); l[3, 2] = np.nan\n"
+        "r = vllm.verify_logits(np.array([1, 2, 3]), [2, 1], w(l), rng=0, errors='isolate')\n"
+        "assert 1 in r.errors and 'logits[3, 2]' in str(r.errors[1])",
+        "ok",
+    ),
+    "vllm.verify_logits: rows do not match the counts": (
+        "vllm.verify_logits(np.array([1, 2, 3]), [2, 1], np.zeros((4, 8)), rng=0)",
+        "ValueError",
+    ),
+    "vllm.verify_logits: draft_probs rows do not match": (
+        "vllm.verify_logits(np.array([1, 2, 3]), [2, 1], np.zeros((5, 8)), probs(2, 8), rng=0)",
+        "ValueError",
+    ),
+    "vllm.verify_logits: negative draft probability": (
+        "q = probs(3, 8); q[0, 1] = -1.0\n"
+        "vllm.verify_logits(np.array([1, 2, 3]), [2, 1], np.zeros((5, 8)), w(q), rng=0,"
+        " temperature=1.0)",
+        "ValueError",
+    ),
+    "vllm.verify_logits: count 2**40": (
+        "vllm.verify_logits(np.array([0]), [2**40], np.zeros((2, 2)), rng=0)",
+        "ValueError",
+    ),
+    "vllm.verify_logits: negative count": (
+        "vllm.verify_logits(np.array([0]), [2, -1], np.zeros((3, 2)), rng=0)",
+        "ValueError",
+    ),
+    "vllm.verify_logits: 3-D logits": (
+        "vllm.verify_logits(np.array([0]), [1], np.zeros((1, 2, 2)), rng=0)",
+        "ValueError",
+    ),
+    "vllm.verify_logits: int logits": (
+        "vllm.verify_logits(np.array([0]), [1], np.zeros((2, 2), np.int64), rng=0)",
+        "TypeError",
+    ),
     # --- verify_tree -------------------------------------------------------------------
     "verify_tree: huge stride-0 batch, target shape wrong": (
         "sa.verify_tree(huge_ids(2**40, 1), np.array([-1]), np.full((1, 1, 2), 0.5), greedy=True)",

@@ -304,6 +304,16 @@ def verify_logits(
     target = float_array(logits, "logits")
     draft = None if draft_probs is None else float_array(draft_probs, "draft_probs")
     batch = counts.shape[0]
+    for name, array, rows, what in (
+        ("logits", target, ids.shape[0] + batch, "[T + B, V]"),
+        ("draft_probs", draft, ids.shape[0], "[T, V]"),
+    ):
+        if array is not None and (array.ndim != 2 or array.shape[0] != rows):
+            raise InputError(
+                f"{name} has shape {array.shape}, expected ({rows}, V) ({what}, "
+                f"T = {ids.shape[0]} drafts, B = {batch} requests)",
+                argument=name,
+            )
     temperatures = per_row(temperature, "temperature", batch, np.float64)
     top_ks = per_row(top_k, "top_k", batch, np.int64)
     top_ps = per_row(top_p, "top_p", batch, np.float64)

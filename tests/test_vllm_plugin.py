@@ -1,0 +1,320 @@
+"""specaccept inside vLLM's engine (the ``vllm`` CI stage; docs/serving.md "vLLM").
+
+Each engine configuration runs in a process of its own (tests/vllm_engine.py):
+vLLM loads its plugins once per process. SmolLM2-135M-Instruct in float32, n-gram
+drafts with k = 4, as the issue's recipe runs it. The references are Hugging
+Face's greedy decoding of the same checkpoint and, for sampling, the target's law
+computed with transformers and docs/spec.md section 8.2's transform.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+
+vllm = pytest.importorskip("vllm")
+
+from scipy import stats  # noqa: E402
+
+from specaccept import reference  # noqa: E402
+
+HERE = pathlib.Path(__file__).parent
+NGRAM = {
+    "method": "ngram",
+    "num_speculative_tokens": 4,
+    "prompt_lookup_max": 3,
+    "prompt_lookup_min": 1,
+}
+LLM_ARGS = {"dtype": "float32", "max_model_len": 512, "enforce_eager": True, "seed": 0}
+GREEDY_PROMPTS = [
+    "1, 2, 3, 4, 5, 6, 7, 8,",
+    "Once upon a time there was a king. Once upon a time there was a",
+    "The capital of France is Paris. The capital of France is",
+    "Roses are red, violets are blue. Roses are red,",
+]
+GREEDY = {"temperature": 0.0, "max_tokens": 32}
+#: The sampled position: after the prompt and its first token " king" (about 92%),
+#: n-gram drafts "." and more (from "king. Once"), verified at temperature 0.8, top-k 20.
+LAW_PROMPT = "Once upon a time there was a king. Once upon a time there was a"
+LAW = {"temperature": 0.8, "top_k": 20, "max_tokens": 2}
+LAW_REQUESTS = 2000
+#: The chi-square tests' false-failure rate.
+ALPHA = 1e-3
+SEEDED = {"temperature": 0.8, "top_k": 20, "max_tokens": 24, "seed": 1234}
+
+
+@pytest.fixture(scope="module")
+def model() -> str:
+    """SmolLM2 as a checkpoint folder vLLM reads (made once, cached)."""
+    from specaccept.generation import hf
+
+    cache = os.environ.get("SPECACCEPT_VLLM_MODEL") or os.path.expanduser(
+        "~/.cache/specaccept/smollm2-135m-instruct-f32"
+    )
+    return str(hf.save_smollm2(cache))
+
+
+def run_engine(model, tmp_path, name, runs, *, method="token", record=False, **options):
+    """Runs tests/vllm_engine.py once; returns its output (and the recording)."""
+    job = {"model": model, "llm": {**LLM_ARGS, **options.get("llm", {})}, "runs": runs}
+    if options.get("poison"):
+        job["poison_processor"] = True
+    job_path, out_path = tmp_path / f"{name}.json", tmp_path / f"{name}-out.json"
+    job_path.write_text(json.dumps(job))
+    env = {
+        **os.environ,
+        "VLLM_ENABLE_V1_MULTIPROCESSING": options.get("multiprocessing", "0"),
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "HF_HUB_OFFLINE": "1",
+    }
+    env.pop("SPECACCEPT_VLLM", None)
+    env.pop("SPECACCEPT_VLLM_RECORD", None)
+    if method is not None:
+        env["SPECACCEPT_VLLM"] = method
+    recording = tmp_path / f"{name}.npz"
+    if record:
+        env["SPECACCEPT_VLLM_RECORD"] = str(recording)
+    done = subprocess.run(
+        [sys.executable, str(HERE / "vllm_engine.py"), str(job_path), str(out_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, f"vLLM exited with {done.returncode}:\n{log[-6000:]}"
+    out = json.loads(out_path.read_text())
+    out["log"] = log
+    if record:
+        with np.load(recording) as data:
+            out["recording"] = {k: data[k] for k in data.files}
+    return out
+
+
+def with_spec(**llm):
+    return {"llm": {"speculative_config": NGRAM, **llm}}
+
+
+@pytest.fixture(scope="module")
+def token_run(model, tmp_path_factory):
+    """SPECACCEPT_VLLM=token, one process: greedy batch, a seeded request alone and
+    in a batch, and the sampled law's requests; recorded."""
+    others = ["Tell me a story about a dragon.", "List three colours:", "What is 2 + 2?"]
+    runs = [
+        {"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY},
+        {"name": "seed_alone", "prompts": [LAW_PROMPT], "sampling": SEEDED},
+        {
+            "name": "seed_batch",
+            "prompts": [*others[:2], LAW_PROMPT, others[2]],
+            "sampling": [{**SEEDED, "seed": None}] * 2 + [SEEDED] + [{**SEEDED, "seed": None}],
+        },
+        {"name": "law", "prompts": [LAW_PROMPT] * LAW_REQUESTS, "sampling": LAW},
+    ]
+    tmp = tmp_path_factory.mktemp("token")
+    return run_engine(model, tmp, "token", runs, record=True, **with_spec())
+
+
+@pytest.fixture(scope="module")
+def hf_greedy(model):
+    """Hugging Face's greedy decoding of GREEDY_PROMPTS (float32), token ids."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    out = []
+    for prompt in GREEDY_PROMPTS:
+        ids = tokenizer(prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            generated = hf_model.generate(
+                ids,
+                do_sample=False,
+                max_new_tokens=GREEDY["max_tokens"],
+                eos_token_id=None,
+                pad_token_id=tokenizer.eos_token_id,
+            )
+        out.append(generated[0, ids.shape[1] :].tolist())
+    return out
+
+
+def texts(out, run):
+    return [r["token_ids"] for r in out["runs"][run]]
+
+
+def same_until_eos(vllm_ids, hf_ids):
+    """vLLM stops at the end-of-sequence token (HF here runs on): compare up to it."""
+    return hf_ids[: len(vllm_ids)] == vllm_ids
+
+
+def test_the_plugin_replaces_the_sampler_and_says_so(token_run):
+    assert token_run["patched"]
+    assert "vllm_plugin" in token_run["forward"]
+    assert (
+        "RejectionSampler.forward replaced by specaccept's token verification" in (token_run["log"])
+    )
+
+
+def test_greedy_token_equals_hugging_face(token_run, hf_greedy):
+    for got, want in zip(texts(token_run, "greedy"), hf_greedy, strict=True):
+        assert same_until_eos(got, want), (got, want)
+
+
+def test_greedy_drafts_were_verified_and_accepted(token_run):
+    rec = token_run["recording"]
+    ids, p, counts = rec["draft_token_ids"], rec["target_probs"], rec["num_draft_tokens"]
+    drafted = int(counts.sum())
+    slots = np.arange(ids.shape[1]) < counts[:, None]
+    accepted = (ids == p[:, : ids.shape[1]].argmax(axis=-1)) & slots
+    assert drafted > 50
+    assert accepted.sum() > drafted // 4
+
+
+def test_a_seeded_request_gives_the_same_text_alone_and_in_a_batch(token_run):
+    alone = token_run["runs"]["seed_alone"][0]["token_ids"]
+    batch = token_run["runs"]["seed_batch"][2]["token_ids"]
+    assert len(alone) == SEEDED["max_tokens"]
+    assert alone == batch
+
+
+def _target_law(model, prefix_ids, temperature, top_k):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    with torch.no_grad():
+        logits = hf_model(torch.tensor([prefix_ids])).logits[0, -1].double().numpy()
+    return np.asarray(reference.transform_logits(logits, temperature, top_k, 1.0))
+
+
+def _chi_square(counts: dict[int, int], law: np.ndarray) -> tuple[float, int, float]:
+    """The statistic, degrees of freedom and p-value of counts against ``law``:
+    tokens expected at least 5 times are their own cells, the rest one cell."""
+    n = sum(counts.values())
+    expected = law * n
+    cells = np.flatnonzero(expected >= 5)
+    observed = [counts.get(int(t), 0) for t in cells]
+    rest_observed = n - sum(observed)
+    rest_expected = n - expected[cells].sum()
+    obs = np.array([*observed, rest_observed], dtype=float)
+    exp = np.array([*expected[cells], rest_expected])
+    keep = exp > 0
+    if (obs[~keep] > 0).any():
+        return np.inf, int(keep.sum()) - 1, 0.0
+    statistic = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    df = int(keep.sum()) - 1
+    return statistic, df, float(stats.chi2.sf(statistic, df))
+
+
+def test_sampled_tokens_follow_the_target_law(token_run, model):
+    """The second token (the first emitted by the verification step, accepted draft
+    or recovered) after the modal first token, against the target's law at T=0.8,
+    top-k 20. False-failure rate ALPHA. The same sample size has power >= 0.99 at
+    ALPHA against a plugin ignoring the temperature (the law at T=1) and against one
+    accepting every draft (the draft token always)."""
+    from transformers import AutoTokenizer
+
+    results = token_run["runs"]["law"]
+    first = Counter(r["token_ids"][0] for r in results).most_common(1)[0][0]
+    seconds = Counter(r["token_ids"][1] for r in results if r["token_ids"][0] == first)
+    n = sum(seconds.values())
+    assert n > LAW_REQUESTS // 2
+    prefix = AutoTokenizer.from_pretrained(model)(LAW_PROMPT).input_ids + [first]
+    law = _target_law(model, prefix, LAW["temperature"], LAW["top_k"])
+    statistic, df, p_value = _chi_square(seconds, law)
+    assert p_value > ALPHA, (statistic, df, p_value, seconds.most_common(8))
+    # Power against the wrong variants, at this n (noncentral chi-square).
+    critical = stats.chi2.isf(ALPHA, df)
+    cells = np.flatnonzero(law * n >= 5)
+    for name, wrong in [
+        ("temperature ignored", _target_law(model, prefix, 1.0, LAW["top_k"])),
+        ("every draft accepted", np.eye(law.size)[prefix[prefix.index(first) + 1]]),
+    ]:
+        grouped = np.append(wrong[cells], 1 - wrong[cells].sum())
+        expected = np.append(law[cells], 1 - law[cells].sum())
+        noncentrality = n * float(((grouped - expected) ** 2 / expected).sum())
+        power = stats.ncx2.sf(critical, df, noncentrality)
+        assert power >= 0.99, (name, power)
+
+
+def test_the_recording_holds_the_processed_law_and_compare_reads_it(token_run, tmp_path):
+    rec = token_run["recording"]
+    p, counts = rec["target_probs"], rec["num_draft_tokens"]
+    assert "draft_probs" not in rec  # n-gram drafts: deterministic
+    rows = np.arange(p.shape[1]) <= counts[:, None]
+    sums = p.sum(axis=-1)[rows]
+    np.testing.assert_allclose(sums, 1.0, atol=1e-4)
+    # The law rows (top-k 20) keep at most 20 tokens; greedy rows are one-hot.
+    assert ((p[rows] > 0).sum(axis=-1) <= 20).all()
+    path = tmp_path / "steps.npz"
+    np.savez(path, **rec)
+    done = subprocess.run(
+        [sys.executable, "-m", "specaccept", "compare", "--from", str(path), "--samples", "20"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "block" in done.stdout and "token" in done.stdout
+
+
+def test_block_verification_in_vllm_equals_hugging_face_greedy(model, tmp_path, hf_greedy):
+    runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
+    out = run_engine(model, tmp_path, "block", runs, method="block", record=True, **with_spec())
+    assert "replaced by specaccept's block verification" in out["log"]
+    for got, want in zip(texts(out, "greedy"), hf_greedy, strict=True):
+        assert same_until_eos(got, want), (got, want)
+    assert int(out["recording"]["num_draft_tokens"].sum()) > 50
+
+
+def test_without_the_switch_vllm_is_its_own(model, tmp_path, hf_greedy):
+    runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
+    out = run_engine(model, tmp_path, "off", runs, method=None, **with_spec())
+    assert not out["patched"]
+    assert out["forward"] == "vllm.v1.sample.rejection_sampler.RejectionSampler.forward"
+    assert "RejectionSampler.forward replaced" not in out["log"]
+    for got, want in zip(texts(out, "greedy"), hf_greedy, strict=True):
+        assert same_until_eos(got, want), (got, want)
+
+
+def test_greedy_equals_vllm_without_speculative_decoding(model, tmp_path, token_run):
+    runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
+    out = run_engine(model, tmp_path, "plain", runs, method=None)
+    assert texts(out, "greedy") == texts(token_run, "greedy")
+
+
+def test_greedy_in_vllm_s_default_process_mode(model, tmp_path, hf_greedy):
+    """Engine and worker spawned (VLLM_ENABLE_V1_MULTIPROCESSING=1): the plugin is
+    loaded in the worker and verifies there."""
+    runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
+    out = run_engine(model, tmp_path, "spawned", runs, multiprocessing="1", **with_spec())
+    assert "replaced by specaccept's token verification" in out["log"]
+    for got, want in zip(texts(out, "greedy"), hf_greedy, strict=True):
+        assert same_until_eos(got, want), (got, want)
+
+
+def test_a_poisoned_request_ends_and_the_others_are_unchanged(model, tmp_path, token_run):
+    """A logits processor turns one request's logits NaN: that request ends (its
+    end-of-sequence token, the error logged); the engine goes on, and the other
+    requests' tokens are those of the run without it. vLLM's processors are
+    applied here (a copy of the rows), unlike in token_run."""
+    poisoned = [{**GREEDY}] * len(GREEDY_PROMPTS) + [{**GREEDY, "extra_args": {"poison": True}}]
+    runs = [
+        {"name": "mixed", "prompts": [*GREEDY_PROMPTS, GREEDY_PROMPTS[0]], "sampling": poisoned},
+        {"name": "after", "prompts": GREEDY_PROMPTS, "sampling": GREEDY},
+    ]
+    out = run_engine(model, tmp_path, "poison", runs, poison=True, **with_spec())
+    healthy = texts(token_run, "greedy")
+    assert texts(out, "mixed")[: len(GREEDY_PROMPTS)] == healthy
+    bad = out["runs"]["mixed"][-1]
+    assert len(bad["token_ids"]) < GREEDY["max_tokens"]
+    assert bad["finish_reason"] == "stop"
+    assert "specaccept: request" in out["log"] and "logits must be finite" in out["log"]
+    assert texts(out, "after") == healthy
