@@ -22,7 +22,6 @@ import pytest
 vllm = pytest.importorskip("vllm")
 
 from scipy import stats  # noqa: E402
-
 from specaccept import reference  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
@@ -226,7 +225,7 @@ def test_sampled_tokens_follow_the_target_law(token_run, model):
     seconds = Counter(r["token_ids"][1] for r in results if r["token_ids"][0] == first)
     n = sum(seconds.values())
     assert n > LAW_REQUESTS // 2
-    prefix = AutoTokenizer.from_pretrained(model)(LAW_PROMPT).input_ids + [first]
+    prefix = [*AutoTokenizer.from_pretrained(model)(LAW_PROMPT).input_ids, first]
     law = _target_law(model, prefix, LAW["temperature"], LAW["top_k"])
     statistic, df, p_value = _chi_square(seconds, law)
     assert p_value > ALPHA, (statistic, df, p_value, seconds.most_common(8))
