@@ -64,7 +64,7 @@ def run_engine(model, tmp_path, name, runs, *, method="token", record=False, **o
     """Runs tests/vllm_engine.py once; returns its output (and the recording)."""
     job = {"model": model, "llm": {**LLM_ARGS, **options.get("llm", {})}, "runs": runs}
     if options.get("poison"):
-        job["poison_processor"] = True
+        job["poison"] = options["poison"]
     job_path, out_path = tmp_path / f"{name}.json", tmp_path / f"{name}-out.json"
     job_path.write_text(json.dumps(job))
     env = {
@@ -300,16 +300,16 @@ def test_greedy_in_vllm_s_default_process_mode(model, tmp_path, hf_greedy):
 
 
 def test_a_poisoned_request_ends_and_the_others_are_unchanged(model, tmp_path, token_run):
-    """A logits processor turns one request's logits NaN: that request ends (its
+    """One request's logits turn NaN from its first verification step on (patched
+    into vLLM's model runner, tests/vllm_engine.py): that request ends (its
     end-of-sequence token, the error logged); the engine goes on, and the other
-    requests' tokens are those of the run without it. vLLM's processors are
-    applied here (a copy of the rows), unlike in token_run."""
-    poisoned = [{**GREEDY}] * len(GREEDY_PROMPTS) + [{**GREEDY, "extra_args": {"poison": True}}]
+    requests' tokens are those of the run without it."""
+    bad_prompt = "Count with me: 1, 2, 3, 4, 5, 6,"
     runs = [
-        {"name": "mixed", "prompts": [*GREEDY_PROMPTS, GREEDY_PROMPTS[0]], "sampling": poisoned},
+        {"name": "mixed", "prompts": [*GREEDY_PROMPTS, bad_prompt], "sampling": GREEDY},
         {"name": "after", "prompts": GREEDY_PROMPTS, "sampling": GREEDY},
     ]
-    out = run_engine(model, tmp_path, "poison", runs, poison=True, **with_spec())
+    out = run_engine(model, tmp_path, "poison", runs, poison=bad_prompt, **with_spec())
     healthy = texts(token_run, "greedy")
     assert texts(out, "mixed")[: len(GREEDY_PROMPTS)] == healthy
     bad = out["runs"]["mixed"][-1]

@@ -4,10 +4,10 @@ tests/test_vllm_plugin.py runs one engine configuration per process (vLLM loads
 its plugins once per process, so ``SPECACCEPT_VLLM`` is fixed there). The job:
 
 - ``model``: the checkpoint folder; ``llm``: ``vllm.LLM``'s keyword arguments;
-- ``poison_processor``: add :class:`Poison` to the engine's logits processors;
+- ``poison``: a prompt whose requests get NaN logits from their first
+  verification step on (:func:`poison`; one process only);
 - ``runs``: a list of ``{"name", "prompts", "sampling"}``, ``sampling`` one dict of
-  ``SamplingParams`` arguments for every prompt or a list of one per prompt
-  (``extra_args: {"poison": true}`` poisons a request).
+  ``SamplingParams`` arguments for every prompt or a list of one per prompt.
 
 The output: ``forward`` (the qualified name and module of vLLM's
 ``RejectionSampler.forward`` in this process), ``patched`` (whether specaccept
@@ -21,32 +21,27 @@ import json
 import sys
 from typing import Any
 
-import torch
-from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
-from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
+def poison(prompt_token_ids: list[int]) -> None:
+    """From the first verification step on, the logits of every request whose prompt
+    is ``prompt_token_ids`` are NaN (a model blowing up on one sequence), in the
+    rows vLLM hands its rejection sampler; the prompt's own step is left alone."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-class Poison(LogitsProcessor):
-    """Sets every logit of a request with ``extra_args={"poison": True}`` to NaN."""
+    sample = GPUModelRunner._sample
 
-    def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool):
-        self.rows: dict[int, bool] = {}
+    def poisoned(self, logits, spec_decode_metadata):
+        if spec_decode_metadata is not None and logits is not None:
+            start = 0
+            for req_id, k in zip(
+                self.input_batch.req_ids, spec_decode_metadata.num_draft_tokens, strict=False
+            ):
+                if list(self.requests[req_id].prompt_token_ids) == prompt_token_ids:
+                    logits[start : start + k + 1] = float("nan")
+                start += k + 1
+        return sample(self, logits, spec_decode_metadata)
 
-    def is_argmax_invariant(self) -> bool:
-        return False
-
-    def update_state(self, batch_update: BatchUpdate | None) -> None:
-        process_dict_updates(
-            self.rows,
-            batch_update,
-            lambda params, _, __: True if (params.extra_args or {}).get("poison") else None,
-        )
-
-    def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        for row in self.rows:
-            if row < logits.shape[0]:
-                logits[row] = float("nan")
-        return logits
+    GPUModelRunner._sample = poisoned
 
 
 def main(job_path: str, out_path: str) -> None:
@@ -55,10 +50,9 @@ def main(job_path: str, out_path: str) -> None:
 
     with open(job_path) as file:
         job = json.load(file)
-    kwargs = dict(job.get("llm", {}))
-    if job.get("poison_processor"):
-        kwargs["logits_processors"] = [Poison]
-    llm = LLM(model=job["model"], **kwargs)
+    llm = LLM(model=job["model"], **job.get("llm", {}))
+    if job.get("poison"):
+        poison(llm.get_tokenizer()(job["poison"]).input_ids)
     forward = RejectionSampler.forward
     out: dict[str, Any] = {
         "forward": f"{forward.__module__}.{forward.__qualname__}",
