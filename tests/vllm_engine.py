@@ -11,8 +11,10 @@ its plugins once per process, so ``SPECACCEPT_VLLM`` is fixed there). The job:
 
 The output: ``forward`` (the qualified name and module of vLLM's
 ``RejectionSampler.forward`` in this process), ``patched`` (whether specaccept
-replaced it), and per run the requests' ``text``, ``token_ids`` and
-``finish_reason``.
+replaced it), per run the requests' ``text``, ``token_ids`` and
+``finish_reason``, and ``steps``: each verification step's ``[num_draft_tokens,
+tokens emitted per request]`` (one process mode; empty when the worker is
+spawned).
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ def main(job_path: str, out_path: str) -> None:
     if job.get("poison"):
         poison(llm.get_tokenizer()(job["poison"]).input_ids)
     forward = RejectionSampler.forward
+    steps: list[list[list[int]]] = []
+
+    def counted(self, metadata, draft_probs, logits, sm):
+        result = forward(self, metadata, draft_probs, logits, sm)
+        emitted = (result.sampled_token_ids != -1).sum(dim=1).tolist()
+        steps.append([list(metadata.num_draft_tokens), emitted])
+        return result
+
+    # In this process's worker (one process mode): each verification step's
+    # drafts and emitted tokens per request.
+    RejectionSampler.forward = counted
     out: dict[str, Any] = {
         "forward": f"{forward.__module__}.{forward.__qualname__}",
         "patched": getattr(forward, "_specaccept", None) is not None,
@@ -75,6 +88,7 @@ def main(job_path: str, out_path: str) -> None:
             }
             for r in results
         ]
+    out["steps"] = steps
     with open(out_path, "w") as file:
         json.dump(out, file)
 
