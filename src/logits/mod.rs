@@ -416,6 +416,16 @@ fn argmax_logits<L: Prob>(
     arg: &'static str,
     pos: Pos,
 ) -> Result<usize, CoreError> {
+    // A contiguous valid row: the vectorised max, then its first index (the
+    // same index as the loop below, which also finds the errors).
+    if let Some(values) = row.as_slice() {
+        let (ok, max) = row_max(values);
+        if ok && max > f64::NEG_INFINITY {
+            if let Some(i) = values.iter().position(|l| l.to_f64() == max) {
+                return Ok(i);
+            }
+        }
+    }
     let mut best: Option<(usize, f64)> = None;
     for (i, l) in row.iter().enumerate() {
         let v = l.to_f64();
@@ -1165,4 +1175,54 @@ fn sample_weights(w: &[f64], u: f64, scratch: &mut Scratch, pos: Pos) -> Result<
             "leaves no token after the filters".to_string(),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The greedy argmax the loop defines: the first index of the largest
+    /// logit above -inf.
+    fn first_largest(values: &[f32]) -> Option<usize> {
+        let mut best: Option<(usize, f32)> = None;
+        for (i, &v) in values.iter().enumerate() {
+            if v > f32::NEG_INFINITY && best.is_none_or(|(_, m)| v > m) {
+                best = Some((i, v));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+
+    #[test]
+    fn greedy_argmax_is_the_first_largest_logit() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let pos = Pos::Padded { b: 0, t: 0 };
+        for len in [1usize, 3, 7, 8, 9, 31, 64, 257, 1000] {
+            for _ in 0..50 {
+                // Few distinct values (ties), -inf, and both zeros.
+                let row: Vec<f32> = (0..len)
+                    .map(|_| match next() % 6 {
+                        0 => f32::NEG_INFINITY,
+                        1 => 0.0,
+                        2 => -0.0,
+                        k => (k as f32) - 3.5,
+                    })
+                    .collect();
+                let got = argmax_logits(ArrayView1::from(&row[..]), "target_logits", pos).ok();
+                assert_eq!(got, first_largest(&row), "{row:?}");
+                // Strided rows take the loop: the same index.
+                let doubled: Vec<f32> = row.iter().flat_map(|&v| [v, f32::NAN]).collect();
+                let strided = ArrayView1::from(&doubled[..]).slice_move(s![..;2]);
+                assert_eq!(argmax_logits(strided, "target_logits", pos).ok(), got);
+            }
+        }
+        let bad = [1.0f32, f32::NAN, 2.0];
+        assert!(argmax_logits(ArrayView1::from(&bad[..]), "target_logits", pos).is_err());
+    }
 }

@@ -215,10 +215,10 @@ class _Verifier:
         temperature, top_k, top_p = _sampling(sm, batch, logits.shape[-1])
         uniforms, recovery = _uniforms(sm, counts, temperature)
         result = layout.verify_logits(
-            metadata.draft_token_ids,
+            _numpy(metadata.draft_token_ids),
             counts,
-            rows,
-            draft_probs,
+            _numpy(rows),
+            None if draft_probs is None else _numpy(draft_probs),
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
@@ -250,6 +250,17 @@ class _Verifier:
                 out,
             )
         return SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
+
+
+def _numpy(tensor: Any) -> Any:
+    """A CPU tensor as a NumPy array over its memory (``Tensor.numpy``, cheaper
+    than DLPack per call); bfloat16, which NumPy lacks, stays a tensor (read
+    through DLPack as ``ml_dtypes.bfloat16``)."""
+    import torch
+
+    if tensor.dtype == torch.bfloat16:
+        return tensor
+    return tensor.detach().numpy()
 
 
 def _needs_processors(sm: Any) -> bool:
