@@ -172,4 +172,7 @@ def verify_logits(
     isolate: bool = False,
     method: _Method = None,
     draft_token_probs: _In | None = None,
+    target_row_starts: _In | None = None,
+    draft_row_starts: _In | None = None,
+    draft_probs: bool = False,
 ) -> _Chain | _Isolated: ...

@@ -26,6 +26,7 @@
 pub mod certified;
 pub mod exact;
 mod filters;
+pub mod flat;
 pub mod screen;
 mod sparse;
 pub mod tree;
@@ -93,8 +94,9 @@ pub enum Rows<'a, L> {
     Flat {
         rows: ArrayView2<'a, L>,
         starts: IntView<'a, Ix1>,
-        /// The argument that holds `starts`, for errors.
-        starts_arg: &'static str,
+        /// The argument's name, for errors (the flat layout's callers name
+        /// their arrays differently: vLLM's `logits`, `draft_probs`).
+        arg: &'static str,
     },
 }
 
@@ -117,6 +119,14 @@ impl<'a, L> Rows<'a, L> {
         }
     }
 
+    /// The argument's name in errors: `padded`, or the flat layout's own.
+    pub(crate) fn arg(&self, padded: &'static str) -> &'static str {
+        match self {
+            Rows::Padded(_) => padded,
+            Rows::Flat { arg, .. } => arg,
+        }
+    }
+
     /// Where row `(b, t)` is, to name it in errors.
     #[inline]
     pub(crate) fn pos(&self, b: usize, t: usize) -> Pos {
@@ -131,19 +141,14 @@ impl<'a, L> Rows<'a, L> {
     /// Row `b`'s first `n` rows lie inside the array (the padded layout's
     /// shape was checked with the other shapes).
     fn check_fits(&self, b: usize, n: usize) -> Result<(), CoreError> {
-        let Rows::Flat {
-            rows,
-            starts,
-            starts_arg,
-        } = self
-        else {
+        let Rows::Flat { rows, starts, arg } = self else {
             return Ok(());
         };
         let start = starts.get(b);
         let total = rows.shape()[0];
         if start < 0 || (start as u64).saturating_add(n as u64) > total as u64 {
             return Err(CoreError::value(
-                starts_arg,
+                arg,
                 &[b],
                 format!("= {start}: request {b}'s {n} rows do not lie inside the {total} rows"),
             ));
@@ -466,13 +471,9 @@ impl<P: Prob, Q: Prob> LogitsInputs<'_, P, Q> {
         ) -> Result<(), CoreError> {
             match rows {
                 Rows::Padded(a) => expect_shape(arg, a.shape(), &[batch, padded, vocab], what),
-                Rows::Flat {
-                    rows,
-                    starts,
-                    starts_arg,
-                } => {
+                Rows::Flat { rows, starts, arg } => {
                     expect_shape(arg, rows.shape(), &[rows.shape()[0], vocab], "[R, V]")?;
-                    expect_shape(starts_arg, starts.shape(), &[batch], "[B]")
+                    expect_shape(arg, starts.shape(), &[batch], "[B]")
                 }
             }
         }
@@ -609,7 +610,7 @@ fn verify_row<P: Prob, Q: Prob>(
         .collect::<Result<_, _>>()?;
     let argmax = |t: usize| {
         let rows = &inputs.target_logits;
-        argmax_logits(rows.row(b, t), "target_logits", rows.pos(b, t))
+        argmax_logits(rows.row(b, t), rows.arg("target_logits"), rows.pos(b, t))
     };
     let (n, next) = if params.temperature == 0.0 {
         let mut n = k;
@@ -770,7 +771,7 @@ fn token_position<P: Prob, Q: Prob>(
     let known_q = match &inputs.draft {
         Draft::Probs(rows) => Some(check_gathered(
             rows.row(b, t)[x].to_f64(),
-            "draft_probs",
+            rows.arg("draft_probs"),
             &rows.pos(b, t).element(x),
         )?),
         _ => given_q,
@@ -810,7 +811,7 @@ fn token_position<P: Prob, Q: Prob>(
     let total_p = transform(
         LogitsRow {
             logits: target_row,
-            arg: "target_logits",
+            arg: inputs.target_logits.arg("target_logits"),
             pos: inputs.target_logits.pos(b, t),
             max: look.target_max,
         },
@@ -852,7 +853,7 @@ fn token_position<P: Prob, Q: Prob>(
     )? {
         Some(token) => token,
         // Only rounding gets here: sample from p itself.
-        None => sample_weights(wp, recovery_u, scratch, inputs.target_logits.pos(b, t))?,
+        None => sample_weights(wp, recovery_u, scratch, target_at(inputs, b, t))?,
     };
     Ok(Some(token))
 }
@@ -901,7 +902,17 @@ fn draw_target_row<P: Prob, Q: Prob>(
         }
     }
     transform(target_logits_row(inputs, b, t), params, wp, scratch)?;
-    sample_weights(wp, u, scratch, inputs.target_logits.pos(b, t))
+    sample_weights(wp, u, scratch, target_at(inputs, b, t))
+}
+
+/// The name and place of row `t` of request `b`'s target logits, for errors.
+fn target_at<P: Prob, Q: Prob>(
+    inputs: &LogitsInputs<'_, P, Q>,
+    b: usize,
+    t: usize,
+) -> (&'static str, Pos) {
+    let rows = &inputs.target_logits;
+    (rows.arg("target_logits"), rows.pos(b, t))
 }
 
 /// Row `t` of request `b`'s target logits, to be transformed.
@@ -912,7 +923,7 @@ fn target_logits_row<'i, P: Prob, Q: Prob>(
 ) -> LogitsRow<'i, P> {
     LogitsRow {
         logits: inputs.target_logits.row(b, t),
-        arg: "target_logits",
+        arg: inputs.target_logits.arg("target_logits"),
         pos: inputs.target_logits.pos(b, t),
         max: None,
     }
@@ -935,7 +946,7 @@ fn draft_weights<P: Prob, Q: Prob>(
         Draft::Logits(rows) => {
             let row = LogitsRow {
                 logits: rows.row(b, t),
-                arg: "draft_logits",
+                arg: rows.arg("draft_logits"),
                 pos: rows.pos(b, t),
                 max,
             };
@@ -943,7 +954,7 @@ fn draft_weights<P: Prob, Q: Prob>(
         }
         Draft::Probs(rows) => {
             let at = RowAt {
-                arg: "draft_probs",
+                arg: rows.arg("draft_probs"),
                 pos: rows.pos(b, t),
             };
             let row = rows.row(b, t);
@@ -989,7 +1000,7 @@ fn typical_row<P: Prob, Q: Prob>(
         crate::division::divide_row(residual, total);
         let p = ArrayView1::from(&residual[..]);
         let at = RowAt {
-            arg: "target_logits",
+            arg: inputs.target_logits.arg("target_logits"),
             pos: inputs.target_logits.pos(b, t),
         };
         let typical = TypicalRow::of(p, at, epsilon, delta, &mut scratch.block_sums, wq)?;
@@ -1019,7 +1030,7 @@ fn block_row<P: Prob, Q: Prob>(
     } = buffers;
     let k = ids.len();
     let target = |t: usize| target_logits_row(inputs, b, t);
-    let at = |t: usize| inputs.target_logits.pos(b, t);
+    let at = |t: usize| target_at(inputs, b, t);
     // The transformed rows of position t: `wp` (and `wq`) and their totals.
     let rows = |t: usize, wp: &mut Vec<f64>, wq: &mut Vec<f64>, scratch: &mut Scratch| {
         let total_p = transform(target(t), params, wp, scratch)?;
@@ -1167,10 +1178,15 @@ fn residual_pair_with(wp: &[f64], total_p: f64, wq: &[f64], total_q: f64, out: &
 
 /// The draw from target weights `w` with `u`; a row that keeps nothing is an
 /// error naming the row at `pos`.
-fn sample_weights(w: &[f64], u: f64, scratch: &mut Scratch, pos: Pos) -> Result<usize, CoreError> {
+fn sample_weights(
+    w: &[f64],
+    u: f64,
+    scratch: &mut Scratch,
+    (arg, pos): (&'static str, Pos),
+) -> Result<usize, CoreError> {
     sample::sample(&BufferWeights { w }, u, &mut scratch.block_sums)?.ok_or_else(|| {
         CoreError::value(
-            "target_logits",
+            arg,
             &pos.index(),
             "leaves no token after the filters".to_string(),
         )

@@ -1,4 +1,5 @@
-//! Verification from logits: `verify_logits`.
+//! Verification from logits: `verify_logits` (the padded layout) and
+//! `verify_flat_logits` (vLLM's flat layout, `specaccept.compat.vllm`).
 
 use ndarray::{Ix1, Ix2, Ix3};
 use pyo3::prelude::*;
@@ -6,17 +7,14 @@ use pyo3::prelude::*;
 use super::arrays::{each_dtype_pair, optional, FloatArg, IntArg};
 use super::chain::MethodArg;
 use super::outputs::OutPlan;
-use crate::error::CoreError;
+use crate::logits::flat::flat_layout;
 use crate::logits::{self, Draft, LogitsInputs, Rows};
+use crate::view::{FloatView, IntView};
 
 /// Verification from logits (see `specaccept.verify_logits`); `temperature`,
-/// `top_k`, `top_p` already broadcast to `[B]`. With `target_row_starts` the
-/// logits are in the flat layout (`specaccept.compat.vllm.verify_logits`):
-/// `target_logits [R, V]`, request `b`'s rows from `target_row_starts[b]`,
-/// and `draft_logits [T, V]` from `draft_row_starts[b]`. `draft_probs`: the
-/// draft rows are probabilities, read as they are.
+/// `top_k`, `top_p` already broadcast to `[B]`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms, isolate=false, method=None, draft_token_probs=None, target_row_starts=None, draft_row_starts=None, draft_probs=false))]
+#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms, isolate=false, method=None, draft_token_probs=None))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn verify_logits<'py>(
     py: Python<'py>,
@@ -32,24 +30,17 @@ pub(super) fn verify_logits<'py>(
     isolate: bool,
     method: Option<&Bound<'py, PyAny>>,
     draft_token_probs: Option<&Bound<'py, PyAny>>,
-    target_row_starts: Option<&Bound<'py, PyAny>>,
-    draft_row_starts: Option<&Bound<'py, PyAny>>,
-    draft_probs: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let method_arg = MethodArg::extract(method)?;
-    let method = method_arg.method()?;
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
+    let target = FloatArg::<Ix3>::extract(target_logits, "target_logits")?;
     let given_q = optional(draft_token_probs, |o| {
         FloatArg::<Ix2>::extract(o, "draft_token_probs")
     })?;
-    let draft_arg = if draft_probs {
-        "draft_probs"
-    } else {
-        "draft_logits"
-    };
-    let temperature = FloatArg::<Ix1>::extract(temperature, "temperature")?;
-    let top_k = IntArg::<Ix1>::extract(top_k, "top_k")?;
-    let top_p = FloatArg::<Ix1>::extract(top_p, "top_p")?;
+    let draft = optional(draft_logits, |o| {
+        FloatArg::<Ix3>::extract(o, "draft_logits")
+    })?;
+    let params = Params::extract(temperature, top_k, top_p)?;
     let counts = optional(num_draft_tokens, |o| {
         IntArg::<Ix1>::extract(o, "num_draft_tokens")
     })?;
@@ -57,93 +48,157 @@ pub(super) fn verify_logits<'py>(
     let ru = optional(recovery_uniforms, |o| {
         FloatArg::<Ix1>::extract(o, "recovery_uniforms")
     })?;
-    let target_starts = optional(target_row_starts, |o| {
-        IntArg::<Ix1>::extract(o, "target_row_starts")
+    let per_row = PerRow {
+        ids: ids.view(),
+        counts: counts.as_ref().map(IntArg::view),
+        uniforms: u.as_ref().map(FloatArg::view),
+        recovery_uniforms: ru.as_ref().map(FloatArg::view),
+        draft_token_probs: given_q.as_ref().map(FloatArg::view),
+    };
+    macro_rules! padded {
+        ($p:expr, $q:expr) => {
+            run(
+                py,
+                &params,
+                &per_row,
+                &method_arg,
+                isolate,
+                Rows::Padded($p),
+                $q.map(Rows::Padded).map_or(Draft::OneHot, Draft::Logits),
+            )
+        };
+    }
+    each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, padded)
+}
+
+/// Verification from logits in vLLM's flat layout (see
+/// `specaccept.compat.vllm.verify_logits`): `draft_token_ids [T]`,
+/// `num_draft_tokens [B]`, `logits [T + B, V]`, `draft_probs [T, V]` (the
+/// drafter's probabilities, read as given), `uniforms [T]`; the per-request
+/// parameters already broadcast to `[B]`.
+#[pyfunction]
+#[pyo3(signature = (draft_token_ids, num_draft_tokens, logits, draft_probs, temperature, top_k, top_p, uniforms, recovery_uniforms, isolate=false, method=None))]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn verify_flat_logits<'py>(
+    py: Python<'py>,
+    draft_token_ids: &Bound<'py, PyAny>,
+    num_draft_tokens: &Bound<'py, PyAny>,
+    logits: &Bound<'py, PyAny>,
+    draft_probs: Option<&Bound<'py, PyAny>>,
+    temperature: &Bound<'py, PyAny>,
+    top_k: &Bound<'py, PyAny>,
+    top_p: &Bound<'py, PyAny>,
+    uniforms: Option<&Bound<'py, PyAny>>,
+    recovery_uniforms: Option<&Bound<'py, PyAny>>,
+    isolate: bool,
+    method: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let method_arg = MethodArg::extract(method)?;
+    let ids = IntArg::<Ix1>::extract(draft_token_ids, "draft_token_ids")?;
+    let counts = IntArg::<Ix1>::extract(num_draft_tokens, "num_draft_tokens")?;
+    let target = FloatArg::<Ix2>::extract(logits, "logits")?;
+    let draft = optional(draft_probs, |o| FloatArg::<Ix2>::extract(o, "draft_probs"))?;
+    let params = Params::extract(temperature, top_k, top_p)?;
+    let u = optional(uniforms, |o| FloatArg::<Ix1>::extract(o, "uniforms"))?;
+    let ru = optional(recovery_uniforms, |o| {
+        FloatArg::<Ix1>::extract(o, "recovery_uniforms")
     })?;
-    let draft_starts = optional(draft_row_starts, |o| {
-        IntArg::<Ix1>::extract(o, "draft_row_starts")
-    })?;
+    let rows = |a: &FloatArg<'_, Ix2>| a.view().shape()[0];
+    let layout = flat_layout(
+        ids.view(),
+        counts.view(),
+        rows(&target),
+        draft.as_ref().map(rows),
+        u.as_ref().map(FloatArg::view),
+    )?;
+    let per_row = PerRow {
+        ids: IntView::I64(layout.ids.view()),
+        counts: Some(IntView::I64(layout.counts.view())),
+        uniforms: layout.uniforms.as_ref().map(|u| FloatView::F64(u.view())),
+        recovery_uniforms: ru.as_ref().map(FloatArg::view),
+        draft_token_probs: None,
+    };
+    let (t_starts, t_arg) = (IntView::I64(layout.target_starts.view()), "logits");
+    let (d_starts, d_arg) = (IntView::I64(layout.draft_starts.view()), "draft_probs");
+    macro_rules! flat_rows {
+        ($p:expr, $q:expr) => {{
+            let target = Rows::Flat {
+                rows: $p,
+                starts: t_starts,
+                arg: t_arg,
+            };
+            let draft = $q.map(|rows| Rows::Flat {
+                rows,
+                starts: d_starts,
+                arg: d_arg,
+            });
+            let draft = draft.map_or(Draft::OneHot, Draft::Probs);
+            run(py, &params, &per_row, &method_arg, isolate, target, draft)
+        }};
+    }
+    each_dtype_pair!(&target, &draft, ndarray::ArrayView2<'_, f64>, flat_rows)
+}
+
+/// `temperature`, `top_k`, `top_p`, each `[B]`.
+struct Params<'py> {
+    temperature: FloatArg<'py, Ix1>,
+    top_k: IntArg<'py, Ix1>,
+    top_p: FloatArg<'py, Ix1>,
+}
+
+impl<'py> Params<'py> {
+    fn extract(
+        temperature: &Bound<'py, PyAny>,
+        top_k: &Bound<'py, PyAny>,
+        top_p: &Bound<'py, PyAny>,
+    ) -> PyResult<Self> {
+        Ok(Params {
+            temperature: FloatArg::<Ix1>::extract(temperature, "temperature")?,
+            top_k: IntArg::<Ix1>::extract(top_k, "top_k")?,
+            top_p: FloatArg::<Ix1>::extract(top_p, "top_p")?,
+        })
+    }
+}
+
+/// The per-request arrays of a call, in the padded `[B, K]` layout.
+struct PerRow<'a> {
+    ids: IntView<'a, Ix2>,
+    counts: Option<IntView<'a, Ix1>>,
+    uniforms: Option<FloatView<'a, Ix2>>,
+    recovery_uniforms: Option<FloatView<'a, Ix1>>,
+    draft_token_probs: Option<FloatView<'a, Ix2>>,
+}
+
+/// One call of the core on `target` and `draft` rows.
+fn run<'py, 'a, P: crate::prob::Prob, Q: crate::prob::Prob>(
+    py: Python<'py>,
+    params: &'a Params<'_>,
+    per_row: &PerRow<'a>,
+    method_arg: &'a MethodArg<'_>,
+    isolate: bool,
+    target: Rows<'a, P>,
+    draft: Draft<'a, Q>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let inputs = LogitsInputs {
+        draft_token_ids: per_row.ids,
+        target_logits: target,
+        draft,
+        temperature: params.temperature.view(),
+        top_k: params.top_k.view(),
+        top_p: params.top_p.view(),
+        num_draft_tokens: per_row.counts,
+        uniforms: per_row.uniforms,
+        recovery_uniforms: per_row.recovery_uniforms,
+        draft_token_probs: per_row.draft_token_probs,
+        method: method_arg.method()?,
+    };
+    let (batch, num_draft, _) = inputs.dims()?;
     let plan = OutPlan {
         out: None,
         inputs: Vec::new(),
         isolate,
     };
-    macro_rules! run {
-        ($target:expr, $draft:expr) => {{
-            let inputs = LogitsInputs {
-                draft_token_ids: ids.view(),
-                target_logits: $target,
-                draft: $draft,
-                temperature: temperature.view(),
-                top_k: top_k.view(),
-                top_p: top_p.view(),
-                num_draft_tokens: counts.as_ref().map(IntArg::view),
-                uniforms: u.as_ref().map(FloatArg::view),
-                recovery_uniforms: ru.as_ref().map(FloatArg::view),
-                draft_token_probs: given_q.as_ref().map(FloatArg::view),
-                method,
-            };
-            let (batch, num_draft, _) = inputs.dims()?;
-            plan.run(py, batch, num_draft, |out, errors| {
-                logits::verify_logits(&inputs, out, errors)
-            })
-        }};
-    }
-    let Some(target_starts) = target_starts else {
-        let target = FloatArg::<Ix3>::extract(target_logits, "target_logits")?;
-        let draft = optional(draft_logits, |o| FloatArg::<Ix3>::extract(o, draft_arg))?;
-        macro_rules! padded {
-            ($p:expr, $q:expr) => {
-                run!(
-                    Rows::Padded($p),
-                    draft_of($q.map(Rows::Padded), draft_probs)
-                )
-            };
-        }
-        return each_dtype_pair!(&target, &draft, ndarray::ArrayView3<'_, f64>, padded);
-    };
-    let target = FloatArg::<Ix2>::extract(target_logits, "target_logits")?;
-    let draft = optional(draft_logits, |o| FloatArg::<Ix2>::extract(o, draft_arg))?;
-    let draft_starts = match (&draft, draft_starts) {
-        (None, _) => None,
-        (Some(_), Some(starts)) => Some(starts),
-        (Some(_), None) => {
-            return Err(CoreError::shape(
-                "draft_row_starts",
-                "is needed with draft rows in the flat layout",
-            )
-            .into())
-        }
-    };
-    let (t_starts, t_arg) = (target_starts.view(), "target_row_starts");
-    let d_starts = draft_starts
-        .as_ref()
-        .map(|s| (s.view(), "draft_row_starts"));
-    macro_rules! flat {
-        ($p:expr, $q:expr) => {{
-            let draft = $q
-                .zip(d_starts)
-                .map(|(rows, (starts, starts_arg))| Rows::Flat {
-                    rows,
-                    starts,
-                    starts_arg,
-                });
-            let target = Rows::Flat {
-                rows: $p,
-                starts: t_starts,
-                starts_arg: t_arg,
-            };
-            run!(target, draft_of(draft, draft_probs))
-        }};
-    }
-    each_dtype_pair!(&target, &draft, ndarray::ArrayView2<'_, f64>, flat)
-}
-
-/// The draft side: rows of logits, of probabilities (`probs`), or none.
-fn draft_of<Q>(rows: Option<Rows<'_, Q>>, probs: bool) -> Draft<'_, Q> {
-    match rows {
-        None => Draft::OneHot,
-        Some(rows) if probs => Draft::Probs(rows),
-        Some(rows) => Draft::Logits(rows),
-    }
+    plan.run(py, batch, num_draft, |out, errors| {
+        logits::verify_logits(&inputs, out, errors)
+    })
 }

@@ -48,7 +48,7 @@ mod _native {
     #[pymodule_export]
     use super::elementwise::{acceptance_mask, acceptance_rate, rejection_probability};
     #[pymodule_export]
-    use super::logits::verify_logits;
+    use super::logits::{verify_flat_logits, verify_logits};
     #[pymodule_export]
     use super::tree::{verify_tree, verify_tree_logits};
     #[pymodule_export]

@@ -279,103 +279,28 @@ def verify_logits(
     ids = int_array(draft_token_ids, "draft_token_ids")
     counts = _counts(num_draft_tokens)
     k_max = _max_count(counts, ids)
-    if ids.ndim != 1:
-        raise InputError(
-            f"draft_token_ids must be 1-D [T], got shape {ids.shape}", argument="draft_token_ids"
-        )
-    if counts.ndim != 1:
-        raise InputError(
-            f"num_draft_tokens must be 1-D [B], got shape {counts.shape}",
-            argument="num_draft_tokens",
-        )
-    if counts.size and int(counts.min()) < 0:
-        b = int(np.argmax(counts < 0))
-        raise InputError(
-            f"num_draft_tokens[{b}] = {int(counts[b])} is negative",
-            argument="num_draft_tokens",
-        )
-    if sum(counts.tolist()) != ids.shape[0]:
-        raise InputError(
-            f"num_draft_tokens sums to {sum(counts.tolist())}, but draft_token_ids has "
-            f"{ids.shape[0]} entries",
-            argument="num_draft_tokens",
-        )
     rule = chain_rule(method, k_max)
     target = float_array(logits, "logits")
     draft = None if draft_probs is None else float_array(draft_probs, "draft_probs")
-    batch = counts.shape[0]
-    for name, array, rows, what in (
-        ("logits", target, ids.shape[0] + batch, "[T + B, V]"),
-        ("draft_probs", draft, ids.shape[0], "[T, V]"),
-    ):
-        if array is not None and (array.ndim != 2 or array.shape[0] != rows):
-            raise InputError(
-                f"{name} has shape {array.shape}, expected ({rows}, V) ({what}, "
-                f"T = {ids.shape[0]} drafts, B = {batch} requests)",
-                argument=name,
-            )
+    batch = counts.shape[0] if counts.ndim == 1 else 0
     temperatures = per_row(temperature, "temperature", batch, np.float64)
     top_ks = per_row(top_k, "top_k", batch, np.int64)
     top_ps = per_row(top_p, "top_p", batch, np.float64)
-    padded, effective = _padded_drafts(ids, counts, k_max)
-    draft_starts = np.zeros(batch, dtype=np.int64)
-    np.cumsum(counts[:-1], out=draft_starts[1:])
-    target_starts = draft_starts + np.arange(batch, dtype=np.int64)
     u = None if uniforms is None else float_array(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
     counter = seeded(seeds, offsets, batch, k_max, u, ru, rng)
     if counter is not None:
-        u_rows, ru = counter
-    else:
-        if (u is None or ru is None) and (temperatures != 0).any():
-            g = as_generator(rng, per_row=False)
-            source = "draft_token_ids [T] and num_draft_tokens [B]"
-            u = draw_uniforms(g, ids.shape[0], None, source) if u is None else u
-            ru = draw_uniforms(g, batch, None, source) if ru is None else ru
-        u_rows = None
-        if u is not None:
-            if u.ndim != 1 or u.shape[0] != ids.shape[0]:
-                raise InputError(
-                    f"uniforms: has shape {u.shape}, expected ({ids.shape[0]},) ([T])",
-                    argument="uniforms",
-                )
-            u_rows = np.zeros((batch, k_max), dtype=u.dtype)
-            u_rows[np.arange(k_max) < counts[:, None]] = u
-    result = _native.verify_logits(
-        padded,
-        target,
-        draft,
-        temperatures,
-        top_ks,
-        top_ps,
-        effective,
-        u_rows,
-        ru,
-        isolate,
-        rule,
-        None,
-        target_starts,
-        draft_starts if draft is not None else None,
-        draft is not None,
+        u, ru = _flat_uniforms(counter[0], counts, ids), counter[1]
+    elif (u is None or ru is None) and (temperatures != 0).any():
+        g = as_generator(rng, per_row=False)
+        source = "draft_token_ids [T] and num_draft_tokens [B]"
+        total = ids.shape[0] if ids.ndim == 1 else 0
+        u = draw_uniforms(g, total, None, source) if u is None else u
+        ru = draw_uniforms(g, batch, None, source) if ru is None else ru
+    result = _native.verify_flat_logits(
+        ids, counts, target, draft, temperatures, top_ks, top_ps, u, ru, isolate, rule
     )
     return finish(result, convert)
-
-
-def _padded_drafts(
-    ids: np.ndarray, counts: np.ndarray, k_max: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The flat drafts as ``[B, max_k]`` (zeros past each request's count) and each
-    request's count up to its first placeholder (-1)."""
-    batch = counts.shape[0]
-    slots = np.arange(k_max) < counts[:, None]
-    padded = np.zeros((batch, k_max), dtype=ids.dtype)
-    padded[slots] = ids
-    placeholder = (padded == PLACEHOLDER_TOKEN_ID) & slots
-    if not k_max:
-        return padded, counts.astype(np.int64)
-    effective = np.where(placeholder.any(axis=1), placeholder.argmax(axis=1), counts)
-    padded[~(np.arange(k_max) < effective[:, None])] = 0
-    return padded, effective.astype(np.int64)
 
 
 def rejection_sample(

@@ -35,6 +35,7 @@ docs/serving.md ("vLLM") has the install recipe and the guarantees.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import threading
@@ -178,7 +179,7 @@ class _Verifier:
 
     def unsupported(self, sampler: Any, logits: Any, sm: Any) -> str | None:
         """Why this step keeps vLLM's own forward, or ``None``."""
-        from vllm.v1.sample.logits_processor.builtin import MinPLogitsProcessor
+        MinPLogitsProcessor = _vllm().MinPLogitsProcessor
 
         if logits.device.type != "cpu":
             return f"logits on {logits.device}: specaccept verifies CPU tensors"
@@ -205,11 +206,10 @@ class _Verifier:
 
     def verify(self, sampler: Any, metadata: Any, draft_probs: Any, logits: Any, sm: Any) -> Any:
         import torch
-        from vllm.v1.outputs import SamplerOutput
 
         from . import vllm as layout
 
-        counts = list(metadata.num_draft_tokens)
+        counts = metadata.num_draft_tokens
         batch = len(counts)
         rows = _processed_rows(sampler, metadata, logits, sm)
         temperature, top_k, top_p = _sampling(sm, batch, logits.shape[-1])
@@ -235,10 +235,13 @@ class _Verifier:
             ids[b] = -1
             if self.eos_token_id is not None:
                 ids[b, 0] = self.eos_token_id
-        out = torch.full((batch, metadata.max_spec_len + 1), -1, dtype=torch.int32)
-        out[:, : ids.shape[1]] = torch.from_numpy(ids.astype(np.int32, copy=False))
+        out = torch.from_numpy(ids.astype(np.int32))
+        if ids.shape[1] != metadata.max_spec_len + 1:  # vLLM's width, should they differ
+            out = torch.full((batch, metadata.max_spec_len + 1), -1, dtype=torch.int32)
+            out[:, : ids.shape[1]] = torch.from_numpy(ids.astype(np.int32))
         if self.recorder is not None:
-            self.recorder.add(rows, metadata, draft_probs, (temperature, top_k, top_p))
+            sampling = tuple(np.broadcast_to(a, batch) for a in (temperature, top_k, top_p))
+            self.recorder.add(rows, metadata, draft_probs, sampling)
         logprobs = None
         if sm.max_num_logprobs is not None:
             logprobs = sampler._get_logprobs_tensors(
@@ -249,7 +252,7 @@ class _Verifier:
                 logits[metadata.bonus_logits_indices].to(torch.float32),
                 out,
             )
-        return SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
+        return _vllm().SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
 
 
 def _numpy(tensor: Any) -> Any:
@@ -263,12 +266,26 @@ def _numpy(tensor: Any) -> Any:
     return tensor.detach().numpy()
 
 
+@functools.cache
+def _vllm() -> Any:
+    """The vLLM classes the replacement reads, imported once."""
+    from types import SimpleNamespace
+
+    from vllm.v1.outputs import SamplerOutput
+    from vllm.v1.sample.logits_processor import builtin
+
+    return SimpleNamespace(
+        SamplerOutput=SamplerOutput,
+        MinPLogitsProcessor=builtin.MinPLogitsProcessor,
+        MinTokensLogitsProcessor=builtin.MinTokensLogitsProcessor,
+        LogitBiasLogitsProcessor=builtin.LogitBiasLogitsProcessor,
+    )
+
+
 def _needs_processors(sm: Any) -> bool:
     """Whether any of vLLM's own logits processors changes a row of this step."""
-    from vllm.v1.sample.logits_processor.builtin import (
-        LogitBiasLogitsProcessor,
-        MinTokensLogitsProcessor,
-    )
+    LogitBiasLogitsProcessor = _vllm().LogitBiasLogitsProcessor
+    MinTokensLogitsProcessor = _vllm().MinTokensLogitsProcessor
 
     if not sm.no_penalties or sm.allowed_token_ids_mask is not None or sm.bad_words_token_ids:
         return True
@@ -301,11 +318,12 @@ def _processed_rows(sampler: Any, metadata: Any, logits: Any, sm: Any) -> Any:
     return rows
 
 
-def _sampling(sm: Any, batch: int, vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _sampling(sm: Any, batch: int, vocab: int) -> tuple[Any, Any, Any]:
     """Per request: temperature (0 for vLLM's greedy requests), top-k (0: off) and
-    top-p (1: off), as specaccept reads them."""
+    top-p (1: off), as specaccept reads them (``[B]`` arrays, or one number for
+    every request)."""
     if sm.all_greedy or sm.temperature is None:
-        temperature = np.zeros(batch)
+        return 0.0, 0, 1.0  # filters do not apply to greedy rows
     else:
         temperature = sm.temperature.numpy().astype(np.float64)
         temperature[temperature < SAMPLING_EPS] = 0.0
@@ -327,7 +345,7 @@ def _uniforms(
     global generator; none when every request is greedy."""
     import torch
 
-    if not (temperature != 0).any():
+    if not np.any(temperature):
         return None, None
     total = sum(counts)
     drawn = torch.rand(total + len(counts), dtype=torch.float64).numpy()
