@@ -6,6 +6,7 @@ request at a time) and batch 8, greedy and at temperature 0.8::
 
     python benches/bench_vllm.py              # about 15 minutes on 2 cores
     python benches/bench_vllm.py --quick      # 4 prompts, 24 tokens: a smoke run
+    python benches/bench_vllm.py --record steps.npz   # the plugin's steps, for compare --from
 
 Each configuration runs in a process of its own (vLLM loads plugins once per
 process), alternating vLLM's sampler and the plugin, ``--rounds`` times. vLLM's
@@ -104,7 +105,7 @@ def worker(job: dict) -> dict:
     }
 
 
-def run(job: dict, plugin: bool) -> dict:
+def run(job: dict, plugin: bool, record: str | None = None) -> dict:
     env = {
         **os.environ,
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
@@ -115,6 +116,9 @@ def run(job: dict, plugin: bool) -> dict:
     env.pop("SPECACCEPT_VLLM", None)
     if plugin:
         env["SPECACCEPT_VLLM"] = "token"
+    if record:
+        env["SPECACCEPT_VLLM_RECORD"] = record
+        env["SPECACCEPT_VLLM_RECORD_ROWS"] = "512"
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
         json.dump(job, file)
     done = subprocess.run(
@@ -134,6 +138,11 @@ def main() -> None:
     parser.add_argument(
         "--model", default=os.path.expanduser("~/.cache/specaccept/smollm2-135m-instruct-f32")
     )
+    parser.add_argument(
+        "--record",
+        metavar="FILE.npz",
+        help="instead: record the plugin's steps at batch 8, temperature 0.8 (compare --from)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -147,6 +156,10 @@ def main() -> None:
     model = str(hf.save_smollm2(args.model))
     count, tokens, rounds = (4, 24, 1) if args.quick else (16, args.tokens, args.rounds)
     messages = [TEMPLATES[i % len(TEMPLATES)].format(p) for i, p in enumerate(passages(count))]
+    if args.record:
+        job = {"model": model, "messages": messages, "tokens": tokens, "batch": 8}
+        print(json.dumps(run({**job, "temperature": 0.8}, True, os.path.abspath(args.record))))
+        return
     rows = []
     for batch in (1, 8) if not args.quick else (1, 4):
         for temperature in (0.0, 0.8):
