@@ -122,6 +122,7 @@ def token_run(model, tmp_path_factory):
             "sampling": [{**SEEDED, "seed": None}] * 2 + [SEEDED] + [{**SEEDED, "seed": None}],
         },
         {"name": "law", "prompts": [LAW_PROMPT] * LAW_REQUESTS, "sampling": LAW},
+        {"name": "logprobs", "prompts": GREEDY_PROMPTS[:2], "sampling": {**GREEDY, "logprobs": 2}},
     ]
     tmp = tmp_path_factory.mktemp("token")
     return run_engine(model, tmp, "token", runs, record=True, **with_spec())
@@ -180,6 +181,18 @@ def test_greedy_drafts_were_verified_and_accepted(token_run):
     accepted = (ids == p[:, : ids.shape[1]].argmax(axis=-1)) & slots
     assert drafted > 50
     assert accepted.sum() > drafted // 4
+
+
+def test_logprobs_are_vllm_s_for_the_emitted_tokens(token_run, hf_greedy):
+    """vLLM computes the logprobs of the emitted tokens (its raw log-softmax) after
+    the plugin's verification: greedy tokens are each position's top one."""
+    for r, want in zip(token_run["runs"]["logprobs"], hf_greedy, strict=False):
+        assert same_until_eos(r["token_ids"], want)
+        assert len(r["logprobs"]) == len(r["token_ids"])
+        for token, position in zip(r["token_ids"], r["logprobs"], strict=True):
+            logprob, rank = position[str(token)]
+            assert rank == 1 and logprob <= 0.0
+            assert logprob == max(value for value, _ in position.values())
 
 
 def test_a_seeded_request_gives_the_same_text_alone_and_in_a_batch(token_run):
@@ -323,10 +336,14 @@ def test_greedy_equals_vllm_without_speculative_decoding(model, tmp_path, token_
 
 def test_greedy_in_vllm_s_default_process_mode(model, tmp_path, hf_greedy):
     """Engine and worker spawned (VLLM_ENABLE_V1_MULTIPROCESSING=1): the plugin is
-    loaded in the worker and verifies there."""
+    loaded in the worker and verifies there, and records there."""
     runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
-    out = run_engine(model, tmp_path, "spawned", runs, multiprocessing="1", **with_spec())
+    out = run_engine(
+        model, tmp_path, "spawned", runs, multiprocessing="1", record=True, **with_spec()
+    )
     assert "replaced by specaccept's token verification" in out["log"]
+    # The engine's process wrote the recording when it ended.
+    assert int(out["recording"]["num_draft_tokens"].sum()) > 50
     for got, want in zip(texts(out, "greedy"), hf_greedy, strict=True):
         assert same_until_eos(got, want), (got, want)
 

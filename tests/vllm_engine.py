@@ -11,8 +11,8 @@ its plugins once per process, so ``SPECACCEPT_VLLM`` is fixed there). The job:
 
 The output: ``forward`` (the qualified name and module of vLLM's
 ``RejectionSampler.forward`` in this process), ``patched`` (whether specaccept
-replaced it), per run the requests' ``text``, ``token_ids`` and
-``finish_reason``, and ``steps``: each verification step's ``[num_draft_tokens,
+replaced it), per run the requests' ``text``, ``token_ids``, ``finish_reason`` and
+``logprobs`` (per position, token id to ``[logprob, rank]``), and ``steps``: each verification step's ``[num_draft_tokens,
 tokens emitted per request]`` (one process mode; empty when the worker is
 spawned).
 """
@@ -85,6 +85,12 @@ def main(job_path: str, out_path: str) -> None:
                 "text": r.outputs[0].text,
                 "token_ids": list(r.outputs[0].token_ids),
                 "finish_reason": r.outputs[0].finish_reason,
+                "logprobs": None
+                if r.outputs[0].logprobs is None
+                else [
+                    {str(t): [p.logprob, p.rank] for t, p in position.items()}
+                    for position in r.outputs[0].logprobs
+                ],
             }
             for r in results
         ]

@@ -172,7 +172,17 @@ def verify_logits(
     isolate: bool = False,
     method: _Method = None,
     draft_token_probs: _In | None = None,
-    target_row_starts: _In | None = None,
-    draft_row_starts: _In | None = None,
-    draft_probs: bool = False,
+) -> _Chain | _Isolated: ...
+def verify_flat_logits(
+    draft_token_ids: _In,
+    num_draft_tokens: _In,
+    logits: _In,
+    draft_probs: _In | None,
+    temperature: npt.NDArray[np.float64],
+    top_k: npt.NDArray[np.int64],
+    top_p: npt.NDArray[np.float64],
+    uniforms: _In | None,
+    recovery_uniforms: _In | None,
+    isolate: bool = False,
+    method: _Method = None,
 ) -> _Chain | _Isolated: ...

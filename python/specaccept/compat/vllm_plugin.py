@@ -39,7 +39,7 @@ import functools
 import logging
 import os
 import threading
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -112,7 +112,7 @@ def _install(method: str) -> None:
         if getattr(RejectionSampler.forward, "_specaccept", None) is not None:
             return  # registered twice in this process
         original_init, original_forward = RejectionSampler.__init__, RejectionSampler.forward
-        verifier = _Verifier(method, original_forward, version)
+        verifier = _Verifier("block" if method == "block" else "token", original_forward, version)
 
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             original_init(self, *args, **kwargs)
@@ -137,7 +137,7 @@ def _log_once(key: str, message: str, *args: Any, level: int = logging.WARNING) 
 class _Verifier:
     """The replacement of ``RejectionSampler.forward`` (one per process)."""
 
-    def __init__(self, method: str, original_forward: Any, version: str):
+    def __init__(self, method: Literal["token", "block"], original_forward: Any, version: str):
         self.method, self.version = method, version
         self.original_forward = original_forward
         self.eos_token_id: int | None = None
