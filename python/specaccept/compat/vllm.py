@@ -160,26 +160,9 @@ def verify(
     if bonus.ndim == 2 and bonus.shape[1:] == (1,):
         bonus = bonus[:, 0]  # vLLM's [B, 1]
     greedy_rows = as_greedy(greedy)
-    u = None if uniforms is None else float_array(uniforms, "uniforms")
-    ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
-    counter = seeded(
-        seeds,
-        offsets,
-        counts.shape[0] if counts.ndim == 1 else 0,
-        _max_count(counts, ids),
-        u,
-        ru,
-        rng,
+    u, ru = _flat_draws(
+        ids, counts, uniforms, recovery_uniforms, rng, seeds, offsets, greedy_rows is not True
     )
-    if counter is not None:
-        u, ru = _flat_uniforms(counter[0], counts, ids), counter[1]
-    elif (u is None or ru is None) and greedy_rows is not True:
-        g = as_generator(rng, per_row=False)
-        source = "draft_token_ids [T] and num_draft_tokens [B]"
-        total = ids.shape[0] if ids.ndim == 1 else 0
-        u = draw_uniforms(g, total, None, source) if u is None else u
-        batch = counts.shape[0] if counts.ndim == 1 else 0
-        ru = draw_uniforms(g, batch, None, source) if ru is None else ru
     result = _native.verify_flat(
         ids, counts, target, draft, bonus, u, ru, greedy_rows, None, isolate, rule
     )
@@ -195,6 +178,35 @@ def _max_count(counts: np.ndarray, ids: np.ndarray) -> int:
     if sum(counts.tolist()) != total:  # Python ints: no wrap
         return 0
     return int(counts.max())
+
+
+def _flat_draws(
+    ids: np.ndarray,
+    counts: np.ndarray,
+    uniforms: Any,
+    recovery_uniforms: Any,
+    rng: Any,
+    seeds: CounterLike,
+    offsets: CounterLike,
+    sampled: bool,
+) -> tuple[Any, Any]:
+    """The flat layout's uniforms ``[T]`` and recovery uniforms ``[B]``: given,
+    from ``seeds``/``offsets`` (request ``b``'s ``j``-th draft taking entry
+    ``[b, j]``), or drawn from ``rng`` (``uniforms`` then ``recovery_uniforms``)
+    when some request is ``sampled``."""
+    u = None if uniforms is None else float_array(uniforms, "uniforms")
+    ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
+    batch = counts.shape[0] if counts.ndim == 1 else 0
+    counter = seeded(seeds, offsets, batch, _max_count(counts, ids), u, ru, rng)
+    if counter is not None:
+        return _flat_uniforms(counter[0], counts, ids), counter[1]
+    if (u is None or ru is None) and sampled:
+        g = as_generator(rng, per_row=False)
+        source = "draft_token_ids [T] and num_draft_tokens [B]"
+        total = ids.shape[0] if ids.ndim == 1 else 0
+        u = draw_uniforms(g, total, None, source) if u is None else u
+        ru = draw_uniforms(g, batch, None, source) if ru is None else ru
+    return u, ru
 
 
 def _flat_uniforms(per_row: np.ndarray, counts: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -286,17 +298,9 @@ def verify_logits(
     temperatures = per_row(temperature, "temperature", batch, np.float64)
     top_ks = per_row(top_k, "top_k", batch, np.int64)
     top_ps = per_row(top_p, "top_p", batch, np.float64)
-    u = None if uniforms is None else float_array(uniforms, "uniforms")
-    ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
-    counter = seeded(seeds, offsets, batch, k_max, u, ru, rng)
-    if counter is not None:
-        u, ru = _flat_uniforms(counter[0], counts, ids), counter[1]
-    elif (u is None or ru is None) and (temperatures != 0).any():
-        g = as_generator(rng, per_row=False)
-        source = "draft_token_ids [T] and num_draft_tokens [B]"
-        total = ids.shape[0] if ids.ndim == 1 else 0
-        u = draw_uniforms(g, total, None, source) if u is None else u
-        ru = draw_uniforms(g, batch, None, source) if ru is None else ru
+    u, ru = _flat_draws(
+        ids, counts, uniforms, recovery_uniforms, rng, seeds, offsets, bool(temperatures.any())
+    )
     result = _native.verify_flat_logits(
         ids, counts, target, draft, temperatures, top_ks, top_ps, u, ru, isolate, rule
     )
