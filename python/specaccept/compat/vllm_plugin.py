@@ -207,28 +207,32 @@ class _Verifier:
     def verify(self, sampler: Any, metadata: Any, draft_probs: Any, logits: Any, sm: Any) -> Any:
         import torch
 
-        from . import vllm as layout
+        from .. import _native
 
         counts = metadata.num_draft_tokens
         batch = len(counts)
         rows = _processed_rows(sampler, metadata, logits, sm)
         temperature, top_k, top_p = _sampling(sm, batch, logits.shape[-1])
         uniforms, recovery = _uniforms(sm, counts, temperature)
-        result = layout.verify_logits(
+        per_request = _per_request(batch, temperature, top_k, top_p)
+        # compat.vllm.verify_logits's native call, made here with vLLM's own
+        # arrays (the serving path: no conversions to check, every value checked
+        # natively; docs/spec.md section 9.1.1).
+        result = _native.verify_flat_logits(
             _numpy(metadata.draft_token_ids),
-            counts,
+            np.asarray(counts, dtype=np.int64),
             _numpy(rows),
             None if draft_probs is None else _numpy(draft_probs),
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            uniforms=uniforms,
-            recovery_uniforms=recovery,
-            errors="isolate",
-            method=self.method,
+            per_request[0],
+            per_request[1],
+            per_request[2],
+            uniforms,
+            recovery,
+            True,
+            self.method,
         )
-        ids = np.asarray(result.output_token_ids)
-        for b, error in result.errors.items():
+        ids = result[0]
+        for b, error in result[3] if len(result) == 4 else ():
             # vLLM's worker cannot finish one request with an error: the closest is
             # its end-of-sequence token (docs/spec.md section 9.3).
             logger.error("specaccept: request %d of this step ended: %s", b, error)
@@ -335,6 +339,18 @@ def _sampling(sm: Any, batch: int, vocab: int) -> tuple[Any, Any, Any]:
     if sm.top_p is not None:
         top_p = sm.top_p.numpy().astype(np.float64)
     return temperature, top_k, top_p
+
+
+def _per_request(
+    batch: int, temperature: Any, top_k: Any, top_p: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``temperature``, ``top_k``, ``top_p`` as ``[B]`` arrays (one number for
+    every request: a read-only view)."""
+    return (
+        np.broadcast_to(np.asarray(temperature, dtype=np.float64), batch),
+        np.broadcast_to(np.asarray(top_k, dtype=np.int64), batch),
+        np.broadcast_to(np.asarray(top_p, dtype=np.float64), batch),
+    )
 
 
 def _uniforms(
