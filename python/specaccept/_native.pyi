@@ -28,6 +28,7 @@ __all__ = [
     "set_num_threads",
     "verify",
     "verify_flat",
+    "verify_flat_logits",
     "verify_greedy",
     "verify_logits",
     "verify_tree",
