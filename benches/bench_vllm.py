@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument(
         "--model", default=os.path.expanduser("~/.cache/specaccept/smollm2-135m-instruct-f32")
     )
+    parser.add_argument("--batches", default="1,8", help="batch sizes, comma-separated (1,8)")
     parser.add_argument(
         "--record",
         metavar="FILE.npz",
@@ -161,7 +162,8 @@ def main() -> None:
         print(json.dumps(run({**job, "temperature": 0.8}, True, os.path.abspath(args.record))))
         return
     rows = []
-    for batch in (1, 8) if not args.quick else (1, 4):
+    batches = [int(b) for b in args.batches.split(",")] if not args.quick else [1, 4]
+    for batch in batches:
         for temperature in (0.0, 0.8):
             job = {
                 "model": model,
