@@ -491,3 +491,28 @@ def test_the_plugin_s_step_has_vllm_s_law(layout, monkeypatch):
             _, _, p_value = _chi_square(first, law)
             assert p_value > ALPHA, (layout, side, b, p_value, first)
         start += len(d) + 1
+
+
+def test_the_plugin_s_step_reads_bfloat16_logits():
+    """A bfloat16 model's logits (which NumPy cannot hold) go through the plugin's
+    step as they are: the same tokens as the same values in float32, greedy and
+    sampled with the same seeds of torch's generator."""
+    import dataclasses
+
+    import torch
+    from specaccept.compat import vllm_plugin
+    from vllm.v1.sample import rejection_sampler as rs
+    from vllm.v1.sample.sampler import Sampler
+
+    drafts = [[1, 2], [], [3, 0, 4]]
+    metadata, logits, sm = _vllm_inputs(drafts, None, 64, np.random.default_rng(3))
+    half = logits.to(torch.bfloat16)
+    sampler = rs.RejectionSampler(Sampler())
+    ours = vllm_plugin._Verifier("token", rs.RejectionSampler.forward, vllm.__version__)
+    greedy = dataclasses.replace(sm, temperature=None, all_greedy=True, all_random=False)
+    for metadata_of_step in (greedy, sm):
+        torch.manual_seed(1)
+        got = ours.forward(sampler, metadata, None, half, metadata_of_step).sampled_token_ids
+        torch.manual_seed(1)
+        want = ours.forward(sampler, metadata, None, half.float(), metadata_of_step)
+        assert got.tolist() == want.sampled_token_ids.tolist()

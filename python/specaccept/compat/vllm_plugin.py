@@ -219,10 +219,10 @@ class _Verifier:
         # arrays (the serving path: no conversions to check, every value checked
         # natively; docs/spec.md section 9.1.1).
         result = _native.verify_flat_logits(
-            _numpy(metadata.draft_token_ids),
+            _numpy(metadata.draft_token_ids, "draft_token_ids"),
             np.asarray(counts, dtype=np.int64),
-            _numpy(rows),
-            None if draft_probs is None else _numpy(draft_probs),
+            _numpy(rows, "logits"),
+            None if draft_probs is None else _numpy(draft_probs, "draft_probs"),
             per_request[0],
             per_request[1],
             per_request[2],
@@ -259,14 +259,16 @@ class _Verifier:
         return _vllm().SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
 
 
-def _numpy(tensor: Any) -> Any:
+def _numpy(tensor: Any, name: str) -> Any:
     """A CPU tensor as a NumPy array over its memory (``Tensor.numpy``, cheaper
-    than DLPack per call); bfloat16, which NumPy lacks, stays a tensor (read
-    through DLPack as ``ml_dtypes.bfloat16``)."""
+    than DLPack per call); bfloat16, which ``Tensor.numpy`` refuses, through
+    DLPack as an ``ml_dtypes.bfloat16`` array (``name`` in its errors)."""
     import torch
 
+    from .._arrays import as_numpy
+
     if tensor.dtype == torch.bfloat16:
-        return tensor
+        return as_numpy(tensor, name)
     return tensor.detach().numpy()
 
 
