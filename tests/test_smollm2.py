@@ -96,3 +96,10 @@ def test_the_readme_example_runs(smollm2, capsys):
     assert len(out.tokens) == 2 and all(out.tokens)
     assert out.stats.num_accepted_tokens > 0, "prompt lookup found the passage"
     assert capsys.readouterr().out.strip()
+
+
+def test_the_readme_stays_a_front_page():
+    import pathlib
+
+    size = len((pathlib.Path(__file__).parent.parent / "README.md").read_bytes())
+    assert size <= 12_500, f"README.md is {size} bytes: move the details to docs/ (issue 44)"
