@@ -32,19 +32,13 @@ from ._drafters import (
     fits,
     too_large,
 )
+from ._options import MAX_TOKEN, OnTokens, Options
 from ._randomness import Randomness
-from ._record import Recorder, check_path
+from ._record import Recorder
 from ._sampling import Sampling, log, transform
 from ._session import StatelessSession, TrackedSession
 
-__all__ = ["Generation", "generate"]
-
-_CHAIN_METHODS = ("token", "block")
-_TREE_METHODS = ("token", "traversal")
-_SMALLEST_TEMPERATURE = 2.2250738585072014e-308
-_MAX_TOKEN = 2**63 - 1
-#: Nodes a drafted tree may have (root included).
-MAX_TREE_NODES = 4096
+__all__ = ["Generation", "generate", "run"]
 
 
 @dataclass
@@ -114,14 +108,6 @@ class Generation:
         return self.num_tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-def _int(value: Any, name: str, minimum: int = 0) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {value!r:.40}")
-    if value < minimum:
-        raise InputError(f"{name} must be an int >= {minimum}, got {value!r}", argument=name)
-    return int(value)
-
-
 def _prompts(prompts: Any, isolate: bool) -> tuple[list[list[int]], dict[int, InputError]]:
     """The prompts as lists of Python ints (copies), and the empty ones as errors
     when isolating (else the first is raised)."""
@@ -141,7 +127,7 @@ def _prompts(prompts: Any, isolate: bool) -> tuple[list[list[int]], dict[int, In
                 raise TypeError(
                     f"prompts[{b}][{i}] must be an int token id, got {type(token).__name__}"
                 )
-            if not 0 <= token <= _MAX_TOKEN:
+            if not 0 <= token <= MAX_TOKEN:
                 raise InputError(
                     f"prompts[{b}][{i}] = {token}: token ids must lie in [0, 2**63)",
                     argument="prompts",
@@ -159,86 +145,6 @@ def _prompts(prompts: Any, isolate: bool) -> tuple[list[list[int]], dict[int, In
             errors[b] = error
         sequences.append([int(t) for t in tokens])
     return sequences, errors
-
-
-def _per_request(value: Any, name: str, batch: int, integer: bool) -> np.ndarray:
-    """A sampling parameter as one value per prompt (a number, or a sequence of ``B``)."""
-    number = (int, np.integer) if integer else (int, float, np.integer, np.floating)
-    if isinstance(value, number) and not isinstance(value, (bool, np.bool_)):
-        values = [value] * batch
-    elif isinstance(value, (list, tuple, np.ndarray)):
-        values = (
-            list(np.asarray(value).reshape(-1)) if isinstance(value, np.ndarray) else list(value)
-        )
-        if isinstance(value, np.ndarray) and value.ndim != 1:
-            raise TypeError(f"{name} must be a number or a sequence of one per prompt")
-        if len(values) != batch:
-            raise InputError(f"{name} has {len(values)} values for {batch} prompts", argument=name)
-        for i, v in enumerate(values):
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, number):
-                kind = "an int" if integer else "a number"
-                raise TypeError(f"{name}[{i}] must be {kind}, got {type(v).__name__}")
-    else:
-        kind = "an int" if integer else "a number"
-        raise TypeError(
-            f"{name} must be {kind} or a sequence of one per prompt, got {type(value).__name__}"
-        )
-    if integer:
-        if any(int(v) < 0 for v in values):
-            raise InputError(f"{name} must be >= 0 (0: off)", argument=name)
-        return np.array([min(int(v), _MAX_TOKEN) for v in values], dtype=np.int64)
-    return np.array([_float(v) for v in values], dtype=np.float64)
-
-
-def _float(value: Any) -> float:
-    """A number as a float; an int too large for one as infinity (refused later)."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf
-
-
-def _sampling(batch: int, greedy: Any, temperature: Any, top_k: Any, top_p: Any) -> Sampling:
-    if not isinstance(greedy, (bool, np.bool_)):
-        raise TypeError(f"greedy must be a bool, got {type(greedy).__name__}")
-    temperatures = _per_request(temperature, "temperature", batch, integer=False)
-    bad = ~(
-        (temperatures == 0) | ((temperatures >= _SMALLEST_TEMPERATURE) & np.isfinite(temperatures))
-    )
-    if bad.any():
-        raise InputError(
-            f"temperature = {temperatures[bad][0]}: 0 (greedy) or a finite number >= "
-            f"{_SMALLEST_TEMPERATURE}",
-            argument="temperature",
-        )
-    top_ks = _per_request(top_k, "top_k", batch, integer=True)
-    top_ps = _per_request(top_p, "top_p", batch, integer=False)
-    if not ((top_ps > 0) & (top_ps <= 1)).all():
-        raise InputError("top_p must lie in (0, 1] (1: off)", argument="top_p")
-    if greedy:
-        temperatures = np.zeros(batch)
-    return Sampling(temperatures, top_ks, top_ps)
-
-
-def _tree(tree: Any) -> list[int] | None:
-    if tree is None:
-        return None
-    if isinstance(tree, (str, bytes)) or not isinstance(tree, Iterable):
-        raise TypeError(f"tree must be None or a sequence of ints, got {type(tree).__name__}")
-    branching = []
-    for i, count in enumerate(tree):
-        branching.append(_int(count, f"tree[{i}]", 1))
-    if not branching:
-        raise InputError("tree must have at least one level", argument="tree")
-    nodes, width = 1, 1
-    for count in branching:
-        width *= count
-        nodes += width
-        if nodes > MAX_TREE_NODES:
-            raise InputError(
-                f"tree {branching} has more than {MAX_TREE_NODES} nodes", argument="tree"
-            )
-    return branching
 
 
 def _vocab(model: Any, name: str) -> int:
@@ -287,7 +193,7 @@ def generate(
     k: int = 4,
     tree: Sequence[int] | None = None,
     max_new_tokens: int = 32,
-    eos_token_id: int | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
     greedy: bool = False,
     temperature: float | Sequence[float] = 1.0,
     top_k: int | Sequence[int] = 0,
@@ -298,6 +204,7 @@ def generate(
     errors: str = "raise",
     record: Any = None,
     progress: Callable[[int, int], None] | None = None,
+    on_tokens: OnTokens | None = None,
 ) -> Generation:
     """Generate continuations of ``prompts`` by speculative decoding, batched.
 
@@ -332,8 +239,8 @@ def generate(
         attention mask by :func:`specaccept.verify_tree`. ``k`` is then unused.
     max_new_tokens : int
         New tokens per row at most.
-    eos_token_id : int, optional
-        A row ends after emitting this token.
+    eos_token_id : int or sequence of int, optional
+        A row ends after emitting this token (any of these tokens).
     greedy : bool
         Greedy decoding (temperature 0 for every row).
     temperature, top_k, top_p : number, or one per prompt
@@ -359,6 +266,14 @@ def generate(
         ``python -m specaccept compare --from`` reads.
     progress : callable, optional
         Called as ``progress(done_tokens, total_tokens)`` after each step.
+    on_tokens : callable, optional
+        Streaming: called as ``on_tokens(request, tokens, finished)`` after each
+        step for every request that emitted tokens or ended in it, in request
+        order: ``tokens`` the new tokens (a fresh list; empty when the request
+        ended without any, on an error or before its first step), ``finished``
+        whether the request has ended (its last call). Joined, a request's
+        ``tokens`` are its ``Generation.tokens``. An exception it raises stops
+        the run and propagates.
 
     Returns
     -------
@@ -384,32 +299,39 @@ def generate(
     >>> vocab.decode(out.tokens[0])
     'not done for her. Miss Elliot,'
     """
-    start = time.perf_counter()
-    k = _int(k, "k")
-    max_new_tokens = _int(max_new_tokens, "max_new_tokens")
-    branching = _tree(tree)
-    if eos_token_id is not None and (
-        isinstance(eos_token_id, (bool, np.bool_))
-        or not isinstance(eos_token_id, (int, np.integer))
-    ):
-        raise TypeError(f"eos_token_id must be None or an int, got {type(eos_token_id).__name__}")
-    if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be None or a callable, got {type(progress).__name__}")
-    if errors not in ("raise", "isolate"):
-        if not isinstance(errors, str):
-            raise TypeError(f"errors must be 'raise' or 'isolate', got {type(errors).__name__}")
-        raise InputError(f"errors must be 'raise' or 'isolate', got {errors!r}", argument="errors")
-    isolate = errors == "isolate"
-    if not isinstance(method, str):
-        raise TypeError(f"method must be a string, got {type(method).__name__}")
-    methods = _CHAIN_METHODS if branching is None else _TREE_METHODS
-    if method not in methods:
-        raise InputError(
-            f"method must be one of {methods} for {'chains' if branching is None else 'trees'}, "
-            f"got {method!r}",
-            argument="method",
-        )
-    record_path = check_path(record)
+    options = Options.check(
+        k=k,
+        tree=tree,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos_token_id,
+        greedy=greedy,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        method=method,
+        rng=rng,
+        seed=seed,
+        errors=errors,
+        record=record,
+        progress=progress,
+        on_tokens=on_tokens,
+    )
+    return run(target, draft, prompts, options)
+
+
+@dataclass(frozen=True)
+class _Models:
+    """What the loop needs to know of the two models: how each is driven
+    (``"session"``, ``"stateless"``; the draft also ``"propose"`` or ``"lookup"``),
+    the vocabulary and the context (the smaller ``max_length``, or ``None``)."""
+
+    target_kind: str
+    draft_kind: str
+    vocab: int
+    context: int | None
+
+
+def _models(target: Any, draft: Any, options: Options) -> _Models:
     target_kind = _kind(target, "target")
     vocab = _vocab(target, "target")
     if isinstance(draft, PromptLookup):
@@ -424,59 +346,77 @@ def generate(
             raise InputError(
                 f"target and draft vocabularies differ: {vocab} vs {draft_vocab}", argument="draft"
             )
-    if branching is not None and draft_kind not in ("session", "stateless"):
+    if options.tree is not None and draft_kind not in ("session", "stateless"):
         raise InputError(
             "tree drafts come from a draft model (a session model or a LanguageModel)",
             argument="tree",
         )
-    if branching is not None and record_path is not None:
-        raise InputError(
-            "record writes chain steps (python -m specaccept compare reads chains); "
-            "run without tree to record",
-            argument="record",
-        )
-    sequences, prompt_errors = _prompts(prompts, isolate)
-    batch = len(sequences)
-    sampling = _sampling(batch, greedy, temperature, top_k, top_p)
-    randomness = Randomness.of(rng, seed, sequences)
     limits = [c for c in (_context(target, "target"), _context(draft, "draft")) if c is not None]
-    context = min(limits) if limits else None
+    return _Models(target_kind, draft_kind, vocab, min(limits) if limits else None)
 
-    result = Generation(tokens=[[] for _ in sequences], stop_reasons=[""] * batch)
-    result.timings = dict.fromkeys(("open", "draft", "target", "verify", "loop"), 0.0)
+
+def _admit(
+    result: Generation,
+    sequences: list[list[int]],
+    prompt_errors: dict[int, InputError],
+    models: _Models,
+    options: Options,
+) -> list[int]:
+    """The requests that start generating; the others end now (an error, or no
+    room), with their stop reason (and error) in ``result``."""
+    context, vocab = models.context, models.vocab
     live = []
     for b, seq in enumerate(sequences):
-        if b in prompt_errors:
-            result.errors[b] = prompt_errors[b]
-            result.stop_reasons[b] = "error"
-        elif context is not None and len(seq) > context:
+        error = prompt_errors.get(b)
+        if error is None and context is not None and len(seq) > context:
             error = InputError(
                 f"prompts[{b}] has {len(seq)} tokens, more than the models' context of {context}",
                 argument="prompts",
                 row=b,
             )
-            if not isolate:
+        if (
+            error is None
+            and options.max_new_tokens > 0
+            and not (context is not None and len(seq) >= context)
+        ):
+            i = next((i for i, token in enumerate(seq) if token >= vocab), None)
+            if i is not None:
+                error = InputError(
+                    f"prompts[{b}][{i}] = {seq[i]} is outside the vocabulary [0, {vocab})",
+                    argument="prompts",
+                    index=(b, i),
+                    row=b,
+                )
+        if error is not None:
+            if not options.isolate:
                 raise error
             result.errors[b] = error
             result.stop_reasons[b] = "error"
-        elif max_new_tokens == 0:
+        elif options.max_new_tokens == 0:
             result.stop_reasons[b] = "max_new_tokens"
         elif context is not None and len(seq) >= context:
             result.stop_reasons[b] = "context"
-        elif any(token >= vocab for token in seq):
-            i = next(i for i, token in enumerate(seq) if token >= vocab)
-            error = InputError(
-                f"prompts[{b}][{i}] = {seq[i]} is outside the vocabulary [0, {vocab})",
-                argument="prompts",
-                index=(b, i),
-                row=b,
-            )
-            if not isolate:
-                raise error
-            result.errors[b] = error
-            result.stop_reasons[b] = "error"
         else:
             live.append(b)
+    return live
+
+
+def run(target: Any, draft: Any, prompts: Any, options: Options) -> Generation:
+    """:func:`generate` with its options checked (the entry points share it)."""
+    start = time.perf_counter()
+    models = _models(target, draft, options)
+    sequences, prompt_errors = _prompts(prompts, options.isolate)
+    batch = len(sequences)
+    sampling = options.sampling(batch)
+    randomness = Randomness.of(options.rng, options.seed, sequences)
+
+    result = Generation(tokens=[[] for _ in sequences], stop_reasons=[""] * batch)
+    result.timings = dict.fromkeys(("open", "draft", "target", "verify", "loop"), 0.0)
+    live = _admit(result, sequences, prompt_errors, models, options)
+    if options.on_tokens is not None:
+        for b in range(batch):
+            if result.stop_reasons[b]:
+                options.on_tokens(b, [], True)
     if not live:
         result.seconds = time.perf_counter() - start
         return result
@@ -486,17 +426,17 @@ def generate(
     empty: list[list[int]] = [[] for _ in live]
     session = (
         target.session(empty)
-        if target_kind == "session"
+        if models.target_kind == "session"
         else StatelessSession(target, empty, "target")
     )
-    scorer = TrackedSession(session, "target", len(live), vocab)
-    drafter = drafting_for(draft, draft_kind, prompts_live, vocab, isolate)
+    scorer = TrackedSession(session, "target", len(live), models.vocab)
+    drafter = drafting_for(draft, models.draft_kind, prompts_live, models.vocab, options.isolate)
     # What the verifier reads: logits (verify_logits) for chains whose target
     # gives logits and whose drafter gives logits or nothing; else probabilities.
     target_logits = scorer.scores == "logits"
-    if branching is not None or draft_kind == "propose" or not target_logits:
+    if options.tree is not None or models.draft_kind == "propose" or not target_logits:
         drafter.space = "probs"
-    elif draft_kind == "lookup":
+    elif models.draft_kind == "lookup":
         drafter.space = "logits"
     else:
         drafter.space = "logits" if drafter.scores == "logits" else "probs"
@@ -508,27 +448,32 @@ def generate(
         scorer=scorer,
         drafter=drafter,
         settings=_Settings(
-            k=k,
-            branching=branching,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=eos_token_id,
-            context=context,
-            method=method,
-            isolate=isolate,
+            k=options.k,
+            branching=None if options.tree is None else list(options.tree),
+            max_new_tokens=options.max_new_tokens,
+            eos_token_ids=options.eos_token_ids,
+            context=models.context,
+            method=options.method,
+            isolate=options.isolate,
             sampling=sampling,
             randomness=randomness,
-            vocab=vocab,
+            vocab=models.vocab,
             target_logits=target_logits,
-            deterministic=draft_kind == "lookup",
+            deterministic=models.draft_kind == "lookup",
+            on_tokens=options.on_tokens,
         ),
-        recorder=None if record_path is None else Recorder(record_path, draft_kind == "lookup"),
+        recorder=(
+            None
+            if options.record is None
+            else Recorder(options.record, models.draft_kind == "lookup")
+        ),
     )
-    total = max_new_tokens * batch
+    total = options.max_new_tokens * batch
     while run.live:
         run.step()
-        if progress is not None:
-            done = total - sum(max_new_tokens - len(result.tokens[b]) for b in run.live)
-            progress(done, total)
+        if options.progress is not None:
+            done = total - sum(options.max_new_tokens - len(result.tokens[b]) for b in run.live)
+            options.progress(done, total)
     result.target_forwards = scorer.forwards
     result.draft_forwards = getattr(drafter, "forwards", 0)
     if run.recorder is not None:
@@ -544,7 +489,7 @@ class _Settings:
     k: int
     branching: list[int] | None
     max_new_tokens: int
-    eos_token_id: int | None
+    eos_token_ids: frozenset[int]
     context: int | None
     method: str
     isolate: bool
@@ -553,6 +498,7 @@ class _Settings:
     vocab: int
     target_logits: bool
     deterministic: bool
+    on_tokens: OnTokens | None
 
 
 @dataclass
@@ -587,7 +533,7 @@ class _Run:
         """One step for every live row: draft, score, verify, keep, select."""
         result, settings = self.result, self.settings
         begun = time.perf_counter()
-        rows = len(self.live)
+        rows, stepped = len(self.live), self.live
         seqs = [self.sequences[b] for b in self.live]
         emitted = [len(result.tokens[b]) for b in self.live]
         rooms = [settings.max_new_tokens - e for e in emitted]
@@ -640,6 +586,11 @@ class _Run:
         result.timings["loop"] += ended - keeping
         result.step_seconds.append(ended - begun)
         result.step_tokens.append(result.num_tokens - before)
+        if settings.on_tokens is not None:
+            for b, e in zip(stepped, emitted, strict=True):
+                new, finished = result.tokens[b][e:], bool(result.stop_reasons[b])
+                if new or finished:
+                    settings.on_tokens(b, new, finished)
 
     def _draft(
         self, seqs: list[list[int]], rooms: list[int], keys: Any, sampling: Sampling
@@ -721,7 +672,7 @@ class _Run:
             for token in verified.tokens(index[r]).tolist():
                 self.sequences[b].append(token)
                 result.tokens[b].append(token)
-                if token == settings.eos_token_id:
+                if token in settings.eos_token_ids:
                     result.stop_reasons[b] = "eos"
                 elif len(result.tokens[b]) == settings.max_new_tokens:
                     result.stop_reasons[b] = "max_new_tokens"

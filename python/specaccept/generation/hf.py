@@ -47,7 +47,15 @@ from .._arrays import as_numpy
 from .._errors import InputError
 from ._session import Ledger, LedgerSession, Scores, _token_lists
 
-__all__ = ["HFModel", "HFSession", "load_smollm2", "smollm2_file"]
+__all__ = [
+    "TRANSFORMERS_VERSIONS",
+    "HFModel",
+    "HFSession",
+    "load_smollm2",
+    "save_smollm2",
+    "smollm2_file",
+    "speculative",
+]
 
 #: Compact the cache when holes are more than this share of its columns (and
 #: there are at least ``_COMPACT_MIN_COLUMNS``).
@@ -608,3 +616,8 @@ def save_smollm2(folder: str | pathlib.Path) -> pathlib.Path:
     loaded.tokenizer.save_pretrained(folder)
     done.touch()
     return folder
+
+
+# The custom_generate entry of transformers' generate (its own module: it adapts
+# generate's arguments; this one adapts models).
+from ._custom_generate import TRANSFORMERS_VERSIONS, speculative  # noqa: E402
