@@ -5,13 +5,15 @@ contexts drawn from the shipped novel) at several ``K``, or from a saved
 ``.npz`` (``--from``). Every chain method runs on the same steps and uniforms
 (:func:`specaccept.lab.compare_methods`); on the built-in models, trees of equal
 node budgets are also compared, token against traversal verification, by their
-exact expected accepted length (:func:`specaccept.lab.expected_num_accepted_tree`)."""
+exact expected accepted length (:func:`specaccept.lab.expected_num_accepted_tree`).
+``--plot`` draws the numbers (``plot.py``)."""
 
 from __future__ import annotations
 
 import argparse
 import csv
 import json
+import os
 import sys
 from typing import Any
 
@@ -19,6 +21,7 @@ from .._errors import InputError
 from ..lab import MethodComparison, compare_methods
 from ..lab._steps import NPZ_ARRAYS, builtin_steps, builtin_trees, load_steps
 from ..lossy import Synthetic, Typical
+from .plot import draw
 from .progress import progress_bar
 
 
@@ -56,7 +59,14 @@ def add_parser(commands: Any, int_in: Any, writable: Any) -> None:
     compare.add_argument("--seed", type=int_in(0), default=0, help="random seed (default 0)")
     compare.add_argument("--csv", type=writable, metavar="FILE", help="write the chain table")
     compare.add_argument("--json", type=writable, metavar="FILE", help="write every number")
-    compare.add_argument("--plot", type=writable, metavar="FILE.png", help="write the plots")
+    compare.add_argument(
+        "--plot",
+        type=writable,
+        metavar="FILE.png",
+        help="draw the comparison (needs matplotlib): at one K the law of the accepted "
+        "length, acceptance per draft position, speed against fidelity; at several K "
+        "accepted length against K",
+    )
     compare.set_defaults(run=run)
 
 
@@ -127,7 +137,11 @@ def _rows(chain: list[tuple[int, MethodComparison]]) -> list[dict[str, Any]]:
     return [{"num_draft": k, **row} for k, comparison in chain for row in comparison.to_dicts()]
 
 
-def _write(args: argparse.Namespace, chain, trees) -> None:
+def _write(
+    args: argparse.Namespace,
+    chain: list[tuple[int, MethodComparison]],
+    trees: list[dict[str, Any]],
+) -> None:
     rows = _rows(chain)
     if args.json:
         with open(args.json, "w") as f:
@@ -138,44 +152,9 @@ def _write(args: argparse.Namespace, chain, trees) -> None:
             writer.writeheader()
             writer.writerows(rows)
     if args.plot:
-        plot(rows, args.plot)
-
-
-def plot(rows: list[dict[str, Any]], path: str) -> None:
-    """Accepted drafts against K, one line per method; and tokens per call against
-    TV distance (the fidelity a lossy method trades for speed)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"matplotlib is not installed: no plot written to {path}", file=sys.stderr)
-        return
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for method in dict.fromkeys(r["method"] for r in rows):
-        mine = [r for r in rows if r["method"] == method]
-        lossy = not mine[0]["lossless"]
-        label = f"{method} (lossy)" if lossy else method
-        left.plot(
-            [r["num_draft"] for r in mine],
-            [r["mean_accepted"] for r in mine],
-            "--o" if lossy else "-o",
-            label=label,
+        source = (
+            os.path.basename(args.source)
+            if args.source is not None
+            else "Built-in n-gram models (4-gram target, bigram draft)"
         )
-        right.scatter(
-            [r["tv_distance"] for r in mine], [r["tokens_per_call"] for r in mine], label=label
-        )
-    left.set(
-        xlabel="K (drafts per step)", ylabel="accepted drafts per step", title="Accepted length"
-    )
-    right.set(
-        xlabel="TV distance of the next token to the target",
-        ylabel="tokens per target call",
-        title="Speed against fidelity",
-    )
-    for axis in (left, right):
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+        draw(chain, args.plot, source=source)

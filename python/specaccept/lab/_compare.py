@@ -83,13 +83,43 @@ class MethodResult:
     tv_interval: tuple[float, float]
 
 
+@dataclass(frozen=True, eq=False)
+class AcceptedLengths:
+    """How one method's accepted length is spread over ``0..K`` on the compared
+    steps: what ``python -m specaccept compare --plot`` draws.
+
+    Attributes
+    ----------
+    histogram : int array ``[K+1]``
+        How many (run, step) pairs accepted ``n`` drafts, ``n = 0..K``: the
+        observed law (its mean is ``mean_accepted``).
+    drafted : int array ``[K]``
+        How many steps drafted position ``i`` (``k_s >= i``), ``i = 1..K``.
+    observed_per_position : float array ``[K]``
+        The share of (run, step) pairs whose ``i``-th draft was accepted, among
+        the steps that drafted it (NaN where none did).
+    exact_per_position : float array ``[K]`` or None
+        The same share in expectation over the uniforms, exactly: token from
+        :func:`expected_num_accepted` (its ``i``-th draft is accepted with
+        ``prod_{t<i} a_t`` whatever follows), typical from its one run (it uses no
+        uniforms), synthetic ``prod_{t<i} a_t``. ``None`` for block verification,
+        whose decision at ``i`` depends on the drafts after ``i``.
+    """
+
+    histogram: npt.NDArray[np.int64]
+    drafted: npt.NDArray[np.int64]
+    observed_per_position: npt.NDArray[np.float64]
+    exact_per_position: npt.NDArray[np.float64] | None
+
+
 @dataclass
 class MethodComparison:
     """The result of :func:`compare_methods`: one :class:`MethodResult` per method.
 
     ``comparison["block"]`` (a label or a name) gives a method's result;
     :meth:`table` a markdown table; :meth:`to_json` and :meth:`to_csv` the same
-    numbers as text.
+    numbers as text. ``lengths[label]``: the method's :class:`AcceptedLengths`
+    (filled by :func:`compare_methods`; not part of the tables or the JSON).
     """
 
     results: list[MethodResult]
@@ -97,6 +127,9 @@ class MethodComparison:
     samples: int
     confidence: float
     meta: dict[str, Any] = field(default_factory=dict)
+    lengths: dict[str, AcceptedLengths] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __getitem__(self, key: str) -> MethodResult:
         for result in self.results:
@@ -295,7 +328,10 @@ def compare_methods(
         ) from None
     total_runs = len(specs) * int(samples)
     results = []
+    lengths: dict[str, AcceptedLengths] = {}
+    drafted = (k_rows[None, :] >= np.arange(1, num_draft + 1)[:, None]).sum(axis=1)
     for m, (label, method) in enumerate(specs):
+        histogram = np.zeros(num_draft + 1, dtype=np.int64)
         # Per step: the sums of the accepted counts and of their squares (O(N) memory).
         total = np.zeros(steps)
         squares = np.zeros(steps)
@@ -316,9 +352,16 @@ def compare_methods(
                 first = accepted
             total += accepted
             squares += accepted * accepted
+            histogram += np.bincount(result.num_accepted, minlength=num_draft + 1)
             if progress is not None:
                 progress(m * int(samples) + r + 1, total_runs)
         expected = _expected(method, ids, p, q, counts, k_rows, first)
+        lengths[label] = AcceptedLengths(
+            histogram=histogram,
+            drafted=drafted,
+            observed_per_position=_shares(histogram[::-1].cumsum()[::-1][1:], drafted * samples),
+            exact_per_position=_exact_per_position(method, ids, p, q, k_rows, drafted, first),
+        )
         mean = float(total.sum()) / (steps * samples) if steps else 0.0
         # Within-step variance: the interval of the mean over runs around the
         # mean of the steps' expectations.
@@ -345,7 +388,9 @@ def compare_methods(
             )
         )
     meta = {"steps": steps, "num_draft": num_draft, "vocab": int(p.shape[-1]), "seed": seed}
-    return MethodComparison(results, steps, int(samples), float(confidence), meta)
+    comparison = MethodComparison(results, steps, int(samples), float(confidence), meta)
+    comparison.lengths.update(lengths)
+    return comparison
 
 
 def _expected(method, ids, p, q, counts, k_rows, first_run) -> np.ndarray:
@@ -359,6 +404,46 @@ def _expected(method, ids, p, q, counts, k_rows, first_run) -> np.ndarray:
     survive = np.concatenate([[1.0], np.cumprod(rates)])  # P(n >= j) = prod_{t<j} a_t
     cumulative = np.cumsum(survive[1:])  # E[n | k] = sum_{j=1..k} P(n >= j)
     return np.array([cumulative[k - 1] if k > 0 else 0.0 for k in k_rows])
+
+
+def _shares(numerators: np.ndarray, denominators: np.ndarray) -> npt.NDArray[np.float64]:
+    """``numerators / denominators``, NaN where a denominator is 0."""
+    out = np.full(len(denominators), np.nan)
+    np.divide(numerators, denominators, out=out, where=denominators > 0)
+    return out
+
+
+def _exact_per_position(
+    method: Any,
+    ids: np.ndarray,
+    p: np.ndarray,
+    q: np.ndarray | None,
+    k_rows: np.ndarray,
+    drafted: np.ndarray,
+    first_run: np.ndarray,
+) -> npt.NDArray[np.float64] | None:
+    """For ``i = 1..K``, the mean over the steps that drafted position ``i`` of the
+    probability that its draft is accepted; ``None`` where no closed form is kept
+    (block: the decision at ``i`` depends on the later drafts)."""
+    num_draft = ids.shape[1]
+    positions = np.arange(1, num_draft + 1)
+    live = k_rows[None, :] >= positions[:, None]  # [K, N]: step s drafted position i
+    if method == "token":
+        # E[n | first i drafts] - E[n | first i - 1] = prod_{t<i} a_t: the token rule
+        # decides position t from the first t + 1 drafts alone.
+        expected = [
+            expected_num_accepted(ids, p, q, method="token", num_draft_tokens=np.minimum(k_rows, i))
+            for i in range(num_draft + 1)
+        ]
+        reached = np.stack([expected[i] - expected[i - 1] for i in positions])
+    elif isinstance(method, Typical):
+        reached = (first_run[None, :] >= positions[:, None]).astype(np.float64)
+    elif isinstance(method, Synthetic):
+        survive = np.cumprod(method.rates(num_draft))  # P(n >= i) = prod_{t<i} a_t
+        reached = np.broadcast_to(survive[:, None], live.shape)
+    else:
+        return None
+    return _shares(np.where(live, reached, 0.0).sum(axis=1), drafted)
 
 
 def _next_token_tv(method, ids, p, q, k_rows) -> np.ndarray:
