@@ -2020,6 +2020,30 @@ CASES.update(
             "sa.generate(Model(), Model(), [[0]], max_new_tokens=2, eos_token_id=2**64, rng=0)",
             "ok|ValueError",
         ),
+        "generate: eos list with a str": (
+            "sa.generate(Model(), Model(), [[0]], eos_token_id=[1, 'eos'], rng=0)",
+            "TypeError",
+        ),
+        "generate: eos 2-D array": (
+            "sa.generate(Model(), Model(), [[0]], max_new_tokens=2, eos_token_id=np.ones((2, 2), int), rng=0)",
+            "ok|TypeError",
+        ),
+        "generate: eos empty list": (
+            "g = sa.generate(Model(), Model(), [[0]], max_new_tokens=3, eos_token_id=[], rng=0)\n"
+            "assert len(g.tokens[0]) == 3",
+            "ok",
+        ),
+        "generate: on_tokens int": (
+            "sa.generate(Model(), Model(), [[0]], on_tokens=5, rng=0)",
+            "TypeError",
+        ),
+        "generate: on_tokens streams the tokens": (
+            "got = {}\n"
+            "g = sa.generate(Model(), Model(), [[0], [1]], k=2, max_new_tokens=4, rng=0,\n"
+            "                on_tokens=lambda b, t, done: got.setdefault(b, []).extend(t))\n"
+            "assert got == dict(enumerate(g.tokens))",
+            "ok",
+        ),
         "generate: greedy str": (
             "sa.generate(Model(), Model(), [[0]], greedy='yes', rng=0)",
             "TypeError",

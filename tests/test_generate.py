@@ -122,6 +122,70 @@ def test_eos_and_max_new_tokens_are_exact():
     assert out.stats.num_emitted_tokens >= out.num_tokens
 
 
+def test_eos_token_id_may_name_several_tokens():
+    vocab = 6
+    target, draft = Markov(vocab, 2, seed=3), Markov(vocab, 2, seed=4)
+    prompts = [[1 + b % 5] for b in range(200)]
+    out = specaccept.generate(
+        target, draft, prompts, k=3, max_new_tokens=9, eos_token_id=[0, 5], rng=0
+    )
+    reasons = {"eos": 0, "max_new_tokens": 0}
+    for tokens, reason in zip(out.tokens, out.stop_reasons, strict=True):
+        stops = [i for i, t in enumerate(tokens) if t in (0, 5)]
+        if reason == "eos":
+            assert stops == [len(tokens) - 1], "ends right after either token, nothing after"
+        else:
+            assert reason == "max_new_tokens" and not stops and len(tokens) == 9
+        reasons[reason] += 1
+    assert reasons["eos"] > 0 and reasons["max_new_tokens"] > 0
+    assert {t[-1] for t, r in zip(out.tokens, out.stop_reasons, strict=True) if r == "eos"} == {
+        0,
+        5,
+    }
+
+
+def test_on_tokens_streams_every_request_s_tokens_as_they_are_accepted():
+    """Joined, the streamed tokens are the returned ones, for every row, those that
+    end early on EOS included; each request's last call says it finished, and only
+    that one; calls come after each step (several tokens per call happen)."""
+    vocab, eos = 6, 0
+    target, draft = Markov(vocab, 2, seed=3), Markov(vocab, 2, seed=3)  # drafts accepted
+    prompts = [[1 + b % 5] for b in range(40)] + [[]]  # the last: an empty prompt
+    calls: list[tuple[int, list[int], bool]] = []
+    steps: list[int] = []
+    out = specaccept.generate(
+        target,
+        draft,
+        prompts,
+        k=4,
+        max_new_tokens=9,
+        eos_token_id=eos,
+        rng=0,
+        errors="isolate",
+        progress=lambda done, total: steps.append(len(calls)),
+        on_tokens=lambda b, tokens, finished: calls.append((b, tokens, finished)),
+    )
+    streamed: dict[int, list[int]] = {}
+    finished: dict[int, int] = {}
+    for i, (b, tokens, done) in enumerate(calls):
+        assert b not in finished, "no call after a request's finished one"
+        streamed.setdefault(b, []).extend(tokens)
+        if done:
+            finished[b] = i
+        else:
+            assert tokens, "a call that does not finish brings tokens"
+    assert streamed == {b: t for b, t in enumerate(out.tokens)}
+    assert set(finished) == set(range(len(prompts)))
+    assert calls[0] == (len(prompts) - 1, [], True), "a request refused at the start"
+    assert any(out.stop_reasons[b] == "eos" for b in range(40))
+    assert any(len(tokens) > 1 for _, tokens, _ in calls)
+    # Within a step, in request order; the steps' calls come before progress.
+    bounds = [1, *steps]  # after the call at the start
+    for a, b in itertools.pairwise(bounds):
+        requests = [r for r, _, _ in calls[a:b]]
+        assert requests == sorted(requests)
+
+
 def test_prompts_of_different_lengths_and_progress():
     target, draft = Markov(5, 3, seed=8), Markov(5, 2, seed=9)
     seen = []

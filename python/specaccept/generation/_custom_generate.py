@@ -323,7 +323,7 @@ def speculative(
 
     target = HFModel(model)
     lookup = config.prompt_lookup_num_tokens
-    early_exit = getattr(config, "assistant_early_exit", None)
+    early_exit: Any = getattr(config, "assistant_early_exit", None)
     given = [
         name
         for name, value in (
@@ -401,4 +401,5 @@ def speculative(
         return sequences
     from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-    return GenerateDecoderOnlyOutput(sequences=sequences)
+    output: Any = GenerateDecoderOnlyOutput
+    return output(sequences=sequences)
