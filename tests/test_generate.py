@@ -266,6 +266,43 @@ def test_cli_demo_prints_text_statistics_and_time():
         assert promised in out
 
 
+def test_the_demo_prints_the_greedy_text_as_it_is_accepted(monkeypatch, capsys):
+    """The greedy continuation is printed while it is generated, step by step, and
+    what was printed is the decoded greedy text."""
+    from specaccept._cli import demo, main
+    from specaccept.ngram import builtin_models
+
+    during: list[str] = []
+    real = demo.generate
+
+    def spy(*args, on_tokens=None, **kwargs):
+        if on_tokens is None:
+            return real(*args, **kwargs)
+
+        def watched(request, tokens, finished):
+            on_tokens(request, tokens, finished)
+            during.append(capsys.readouterr().out)  # printed before the run returns
+
+        return real(*args, on_tokens=watched, **kwargs)
+
+    monkeypatch.setattr(demo, "generate", spy)
+    assert main(["demo", "--max-new-tokens", "30", "--samples", "1"]) == 0
+    assert sum(1 for text in during if text.strip()) >= 5, "printed in many pieces"
+    target, draft, vocab = builtin_models()
+    greedy = specaccept.generate(
+        target,
+        draft,
+        [vocab.encode("Anne Elliot was")],
+        k=4,
+        max_new_tokens=30,
+        eos_token_id=vocab.paragraph_id,
+        greedy=True,
+    )
+    before, streamed = "".join(during).split("== greedy decoding", 1)[1].split("  [1] ...", 1)
+    assert "streamed as it is accepted" in before
+    assert streamed.rstrip("\n") == vocab.decode(greedy.tokens[0]).strip()
+
+
 def test_cli_check_prints_both_distributions_and_a_p_value():
     out = run_cli("check", "--samples", "1500", "--seed", "3")
     assert "target p" in out and "plain" in out and "speculative" in out

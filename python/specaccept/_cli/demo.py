@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from .. import PromptLookup, expected_tokens_per_step, generate
 from .progress import progress_bar
@@ -88,10 +89,35 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Streamed:
+    """``on_tokens`` for the demo's greedy row: prints the text as its tokens are
+    accepted (the new end of the decoded text, once it decodes whole)."""
+
+    def __init__(self, decode: Any):
+        self.decode, self.tokens, self.shown = decode, [], ""
+
+    def __call__(self, request: int, tokens: list[int], finished: bool) -> None:
+        self.tokens += tokens
+        text = self.decode(self.tokens).strip()
+        if text.startswith(self.shown) and not text.endswith("\ufffd"):
+            print(text[len(self.shown) :], end="\n" if finished else "", flush=True)
+            self.shown = text
+        elif finished:
+            print(flush=True)
+
+
 def demo_runs(args, target, draft, prompt, eos, decode, sampling) -> None:
-    """The demo's greedy run (one row) and sampled run (``--samples`` rows in one
-    batch, with ``sampling``'s temperature and top-p), with what each kept."""
+    """The demo's greedy run (one row, printed as it is accepted) and sampled run
+    (``--samples`` rows in one batch, with ``sampling``'s temperature and top-p),
+    with what each kept."""
     for label, greedy, copies in [("greedy", True, 1), ("sampled", False, args.samples)]:
+        detail = "".join(f", {k.replace('_', '-')} {v}" for k, v in sampling.items())
+        plural = "s" * (copies > 1)
+        header = (f"\n== {label} decoding ({copies} continuation{plural} in one batch"
+                  f"{'' if greedy else detail})")  # fmt: skip
+        if greedy:
+            print(header + ", streamed as it is accepted")
+            print("  [1] ...", end="", flush=True)
         out = generate(
             target,
             draft,
@@ -103,15 +129,14 @@ def demo_runs(args, target, draft, prompt, eos, decode, sampling) -> None:
             greedy=greedy,
             rng=args.seed,
             record=None if greedy else args.record,
-            progress=progress_bar(label),
+            progress=None if greedy else progress_bar(label),
+            on_tokens=_Streamed(decode) if greedy else None,
             **({} if greedy else sampling),
         )
-        detail = "".join(f", {k.replace('_', '-')} {v}" for k, v in sampling.items())
-        plural = "s" * (copies > 1)
-        print(f"\n== {label} decoding ({copies} continuation{plural} in one batch"
-              f"{'' if greedy else detail})")  # fmt: skip
-        for i, tokens in enumerate(out.tokens):
-            print(f"  [{i + 1}] ...{decode(tokens).strip()}")
+        if not greedy:
+            print(header)
+            for i, tokens in enumerate(out.tokens):
+                print(f"  [{i + 1}] ...{decode(tokens).strip()}")
         stats = out.stats
         rates = ", ".join(f"{r:.2f}" for r in stats.position_acceptance_rate)
         print(f"  acceptance per draft position: {rates}")
