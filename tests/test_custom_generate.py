@@ -105,6 +105,36 @@ def test_greedy_rows_equal_transformers_greedy_generate(models, batch, drafter):
         assert any(row[-1] == PAD for row in new.tolist())
 
 
+@pytest.mark.parametrize(
+    "given, own, k",
+    [(None, 2, 2), (3, 2, 3), (None, None, 20)],
+    ids=["the assistant's config", "generate's argument", "transformers' default"],
+)
+def test_drafts_per_step_are_num_assistant_tokens(given, own, k):
+    """k is num_assistant_tokens given to generate, else the assistant's own
+    generation config's (which transformers' assisted generation reads), else 20;
+    seen in the target's forward calls with an assistant that is a copy of it
+    (every draft accepted: k + 1 tokens a step)."""
+    import copy
+
+    target = llama(3)
+    assistant = copy.deepcopy(target)
+    assistant.generation_config.num_assistant_tokens = own
+    calls = []
+    target.register_forward_pre_hook(lambda module, args: calls.append(1))
+    extra = {} if given is None else {"num_assistant_tokens": given}
+    out = target.generate(
+        torch.tensor([[1, 2, 3]]),
+        do_sample=False,
+        max_new_tokens=12,
+        custom_generate=speculative,
+        assistant_model=assistant,
+        **extra,
+    )
+    assert out.shape == (1, 15)
+    assert len(calls) == -(-12 // (min(k, 11) + 1))
+
+
 def test_return_dict_in_generate_gives_transformers_output(models):
     target, draft = models
     inputs = left_padded(PROMPTS[:4])
@@ -452,6 +482,33 @@ def test_rows_ending_apart_need_a_pad_token():
             eos_token_id=None,
             pad_token_id=None,
         )
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: speculative(m, torch.tensor([[1, 2]])),
+        lambda m: speculative(m, [[1, 2]], generation_config=transformers.GenerationConfig()),
+        lambda m: speculative(
+            m, torch.tensor([[1.0, 2.0]]), generation_config=transformers.GenerationConfig()
+        ),
+        lambda m: speculative(
+            m,
+            torch.tensor([[1, 2]]),
+            generation_config=transformers.GenerationConfig(),
+            attention_mask=[[1, 1]],
+        ),
+        lambda m: speculative(
+            "model",
+            torch.tensor([[1, 2]]),
+            generation_config=transformers.GenerationConfig(prompt_lookup_num_tokens=2),
+        ),
+    ],
+    ids=["no config", "ids a list", "ids float", "mask a list", "model a str"],
+)
+def test_called_directly_with_wrong_types_it_raises_type_error(models, call):
+    with pytest.raises(TypeError):
+        call(models[0])
 
 
 @pytest.mark.parametrize("version, outcome", [("4.55.4", "error"), ("99.0.0", "warning")])

@@ -213,6 +213,21 @@ def _token_ids(value: Any) -> list[int]:
     return [int(v) for v in value]
 
 
+#: transformers' default ``num_assistant_tokens``.
+_DEFAULT_ASSISTANT_TOKENS = 20
+
+
+def _drafts_per_step(config: Any, assistant_model: Any) -> int:
+    """``k`` for a draft model: ``num_assistant_tokens`` given to ``generate``,
+    else the assistant's own generation config's (which transformers' assisted
+    generation reads), else transformers' default, 20."""
+    given = config.num_assistant_tokens
+    if given is not None and given != _DEFAULT_ASSISTANT_TOKENS:
+        return int(given)
+    own = getattr(getattr(assistant_model, "generation_config", None), "num_assistant_tokens", None)
+    return int(own) if own is not None else _DEFAULT_ASSISTANT_TOKENS
+
+
 class _Stream:
     """``streamer=`` driven from the loop's ``on_tokens``: at batch 1 each step's
     new tokens as one ``[1, n]`` tensor (as transformers' assisted generation
@@ -307,8 +322,24 @@ def speculative(
     if streamer is None:
         streamer = caller.get("streamer")
     assistant_model = caller.get("assistant_model")
-    if generation_config is None:
-        raise TypeError("speculative is called by transformers' generate(custom_generate=...)")
+    from transformers import GenerationConfig
+
+    if not isinstance(generation_config, GenerationConfig):
+        raise TypeError(
+            "generation_config must be a transformers GenerationConfig, got "
+            f"{type(generation_config).__name__} (speculative is called by "
+            "model.generate(custom_generate=speculative))"
+        )
+    for name, tensor in (
+        ("input_ids", input_ids),
+        ("attention_mask", model_kwargs.get("attention_mask")),
+    ):
+        if tensor is not None and not (
+            isinstance(tensor, torch.Tensor)
+            and not tensor.is_floating_point()
+            and not tensor.is_complex()
+        ):
+            raise TypeError(f"{name} must be an integer torch tensor, got {type(tensor).__name__}")
     config = generation_config
     if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
         raise _refuse("model", "encoder-decoder models (the loop drives decoder-only models)")
@@ -356,7 +387,8 @@ def speculative(
                 )
         else:
             draft = target.early_exit(early_exit)
-        k = config.num_assistant_tokens if config.num_assistant_tokens is not None else 20
+        # Early exit drafts with the model itself: its own config, as transformers'.
+        k = _drafts_per_step(config, model if assistant_model is None else assistant_model)
 
     batch, width = int(input_ids.shape[0]), int(input_ids.shape[1])
     eos = _token_ids(getattr(config, "_eos_token_tensor", None)) or _token_ids(config.eos_token_id)

@@ -409,63 +409,22 @@ class HFSession(LedgerSession):
         start = self.columns
         ids = torch.zeros((batch, width), dtype=torch.long)
         positions = torch.zeros((batch, width), dtype=torch.long)
-        # Who attends to what: (row, query, column) triples, and for long chains
-        # (a prompt) slices of the mask set at once.
-        rows_i, query_i, column_i = [], [], []
-        chains = []
         for b, row in enumerate(new):
-            known, pad = len(ledger.tokens[b]), width - len(row)
-            every_link = ledger.parents[b] + links[b]
             if row:
+                pad = width - len(row)
                 ids[b, pad:] = torch.tensor(row, dtype=torch.long)
                 positions[b, pad:] = torch.tensor(
                     [ledger.committed[b] + d for d in depths[b]], dtype=torch.long
                 )
-            if len(row) * (known + len(row)) > _LOOP_MASK_ENTRIES and all(
-                link == i - 1 for i, link in enumerate(every_link)
-            ):
-                # A chain from the committed end: every earlier provisional token is
-                # an ancestor of every new one; among the new ones, a lower triangle.
-                chains.append((b, pad))
-                rows_i += [b] * pad
-                query_i += list(range(pad))
-                column_i += [start + q for q in range(pad)]
-                continue
-            columns = self._columns[b] + [start + pad + i for i in range(len(row))]
-            for q in range(width):
-                # A token attends to its provisional ancestors and to itself; a
-                # padding query (q < pad) to itself only.
-                rows_i.append(b)
-                query_i.append(q)
-                column_i.append(start + q)
-                index = known + q - pad if q >= pad else -1
-                if index >= 0:
-                    index = every_link[index]
-                    while index >= 0:
-                        rows_i.append(b)
-                        query_i.append(q)
-                        column_i.append(columns[index])
-                        index = every_link[index]
         with torch.inference_mode():
-            allowed = torch.zeros((batch, width, start + width), dtype=torch.bool)
-            allowed[:, :, :start] = self._valid.cpu()[:, None, :]
-            allowed[rows_i, query_i, column_i] = True
-            for b, pad in chains:
-                earlier = torch.tensor(self._columns[b], dtype=torch.long)
-                if len(earlier):
-                    allowed[b, pad:, earlier] = True
-                allowed[b, pad:, start + pad :] = torch.ones(
-                    (width - pad, width - pad), dtype=torch.bool
-                ).tril()
-            mask = torch.zeros((batch, 1, width, start + width), dtype=self._dtype)
-            mask.masked_fill_(~allowed[:, None], torch.finfo(self._dtype).min)
+            mask = None if self._causal(new, links) else self._mask(new, links, width)
             kwargs = {self.owner._cache_argument: self._cache, "use_cache": True}
             if self.owner._keeps_logits:
                 kwargs["logits_to_keep"] = max(keep, 1)
             # A failure here (even after some layers appended) is undone by extend.
             output = self.owner.model(
                 input_ids=ids.to(self._device),
-                attention_mask=mask.to(self._device),
+                attention_mask=None if mask is None else mask.to(self._device),
                 position_ids=positions.to(self._device),
                 **kwargs,
             )
@@ -497,6 +456,75 @@ class HFSession(LedgerSession):
             if logits.device.type != "cpu":
                 logits = logits.cpu()
             return as_numpy(logits, "model logits")
+
+    def _causal(self, new: list[list[int]], links: list[list[int]]) -> bool:
+        """Whether the call's mask is plain causal attention over every column: one
+        row, no hole, its provisional tokens and the new ones a chain from its
+        committed end. The model is then called without a mask, as transformers
+        calls it at batch 1 (the same attention, without a mask to add)."""
+        if self.num_rows != 1:
+            return False
+        ledger, start = self._ledger, self.columns
+        committed = ledger.committed[0]
+        every_link = ledger.parents[0] + links[0]
+        return (
+            self._columns[0] == list(range(committed, start))
+            and all(link == i - 1 for i, link in enumerate(every_link))
+            and int(self._valid[0, :committed].sum()) == committed
+        )
+
+    def _mask(self, new: list[list[int]], links: list[list[int]], width: int) -> Any:
+        """The additive attention mask ``[B, 1, width, columns + width]`` of a call
+        (docs/spec.md section 12.2): a new token attends to its row's committed
+        columns, its provisional ancestors and itself; a padding query to itself."""
+        import torch
+
+        ledger, batch, start = self._ledger, self.num_rows, self.columns
+        # Who attends to what: (row, query, column) triples, and for long chains
+        # (a prompt) slices of the mask set at once.
+        rows_i, query_i, column_i = [], [], []
+        chains = []
+        for b, row in enumerate(new):
+            known, pad = len(ledger.tokens[b]), width - len(row)
+            every_link = ledger.parents[b] + links[b]
+            if len(row) * (known + len(row)) > _LOOP_MASK_ENTRIES and all(
+                link == i - 1 for i, link in enumerate(every_link)
+            ):
+                # A chain from the committed end: every earlier provisional token is
+                # an ancestor of every new one; among the new ones, a lower triangle.
+                chains.append((b, pad))
+                rows_i += [b] * pad
+                query_i += list(range(pad))
+                column_i += [start + q for q in range(pad)]
+                continue
+            columns = self._columns[b] + [start + pad + i for i in range(len(row))]
+            for q in range(width):
+                # A token attends to its provisional ancestors and to itself; a
+                # padding query (q < pad) to itself only.
+                rows_i.append(b)
+                query_i.append(q)
+                column_i.append(start + q)
+                index = known + q - pad if q >= pad else -1
+                if index >= 0:
+                    index = every_link[index]
+                    while index >= 0:
+                        rows_i.append(b)
+                        query_i.append(q)
+                        column_i.append(columns[index])
+                        index = every_link[index]
+        allowed = torch.zeros((batch, width, start + width), dtype=torch.bool)
+        allowed[:, :, :start] = self._valid.cpu()[:, None, :]
+        allowed[rows_i, query_i, column_i] = True
+        for b, pad in chains:
+            earlier = torch.tensor(self._columns[b], dtype=torch.long)
+            if len(earlier):
+                allowed[b, pad:, earlier] = True
+            allowed[b, pad:, start + pad :] = torch.ones(
+                (width - pad, width - pad), dtype=torch.bool
+            ).tril()
+        mask = torch.zeros((batch, 1, width, start + width), dtype=self._dtype)
+        mask.masked_fill_(~allowed[:, None], torch.finfo(self._dtype).min)
+        return mask
 
     def commit(self, keep: Any) -> None:
         import torch
