@@ -87,3 +87,37 @@ def test_command_line_default_and_help():
         [sys.executable, "-m", "specaccept", "example", "--k", "0"], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "--k" in bad.stderr
+
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def readme_blocks(language: str) -> list[str]:
+    import re
+
+    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), re.S)
+
+
+def test_the_readme_python_blocks_run(capsys):
+    """Every Python block of the README runs, in order, in one namespace (the
+    Hugging Face block, which needs torch and SmolLM2, runs in
+    test_smollm2.py::test_the_readme_example_runs)."""
+    blocks = readme_blocks("python")
+    hf = [b for b in blocks if "load_smollm2" in b]
+    assert len(hf) == 1, "the Hugging Face block is tested in test_smollm2.py"
+    scope: dict = {}
+    for block in blocks:
+        if block not in hf:
+            exec(block, scope)
+    result = scope["result"]
+    assert result.output_token_ids.shape == (2, 4)
+    assert "block" in capsys.readouterr().out, "the laboratory's table was printed"
+
+
+def test_the_readme_opens_with_the_two_commands_ci_runs():
+    first = readme_blocks("bash")[0].splitlines()
+    assert first[0].split("#")[0].strip() == "pip install . && python -m specaccept demo"
+    test_command = first[1].split("#")[0].strip()
+    assert test_command == "pip install '.[test]' && python -m pytest"
+    ci = (Path(__file__).parent.parent / ".ci" / "run").read_text()
+    assert test_command in ci, ".ci/run runs the README's test command"
