@@ -13,22 +13,21 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
-import itertools
-from fractions import Fraction
 
 import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from specaccept.generation import _custom_generate, _loop  # noqa: E402
+from specaccept.generation import _custom_generate  # noqa: E402
 from specaccept.generation.hf import TRANSFORMERS_VERSIONS, speculative  # noqa: E402
 from test_generation_law import (  # noqa: E402
     BLOCK,
     HALVES,
-    Scripted,
     chain_coordinates,
+    scripted_rows,
     target_law,
+    weighted_law,
 )
 from tiny_llama import halves, llama  # noqa: E402
 
@@ -241,15 +240,7 @@ LAW_PROMPTS = [[1, 2, 3], [3, 0, 2, 1, 1, 0, 2]]
 def enumerated_law(monkeypatch, target, draft, method, points):
     """The exact law of the first two tokens of each prompt, every combination of
     the step's uniforms one row of one left-padded ``generate`` call."""
-    coordinates = chain_coordinates(points)
-    combos = list(itertools.product(*[c[3] for c in coordinates]))
-    rows = [(p, combo) for p in range(len(LAW_PROMPTS)) for combo in combos]
-    table = {
-        (step, role, i): [combo[j][0] for _, combo in rows]
-        for j, (step, role, i, _) in enumerate(coordinates)
-    }
-    scripted = Scripted(table)
-    monkeypatch.setattr(_loop.Randomness, "of", classmethod(lambda cls, *a: scripted))
+    rows = scripted_rows(monkeypatch, LAW_PROMPTS, chain_coordinates(points))
     out = target.generate(
         **left_padded([LAW_PROMPTS[p] for p, _ in rows], pad=0),  # a vocabulary of 4
         do_sample=True,
@@ -263,14 +254,7 @@ def enumerated_law(monkeypatch, target, draft, method, points):
         **({} if method == "token" else {"method": method}),
     )
     width = max(len(p) for p in LAW_PROMPTS)
-    laws: list[dict[tuple[int, ...], Fraction]] = [{} for _ in LAW_PROMPTS]
-    for (p, combo), row in zip(rows, out[:, width:].tolist(), strict=True):
-        weight = Fraction(1)
-        for _, cell in combo:
-            weight *= cell
-        key = tuple(row[:2])
-        laws[p][key] = laws[p].get(key, Fraction(0)) + weight
-    return laws
+    return weighted_law(rows, out[:, width:].tolist(), len(LAW_PROMPTS), 2)
 
 
 @pytest.fixture(scope="module")
@@ -369,73 +353,59 @@ REFUSED = {
 }
 
 
+def refused(model, match: str, inputs=None, **arguments) -> None:
+    """``model.generate(custom_generate=speculative)`` raises a ValueError matching
+    ``match`` (prompt lookup, 4 new tokens, unless ``arguments`` say otherwise)."""
+    call = dict(max_new_tokens=4, custom_generate=speculative)
+    if not {"assistant_model", "prompt_lookup_num_tokens"} & arguments.keys():
+        call["prompt_lookup_num_tokens"] = 2
+    call.update(arguments)
+    with pytest.raises(ValueError, match=match):
+        model.generate(**(inputs if inputs is not None else left_padded(PROMPTS[:2])), **call)
+
+
 @pytest.mark.parametrize("argument", REFUSED)
 def test_an_argument_it_cannot_honour_is_refused_by_name(models, argument):
-    target, _ = models
-    inputs = left_padded(PROMPTS[:2])
-    with pytest.raises(ValueError, match=rf"\b{argument}\b"):
-        target.generate(
-            **inputs,
-            max_new_tokens=4,
-            pad_token_id=PAD,
-            custom_generate=speculative,
-            prompt_lookup_num_tokens=2,
-            **REFUSED[argument],
-        )
+    refused(models[0], rf"\b{argument}\b", pad_token_id=PAD, **REFUSED[argument])
 
 
 def test_right_padding_is_refused(models):
-    target, _ = models
-    ids = torch.tensor([[1, 2, 3], [4, 5, PAD]])
-    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
-    with pytest.raises(ValueError, match="attention_mask row 1 is not left padding"):
-        target.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            max_new_tokens=4,
-            pad_token_id=PAD,
-            custom_generate=speculative,
-            prompt_lookup_num_tokens=2,
-        )
+    inputs = dict(
+        input_ids=torch.tensor([[1, 2, 3], [4, 5, PAD]]),
+        attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]),
+    )
+    refused(models[0], "attention_mask row 1 is not left padding", inputs, pad_token_id=PAD)
 
 
-@pytest.mark.parametrize("given", ["none", "two"])
-def test_exactly_one_drafter_is_needed(models, given):
+def test_exactly_one_drafter_is_needed(models):
     target, draft = models
-    extra = {} if given == "none" else dict(assistant_model=draft, prompt_lookup_num_tokens=2)
-    with pytest.raises(ValueError, match="needs one drafter"):
-        target.generate(
-            **left_padded(PROMPTS[:2]),
-            max_new_tokens=8,
-            pad_token_id=PAD,
-            custom_generate=speculative,
-            **extra,
-        )
+    refused(
+        target, "needs one drafter: .* got none", pad_token_id=PAD, prompt_lookup_num_tokens=None
+    )
+    refused(
+        target,
+        "needs one drafter: .* got assistant_model, prompt_lookup_num_tokens",
+        pad_token_id=PAD,
+        assistant_model=draft,
+        prompt_lookup_num_tokens=2,
+    )
 
 
 def test_an_assistant_with_another_vocabulary_is_refused(models):
-    target, _ = models
-    with pytest.raises(ValueError, match="assistant_model has a vocabulary of 32 tokens"):
-        target.generate(
-            **left_padded(PROMPTS[:1]),
-            max_new_tokens=4,
-            custom_generate=speculative,
-            assistant_model=llama(2, layers=1, vocab=32),
-            tokenizer=object(),
-            assistant_tokenizer=object(),
-        )
+    refused(
+        models[0],
+        "assistant_model has a vocabulary of 32 tokens",
+        left_padded(PROMPTS[:1]),
+        assistant_model=llama(2, layers=1, vocab=32),
+        tokenizer=object(),
+        assistant_tokenizer=object(),
+    )
 
 
 def test_inputs_embeds_are_refused(models):
     target, _ = models
     embeds = target.get_input_embeddings()(torch.tensor([[1, 2, 3]]))
-    with pytest.raises(ValueError, match="inputs_embeds"):
-        target.generate(
-            inputs_embeds=embeds,
-            max_new_tokens=4,
-            custom_generate=speculative,
-            prompt_lookup_num_tokens=2,
-        )
+    refused(target, "inputs_embeds", dict(inputs_embeds=embeds))
 
 
 def test_a_filled_cache_is_refused(models):
@@ -444,14 +414,7 @@ def test_a_filled_cache_is_refused(models):
     # transformers 5.25 names it cache, earlier versions past_key_values.
     name = "cache" if "cache" in inspect.signature(target.forward).parameters else "past_key_values"
     target(input_ids=torch.tensor([[1, 2]]), use_cache=True, **{name: cache})
-    with pytest.raises(ValueError, match="a filled cache"):
-        target.generate(
-            torch.tensor([[1, 2, 3]]),
-            **{name: cache},
-            max_new_tokens=4,
-            custom_generate=speculative,
-            prompt_lookup_num_tokens=2,
-        )
+    refused(target, "a filled cache", {"input_ids": torch.tensor([[1, 2, 3]]), name: cache})
 
 
 def test_an_encoder_decoder_model_is_refused():
@@ -459,29 +422,20 @@ def test_an_encoder_decoder_model_is_refused():
         vocab_size=32, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2
     )
     model = transformers.T5ForConditionalGeneration(config).eval()
-    with pytest.raises(ValueError, match="encoder-decoder"):
-        model.generate(
-            torch.tensor([[1, 2, 3]]),
-            max_new_tokens=4,
-            custom_generate=speculative,
-            prompt_lookup_num_tokens=2,
-        )
+    refused(model, "encoder-decoder", dict(input_ids=torch.tensor([[1, 2, 3]])))
 
 
 def test_rows_ending_apart_need_a_pad_token():
     """Without an EOS token (transformers pads with it) or a pad token, rows that
     stop at different lengths (here at the model's context of 12 positions)
     cannot be padded."""
-    target = llama(0, positions=12)
-    with pytest.raises(ValueError, match="pad_token_id is needed"):
-        target.generate(
-            **left_padded(PROMPTS[:2]),
-            max_new_tokens=8,
-            custom_generate=speculative,
-            prompt_lookup_num_tokens=2,
-            eos_token_id=None,
-            pad_token_id=None,
-        )
+    refused(
+        llama(0, positions=12),
+        "pad_token_id is needed",
+        max_new_tokens=8,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
 
 
 @pytest.mark.parametrize(

@@ -93,9 +93,10 @@ def models():
     return halves(10, vocab=4), halves(11, vocab=4, layers=1)
 
 
-def enumerate_law(monkeypatch, target, draft, prompts, options, coordinates, length=2):
-    """The exact law of the first ``length`` tokens per prompt: every combination of
-    the ``coordinates`` (step, role, index, cells) as one row of a batch."""
+def scripted_rows(monkeypatch, prompts, coordinates):
+    """One row per (prompt, combination of the ``coordinates``' cells), the loop's
+    randomness replaced by the table of each row's uniforms: the rows, as
+    ``(prompt index, combination)``."""
     combos = list(itertools.product(*[c[3] for c in coordinates]))
     rows = [(p, combo) for p in range(len(prompts)) for combo in combos]
     table = {
@@ -104,6 +105,26 @@ def enumerate_law(monkeypatch, target, draft, prompts, options, coordinates, len
     }
     scripted = Scripted(table)
     monkeypatch.setattr(_loop.Randomness, "of", classmethod(lambda cls, *a: scripted))
+    return rows
+
+
+def weighted_law(rows, outputs, count, length):
+    """Each prompt's law of the first ``length`` tokens: every row's output weighted
+    by the product of its cells' lengths."""
+    laws: list[dict[tuple[int, ...], Fraction]] = [{} for _ in range(count)]
+    for (p, combo), tokens in zip(rows, outputs, strict=True):
+        weight = F(1)
+        for _, cell in combo:
+            weight *= cell
+        key = tuple(tokens[:length])
+        laws[p][key] = laws[p].get(key, F(0)) + weight
+    return laws
+
+
+def enumerate_law(monkeypatch, target, draft, prompts, options, coordinates, length=2):
+    """The exact law of the first ``length`` tokens per prompt: every combination of
+    the ``coordinates`` (step, role, index, cells) as one row of a batch."""
+    rows = scripted_rows(monkeypatch, prompts, coordinates)
     out = specaccept.generate(
         HFModel(target),
         HFModel(draft),
@@ -111,14 +132,7 @@ def enumerate_law(monkeypatch, target, draft, prompts, options, coordinates, len
         max_new_tokens=3,
         **options,
     )
-    laws: list[dict[tuple[int, ...], Fraction]] = [{} for _ in prompts]
-    for (p, combo), tokens in zip(rows, out.tokens, strict=True):
-        weight = F(1)
-        for _, cell in combo:
-            weight *= cell
-        key = tuple(tokens[:length])
-        laws[p][key] = laws[p].get(key, F(0)) + weight
-    return laws, out
+    return weighted_law(rows, out.tokens, len(prompts), length), out
 
 
 def target_law(target, prompt: list[int], length: int) -> dict[tuple[int, ...], Fraction]:
