@@ -54,9 +54,7 @@ _ARGUMENT_OF = {
     "MinLengthLogitsProcessor": "min_length (or min_new_tokens)",
     "MinNewTokensLengthLogitsProcessor": "min_new_tokens",
     "RepetitionPenaltyLogitsProcessor": "repetition_penalty",
-    "EncoderRepetitionPenaltyLogitsProcessor": "encoder_repetition_penalty",
     "NoRepeatNGramLogitsProcessor": "no_repeat_ngram_size",
-    "EncoderNoRepeatNGramLogitsProcessor": "encoder_no_repeat_ngram_size",
     "MinPLogitsWarper": "min_p",
     "TopHLogitsWarper": "top_h",
     "TypicalLogitsWarper": "typical_p",
@@ -81,8 +79,8 @@ _ARGUMENT_OF = {
 
 #: Generation-config values it cannot honour: the value that means "off", and why.
 _OFF = {
-    "num_beams": (1, "beam search keeps several hypotheses per row"),
     "num_beam_groups": (1, "beam search keeps several hypotheses per row"),
+    "num_beams": (1, "beam search keeps several hypotheses per row"),
     "penalty_alpha": (None, "contrastive search is not sampling from the model"),
     "dola_layers": (None, "DoLa decoding changes the model's distribution"),
     "output_scores": (False, "a step scores several positions at once; no per-token scores"),
