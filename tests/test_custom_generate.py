@@ -205,6 +205,7 @@ def test_the_streamer_receives_the_returned_tokens(models, batch):
         assert all(v.shape == (batch,) for v in streamer.values[1:])
         streamed = torch.stack(streamer.values[1:], dim=1)
         assert streamed.tolist() == new.tolist()
+        assert any(row[-1] == PAD and EOS in row for row in new.tolist()), "a row ended early"
 
 
 def test_a_text_streamer_prints_the_continuation(models, capsys):

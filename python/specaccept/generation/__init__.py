@@ -7,7 +7,10 @@
   :class:`StatelessSession`.
 - Drafters (``_drafters``): :class:`PromptLookup`, draft models, trees, and the
   :class:`Drafter` protocol for your own.
-- :mod:`specaccept.generation.hf`: Hugging Face models with key-value caches.
+- :mod:`specaccept.generation.hf`: Hugging Face models with key-value caches, and
+  ``speculative``, the ``custom_generate`` entry of their ``generate``
+  (``_custom_generate``).
+- The options every entry point checks once (``_options``: ``Options``).
 - ``record=`` (``_record``): verified steps saved for ``python -m specaccept compare``.
 
 The verifiers (:mod:`specaccept`) do not depend on this package. The contract
