@@ -31,6 +31,15 @@ A sketch with models on disk (not run here)::
     out = specaccept.generate(target, draft, [target.encode("The capital of France is")],
                               k=4, max_new_tokens=32, eos_token_id=tokenizer.eos_token_id)
     print(target.decode(out.tokens[0]), out.stats.mean_emitted_tokens)
+
+Or from transformers' own ``generate`` (:func:`speculative`, any batch size,
+left-padded)::
+
+    from specaccept.generation.hf import speculative
+
+    out = model.generate(**tokenizer(prompts, padding=True, return_tensors="pt"),
+                         custom_generate=speculative, assistant_model=draft_model,
+                         num_assistant_tokens=4, max_new_tokens=32)
 """
 
 from __future__ import annotations
