@@ -325,7 +325,6 @@ REFUSED = {
     "num_beam_groups": dict(num_beams=2, num_beam_groups=2, diversity_penalty=0.5),
     "penalty_alpha": dict(penalty_alpha=0.6, top_k=4),
     "dola_layers": dict(dola_layers="low"),
-    "top_h": dict(do_sample=True, top_h=0.5),
     "guidance_scale (unbatched)": dict(
         guidance_scale=1.5, negative_prompt_ids=torch.tensor([[1]] * 2)
     ),
@@ -360,6 +359,19 @@ REFUSED = {
     "max_time": dict(max_time=100.0),
     "logits_processor": dict(logits_processor=transformers.LogitsProcessorList([Shift()])),
     "stopping_criteria": dict(stopping_criteria=transformers.StoppingCriteriaList([Never()])),
+    # Kinds the loop applies itself, passed to generate: they replace the config's.
+    "logits_processor (top-k)": dict(
+        do_sample=True,
+        logits_processor=transformers.LogitsProcessorList([transformers.TopKLogitsWarper(1)]),
+    ),
+    "stopping_criteria (EOS)": dict(
+        stopping_criteria=transformers.StoppingCriteriaList(
+            [transformers.generation.stopping_criteria.EosTokenCriteria(eos_token_id=47)]
+        )
+    ),
+    "stopping_criteria (max length)": dict(
+        stopping_criteria=transformers.StoppingCriteriaList([transformers.MaxLengthCriteria(5)])
+    ),
     "synced_gpus": dict(synced_gpus=True),
 }
 
@@ -373,6 +385,10 @@ def refused(model, match: str, inputs=None, **arguments) -> None:
     call.update(arguments)
     with pytest.raises(ValueError, match=match):
         model.generate(**(inputs if inputs is not None else left_padded(PROMPTS[:2])), **call)
+
+
+if hasattr(transformers, "TopHLogitsWarper"):  # top_h: transformers 5.x
+    REFUSED["top_h"] = dict(do_sample=True, top_h=0.5)
 
 
 @pytest.mark.parametrize("argument", REFUSED)
@@ -437,17 +453,44 @@ def test_an_encoder_decoder_model_is_refused():
     refused(model, "encoder-decoder", dict(input_ids=torch.tensor([[1, 2, 3]])))
 
 
-def test_rows_ending_apart_need_a_pad_token():
-    """Without an EOS token (transformers pads with it) or a pad token, rows that
-    stop at different lengths (here at the model's context of 12 positions)
-    cannot be padded."""
+def test_a_run_past_the_model_s_context_is_refused():
+    """The loop ends a row at the models' context (a position limit of 12 here, or a
+    sliding window), where transformers would go on: refused before any call."""
     refused(
         llama(0, positions=12),
-        "pad_token_id is needed",
+        "max_new_tokens = 8 after a prompt of 6 tokens passes",
         max_new_tokens=8,
-        eos_token_id=None,
-        pad_token_id=None,
+        pad_token_id=PAD,
     )
+
+
+def test_a_wrapped_speculative_still_reads_generate_s_arguments(models):
+    """assistant_model and streamer are read from the calling generate's frame, also
+    through a wrapper (transformers >= 4.57 does not hand them on)."""
+    target, draft = models
+    inputs = left_padded(PROMPTS[:4])
+    expected = target.generate(**inputs, do_sample=False, max_new_tokens=8, pad_token_id=PAD)
+    streamer = Recording()
+    got = target.generate(
+        **inputs,
+        do_sample=False,
+        max_new_tokens=8,
+        pad_token_id=PAD,
+        custom_generate=lambda *args, **kwargs: speculative(*args, **kwargs),
+        assistant_model=draft,
+        num_assistant_tokens=2,
+        streamer=streamer,
+    )
+    assert got.tolist() == expected.tolist()
+    assert streamer.ended == 1 and len(streamer.values) > 1
+
+
+def test_seed_with_copies_of_a_request_is_refused(models):
+    config = transformers.GenerationConfig(
+        do_sample=True, num_return_sequences=2, prompt_lookup_num_tokens=2, max_length=6
+    )
+    with pytest.raises(ValueError, match="seed with num_return_sequences > 1"):
+        speculative(models[0], torch.tensor([[1, 2], [1, 2]]), generation_config=config, seed=3)
 
 
 @pytest.mark.parametrize(

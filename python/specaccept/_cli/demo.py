@@ -94,16 +94,17 @@ class _Streamed:
     accepted (the new end of the decoded text, once it decodes whole)."""
 
     def __init__(self, decode: Any):
-        self.decode, self.tokens, self.shown = decode, [], ""
+        self.decode, self.shown = decode, ""
+        self.tokens: list[int] = []
 
     def __call__(self, request: int, tokens: list[int], finished: bool) -> None:
         self.tokens += tokens
         text = self.decode(self.tokens).strip()
-        if text.startswith(self.shown) and not text.endswith("\ufffd"):
+        if text.startswith(self.shown) and (finished or not text.endswith("\ufffd")):
             print(text[len(self.shown) :], end="\n" if finished else "", flush=True)
             self.shown = text
-        elif finished:
-            print(flush=True)
+        elif finished:  # the decoded text changed under what was shown: all of it again
+            print(f"\n  [1] ...{text}", flush=True)
 
 
 def demo_runs(args, target, draft, prompt, eos, decode, sampling) -> None:

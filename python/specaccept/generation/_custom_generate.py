@@ -21,7 +21,6 @@ calling ``generate``'s arguments (its frame), as transformers 4.56 passed them.
 from __future__ import annotations
 
 import importlib.metadata
-import re
 import sys
 import warnings
 from typing import Any
@@ -96,20 +95,20 @@ _IGNORED_MODEL_KWARGS = {"position_ids", "logits_to_keep", "use_cache", "cache_p
 _CACHE_KWARGS = ("cache", "past_key_values")
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
-
-
 def _check_version() -> str:
+    """The installed transformers' version, refused when older than the first
+    tested one, warned about when newer than the last."""
+    from packaging.version import Version
+
     version = importlib.metadata.version("transformers")
-    low, high = (_version(v) for v in TRANSFORMERS_VERSIONS)
-    if _version(version) < low:
+    low, high = (Version(v) for v in TRANSFORMERS_VERSIONS)
+    if Version(version) < low:
         raise InputError(
             f"custom_generate=speculative needs transformers >= {TRANSFORMERS_VERSIONS[0]} "
             f"(callables in custom_generate), found {version}",
             argument="custom_generate",
         )
-    if _version(version) > high:
+    if Version(version).release > high.release:
         warnings.warn(
             f"specaccept's custom_generate is tested with transformers {TRANSFORMERS_VERSIONS[0]} "
             f"to {TRANSFORMERS_VERSIONS[1]}, found {version}; what generate prepares may differ",
@@ -119,15 +118,24 @@ def _check_version() -> str:
     return version
 
 
+#: How many frames up the calling ``generate`` is looked for (a wrapper or two
+#: between it and :func:`speculative`).
+_CALLER_DEPTH = 8
+
+
 def _caller_arguments(frame: Any) -> dict[str, Any]:
     """The arguments of the transformers ``generate`` call that called us (its
-    frame's locals), or nothing when something else called."""
-    if (
-        frame is not None
-        and frame.f_code.co_name == "generate"
-        and frame.f_globals.get("__name__") == "transformers.generation.utils"
-    ):
-        return dict(frame.f_locals)
+    frame's locals: the nearest such frame up the stack), or nothing when none
+    did."""
+    for _ in range(_CALLER_DEPTH):
+        if frame is None:
+            break
+        if (
+            frame.f_code.co_name == "generate"
+            and frame.f_globals.get("__name__") == "transformers.generation.utils"
+        ):
+            return dict(frame.f_locals)
+        frame = frame.f_back
     return {}
 
 
@@ -144,15 +152,41 @@ def _check_generation_config(config: Any) -> None:
             raise _refuse(name, f"got {name}={value!r}: {why}")
 
 
-def _check_processors(logits_processor: Any, stopping_criteria: Any) -> None:
+def _check_processors(
+    logits_processor: Any, stopping_criteria: Any, config: Any, eos: list[int], caller: dict
+) -> None:
+    """Refuses every processor and stopping criterion the loop would not apply as
+    ``generate`` built it: those passed to ``generate`` (they replace the ones
+    built from the config), those of other kinds, and warpers or criteria whose
+    values are not the config's (the loop reads the config)."""
+    for name in ("logits_processor", "stopping_criteria"):
+        if caller.get(name):
+            raise _refuse(name, "a list of your own; the loop applies the config's alone")
     for processor in logits_processor or ():
         name = type(processor).__name__
         if name not in _HONOURED_PROCESSORS:
             argument = _ARGUMENT_OF.get(name, "logits_processor")
             raise _refuse(argument, f"it adds a {name}, which the exact loop cannot apply")
+        value, expected = {
+            "TemperatureLogitsWarper": (
+                getattr(processor, "temperature", None),
+                config.temperature,
+            ),
+            "TopKLogitsWarper": (getattr(processor, "top_k", None), config.top_k),
+            "TopPLogitsWarper": (getattr(processor, "top_p", None), config.top_p),
+        }.get(name, (None, None))
+        if value != expected or getattr(processor, "min_tokens_to_keep", 1) != 1:
+            raise _refuse("logits_processor", f"a {name} other than the config's")
     for criterion in stopping_criteria or ():
         name = type(criterion).__name__
-        if name not in ("MaxLengthCriteria", "EosTokenCriteria"):
+        if name == "MaxLengthCriteria":
+            if getattr(criterion, "max_length", None) != config.max_length:
+                raise _refuse("stopping_criteria", "a max length other than the config's")
+        elif name == "EosTokenCriteria":
+            ids = getattr(criterion, "eos_token_id", None)
+            if sorted(_token_ids(ids)) != sorted(eos):
+                raise _refuse("stopping_criteria", "end-of-sequence tokens other than the config's")
+        else:
             argument = _ARGUMENT_OF.get(name, "stopping_criteria")
             raise _refuse(argument, f"it adds a {name}; rows stop at max_new_tokens or EOS only")
 
@@ -215,15 +249,26 @@ def _token_ids(value: Any) -> list[int]:
 _DEFAULT_ASSISTANT_TOKENS = 20
 
 
-def _drafts_per_step(config: Any, assistant_model: Any) -> int:
-    """``k`` for a draft model: ``num_assistant_tokens`` given to ``generate``,
-    else the assistant's own generation config's (which transformers' assisted
-    generation reads), else transformers' default, 20."""
-    given = config.num_assistant_tokens
-    if given is not None and given != _DEFAULT_ASSISTANT_TOKENS:
+def _drafts_per_step(config: Any, assistant_model: Any, caller: dict[str, Any]) -> int:
+    """``k`` for a draft model: ``num_assistant_tokens`` given to ``generate`` (as
+    an argument, or a config value other than transformers' default), else the
+    assistant's own generation config's (which transformers' assisted generation
+    reads), else transformers' default, 20."""
+    given = (caller.get("kwargs") or {}).get("num_assistant_tokens")
+    if given is None and config.num_assistant_tokens != _DEFAULT_ASSISTANT_TOKENS:
+        given = config.num_assistant_tokens
+    if given is not None:
         return int(given)
     own = getattr(getattr(assistant_model, "generation_config", None), "num_assistant_tokens", None)
     return int(own) if own is not None else _DEFAULT_ASSISTANT_TOKENS
+
+
+def _pad_needed() -> InputError:
+    return InputError(
+        "pad_token_id is needed: rows ended at different lengths (set pad_token_id, "
+        "e.g. to the tokenizer's)",
+        argument="pad_token_id",
+    )
 
 
 class _Stream:
@@ -252,6 +297,8 @@ class _Stream:
             open_rows = [b for b in range(self.batch) if rows[b] is None and not self.finished[b]]
             if open_rows or all(token is None for token in rows):
                 return
+            if self.pad is None and None in rows:
+                raise _pad_needed()
             values = [self.pad if token is None else token for token in rows]
             self.streamer.put(self.torch.tensor(values, dtype=self.torch.long))
             self.sent += 1
@@ -287,12 +334,12 @@ def speculative(
     ``max_matching_ngram_size``), or ``assistant_early_exit`` (the target's
     first layers); ``do_sample``, ``temperature``, ``top_k``, ``top_p``
     (transformers' defaults: ``top_k=50`` when sampling); ``max_new_tokens``
-    (or ``max_length``); ``eos_token_id`` (an int or a list), ``pad_token_id``;
-    ``num_return_sequences`` (sampling); ``streamer``;
+    (or ``max_length``; a run past the model's context is refused);
+    ``eos_token_id`` (an int or a list), ``pad_token_id``; ``streamer``;
     ``return_dict_in_generate``. Random draws come from a generator seeded from
     torch's (``torch.manual_seed`` makes a run repeatable). Anything else
-    ``generate`` would honour (beam search, penalties, ``output_scores``, ...)
-    is refused with an error naming it.
+    ``generate`` would honour (beam search, penalties, ``output_scores``, your
+    own logits processors, ...) is refused with an error naming it.
 
     Extra arguments (pass them to ``generate``): ``method`` (``"token"`` or
     ``"block"``), ``seed`` (per-request counter-based randomness: a request's
@@ -344,7 +391,8 @@ def speculative(
     if synced_gpus or caller.get("synced_gpus"):
         raise _refuse("synced_gpus", "one process runs the loop")
     _check_generation_config(config)
-    _check_processors(logits_processor, stopping_criteria)
+    eos = _token_ids(getattr(config, "_eos_token_tensor", None)) or _token_ids(config.eos_token_id)
+    _check_processors(logits_processor, stopping_criteria, config, eos, caller)
     attention_mask = _check_model_kwargs(model_kwargs)
     prompts = _prompts(input_ids, attention_mask)
 
@@ -386,10 +434,27 @@ def speculative(
         else:
             draft = target.early_exit(early_exit)
         # Early exit drafts with the model itself: its own config, as transformers'.
-        k = _drafts_per_step(config, model if assistant_model is None else assistant_model)
+        k = _drafts_per_step(config, model if assistant_model is None else assistant_model, caller)
 
     batch, width = int(input_ids.shape[0]), int(input_ids.shape[1])
-    eos = _token_ids(getattr(config, "_eos_token_tensor", None)) or _token_ids(config.eos_token_id)
+    max_new_tokens = max(int(config.max_length) - width, 0)
+    limits: list[int] = [
+        int(m.max_length) for m in (target, draft) if getattr(m, "max_length", None)
+    ]
+    longest = max(len(p) for p in prompts)
+    if limits and longest + max_new_tokens > min(limits):
+        raise InputError(
+            f"max_new_tokens = {max_new_tokens} after a prompt of {longest} tokens passes the "
+            f"models' context of {min(limits)} (their position limit or sliding window), "
+            "where the loop ends a row and transformers would go on",
+            argument="max_new_tokens",
+        )
+    if seed is not None and (config.num_return_sequences or 1) > 1:
+        raise InputError(
+            "seed with num_return_sequences > 1: a request's randomness is its seed and its "
+            "prompt, so its copies would be identical",
+            argument="seed",
+        )
     pads = _token_ids(getattr(config, "_pad_token_tensor", None)) or _token_ids(config.pad_token_id)
     pad = pads[0] if pads else None
     sample = bool(config.do_sample)
@@ -399,7 +464,7 @@ def speculative(
     stream = None if streamer is None else _Stream(streamer, batch, pad, torch)
     options = Options.check(
         k=k,
-        max_new_tokens=max(int(config.max_length) - width, 0),
+        max_new_tokens=max_new_tokens,
         eos_token_id=eos,
         greedy=not sample,
         temperature=1.0 if config.temperature is None else float(config.temperature),
@@ -417,11 +482,7 @@ def speculative(
 
     longest = max((len(t) for t in result.tokens), default=0)
     if pad is None and any(len(t) < longest for t in result.tokens):
-        raise InputError(
-            "pad_token_id is needed: rows ended at different lengths (set pad_token_id, "
-            "e.g. to the tokenizer's)",
-            argument="pad_token_id",
-        )
+        raise _pad_needed()
     new = torch.full((batch, longest), 0 if pad is None else pad, dtype=torch.long)
     for b, tokens in enumerate(result.tokens):
         if tokens:

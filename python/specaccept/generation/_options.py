@@ -132,11 +132,12 @@ def _eos(eos_token_id: Any) -> frozenset[int]:
     ):
         return frozenset((int(eos_token_id),))
     if isinstance(eos_token_id, (list, tuple, np.ndarray)):
-        ids = (
-            list(np.asarray(eos_token_id).reshape(-1))
-            if isinstance(eos_token_id, np.ndarray)
-            else list(eos_token_id)
-        )
+        if isinstance(eos_token_id, np.ndarray) and eos_token_id.ndim != 1:
+            raise TypeError(
+                f"eos_token_id must be None, an int or a 1-D sequence of ints, got an array of "
+                f"{eos_token_id.ndim} dimensions"
+            )
+        ids = list(eos_token_id)
         for i, token in enumerate(ids):
             if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
                 raise TypeError(f"eos_token_id[{i}] must be an int, got {type(token).__name__}")

@@ -426,7 +426,7 @@ class HFSession(LedgerSession):
                     [ledger.committed[b] + d for d in depths[b]], dtype=torch.long
                 )
         with torch.inference_mode():
-            mask = None if self._causal(new, links) else self._mask(new, links, width)
+            mask = None if self._causal(links) else self._mask(new, links, width)
             kwargs = {self.owner._cache_argument: self._cache, "use_cache": True}
             if self.owner._keeps_logits:
                 kwargs["logits_to_keep"] = max(keep, 1)
@@ -466,7 +466,7 @@ class HFSession(LedgerSession):
                 logits = logits.cpu()
             return as_numpy(logits, "model logits")
 
-    def _causal(self, new: list[list[int]], links: list[list[int]]) -> bool:
+    def _causal(self, links: list[list[int]]) -> bool:
         """Whether the call's mask is plain causal attention over every column: one
         row, no hole, its provisional tokens and the new ones a chain from its
         committed end. The model is then called without a mask, as transformers
