@@ -438,9 +438,7 @@ def speculative(
 
     batch, width = int(input_ids.shape[0]), int(input_ids.shape[1])
     max_new_tokens = max(int(config.max_length) - width, 0)
-    limits: list[int] = [
-        int(m.max_length) for m in (target, draft) if getattr(m, "max_length", None)
-    ]
+    limits = [int(limit) for m in (target, draft) if (limit := getattr(m, "max_length", None))]
     longest = max(len(p) for p in prompts)
     if limits and longest + max_new_tokens > min(limits):
         raise InputError(
