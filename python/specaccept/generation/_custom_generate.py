@@ -29,7 +29,7 @@ import numpy as np
 
 from .._errors import InputError
 from ._drafters import PromptLookup
-from ._loop import run
+from ._loop import context_of, run
 from ._options import Options
 
 __all__ = ["TRANSFORMERS_VERSIONS", "speculative"]
@@ -45,6 +45,14 @@ _HONOURED_PROCESSORS = {
     "TopKLogitsWarper",
     "TopPLogitsWarper",
     "LogitNormalization",
+}
+
+#: The config value each honoured warper carries (it must be the config's: the
+#: loop reads the config).
+_WARPER_VALUE = {
+    "TemperatureLogitsWarper": "temperature",
+    "TopKLogitsWarper": "top_k",
+    "TopPLogitsWarper": "top_p",
 }
 
 #: The generate argument behind each processor or stopping criterion it cannot
@@ -95,7 +103,7 @@ _IGNORED_MODEL_KWARGS = {"position_ids", "logits_to_keep", "use_cache", "cache_p
 _CACHE_KWARGS = ("cache", "past_key_values")
 
 
-def _check_version() -> str:
+def _check_version() -> None:
     """The installed transformers' version, refused when older than the first
     tested one, warned about when newer than the last."""
     from packaging.version import Version
@@ -115,7 +123,6 @@ def _check_version() -> str:
             UserWarning,
             stacklevel=3,
         )
-    return version
 
 
 #: How many frames up the calling ``generate`` is looked for (a wrapper or two
@@ -167,15 +174,10 @@ def _check_processors(
         if name not in _HONOURED_PROCESSORS:
             argument = _ARGUMENT_OF.get(name, "logits_processor")
             raise _refuse(argument, f"it adds a {name}, which the exact loop cannot apply")
-        value, expected = {
-            "TemperatureLogitsWarper": (
-                getattr(processor, "temperature", None),
-                config.temperature,
-            ),
-            "TopKLogitsWarper": (getattr(processor, "top_k", None), config.top_k),
-            "TopPLogitsWarper": (getattr(processor, "top_p", None), config.top_p),
-        }.get(name, (None, None))
-        if value != expected or getattr(processor, "min_tokens_to_keep", 1) != 1:
+        value = _WARPER_VALUE.get(name)
+        if (
+            value is not None and getattr(processor, value, None) != getattr(config, value)
+        ) or getattr(processor, "min_tokens_to_keep", 1) != 1:
             raise _refuse("logits_processor", f"a {name} other than the config's")
     for criterion in stopping_criteria or ():
         name = type(criterion).__name__
@@ -292,10 +294,11 @@ class _Stream:
         self.tokens[request] += tokens
         self.finished[request] = self.finished[request] or finished
         while True:
-            column = self.sent
-            rows = [row[column] if column < len(row) else None for row in self.tokens]
-            open_rows = [b for b in range(self.batch) if rows[b] is None and not self.finished[b]]
-            if open_rows or all(token is None for token in rows):
+            rows = [row[self.sent] if self.sent < len(row) else None for row in self.tokens]
+            waiting = any(
+                t is None and not done for t, done in zip(rows, self.finished, strict=True)
+            )
+            if waiting or all(token is None for token in rows):
                 return
             if self.pad is None and None in rows:
                 raise _pad_needed()
@@ -438,12 +441,12 @@ def speculative(
 
     batch, width = int(input_ids.shape[0]), int(input_ids.shape[1])
     max_new_tokens = max(int(config.max_length) - width, 0)
-    limits = [int(limit) for m in (target, draft) if (limit := getattr(m, "max_length", None))]
+    context = context_of(target, draft)
     longest = max(len(p) for p in prompts)
-    if limits and longest + max_new_tokens > min(limits):
+    if context is not None and longest + max_new_tokens > context:
         raise InputError(
             f"max_new_tokens = {max_new_tokens} after a prompt of {longest} tokens passes the "
-            f"models' context of {min(limits)} (their position limit or sliding window), "
+            f"models' context of {context} (their position limit or sliding window), "
             "where the loop ends a row and transformers would go on",
             argument="max_new_tokens",
         )
@@ -478,10 +481,10 @@ def speculative(
     if streamer is not None:
         streamer.end()
 
-    longest = max((len(t) for t in result.tokens), default=0)
-    if pad is None and any(len(t) < longest for t in result.tokens):
+    emitted = max((len(t) for t in result.tokens), default=0)
+    if pad is None and any(len(t) < emitted for t in result.tokens):
         raise _pad_needed()
-    new = torch.full((batch, longest), 0 if pad is None else pad, dtype=torch.long)
+    new = torch.full((batch, emitted), 0 if pad is None else pad, dtype=torch.long)
     for b, tokens in enumerate(result.tokens):
         if tokens:
             new[b, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)

@@ -38,7 +38,7 @@ from ._record import Recorder
 from ._sampling import Sampling, log, transform
 from ._session import StatelessSession, TrackedSession
 
-__all__ = ["Generation", "generate", "run"]
+__all__ = ["Generation", "context_of", "generate", "run"]
 
 
 @dataclass
@@ -351,8 +351,14 @@ def _models(target: Any, draft: Any, options: Options) -> _Models:
             "tree drafts come from a draft model (a session model or a LanguageModel)",
             argument="tree",
         )
+    return _Models(target_kind, draft_kind, vocab, context_of(target, draft))
+
+
+def context_of(target: Any, draft: Any) -> int | None:
+    """The run's context: the smaller ``max_length`` of the two models (``None``:
+    neither has one). A row ends when its sequence reaches it."""
     limits = [c for c in (_context(target, "target"), _context(draft, "draft")) if c is not None]
-    return _Models(target_kind, draft_kind, vocab, min(limits) if limits else None)
+    return min(limits) if limits else None
 
 
 def _admit(
@@ -448,19 +454,13 @@ def run(target: Any, draft: Any, prompts: Any, options: Options) -> Generation:
         scorer=scorer,
         drafter=drafter,
         settings=_Settings(
-            k=options.k,
-            branching=None if options.tree is None else list(options.tree),
-            max_new_tokens=options.max_new_tokens,
-            eos_token_ids=options.eos_token_ids,
+            options=options,
             context=models.context,
-            method=options.method,
-            isolate=options.isolate,
             sampling=sampling,
             randomness=randomness,
             vocab=models.vocab,
             target_logits=target_logits,
             deterministic=models.draft_kind == "lookup",
-            on_tokens=options.on_tokens,
         ),
         recorder=(
             None
@@ -484,21 +484,16 @@ def run(target: Any, draft: Any, prompts: Any, options: Options) -> Generation:
 
 @dataclass
 class _Settings:
-    """A run's checked arguments, as the steps use them."""
+    """A run's checked options, and what the run derived from them and the models,
+    as the steps use them."""
 
-    k: int
-    branching: list[int] | None
-    max_new_tokens: int
-    eos_token_ids: frozenset[int]
+    options: Options
     context: int | None
-    method: str
-    isolate: bool
     sampling: Sampling
     randomness: Randomness
     vocab: int
     target_logits: bool
     deterministic: bool
-    on_tokens: OnTokens | None
 
 
 @dataclass
@@ -536,7 +531,7 @@ class _Run:
         rows, stepped = len(self.live), self.live
         seqs = [self.sequences[b] for b in self.live]
         emitted = [len(result.tokens[b]) for b in self.live]
-        rooms = [settings.max_new_tokens - e for e in emitted]
+        rooms = [settings.options.max_new_tokens - e for e in emitted]
         if settings.context is not None:
             rooms = [
                 min(room, settings.context - len(q)) for room, q in zip(rooms, seqs, strict=True)
@@ -544,14 +539,14 @@ class _Run:
         keys = settings.randomness.step(self.live, emitted)
         sampling = settings.sampling.rows(self.live)
         drafted = self._draft(seqs, rooms, keys, sampling)
-        if not settings.isolate and drafted.failed:
+        if not settings.options.isolate and drafted.failed:
             raise next(iter(drafted.failed.values()))
         scoring = time.perf_counter()
         result.timings["draft"] += scoring - begun
 
         # One target call for the batch.
         scores, bad = self.scorer.extend(
-            drafted.feed, drafted.links, scored=drafted.wanted, isolate=settings.isolate
+            drafted.feed, drafted.links, scored=drafted.wanted, isolate=settings.options.isolate
         )
         failed = {**drafted.failed, **bad}
         result.target_calls += rows
@@ -566,7 +561,7 @@ class _Run:
                 scores, drafted, ok, sampling, keys, settings, self.recorder
             )
             failed.update(found)
-        if not settings.isolate and failed:
+        if not settings.options.isolate and failed:
             raise next(iter(failed.values()))
         keeping = time.perf_counter()
         result.timings["verify"] += keeping - verifying
@@ -586,11 +581,11 @@ class _Run:
         result.timings["loop"] += ended - keeping
         result.step_seconds.append(ended - begun)
         result.step_tokens.append(result.num_tokens - before)
-        if settings.on_tokens is not None:
+        if settings.options.on_tokens is not None:
             for b, e in zip(stepped, emitted, strict=True):
                 new, finished = result.tokens[b][e:], bool(result.stop_reasons[b])
                 if new or finished:
-                    settings.on_tokens(b, new, finished)
+                    settings.options.on_tokens(b, new, finished)
 
     def _draft(
         self, seqs: list[list[int]], rooms: list[int], keys: Any, sampling: Sampling
@@ -599,8 +594,8 @@ class _Run:
         or a tree cut at depth ``room - 1``) and the target's feed."""
         settings, drafter, rows = self.settings, self.drafter, len(seqs)
         sampled = not bool(sampling.greedy.all())
-        if settings.branching is not None:
-            branching = settings.branching
+        if settings.options.tree is not None:
+            branching = list(settings.options.tree)
             depths = [min(len(branching), room - 1) for room in rooms]
             nodes = 1 + sum(math.prod(branching[: d + 1]) for d in range(len(branching)))
             uniforms = self._draft_uniforms(keys, rows, nodes, sampled)
@@ -626,7 +621,7 @@ class _Run:
                 )
                 wanted.append(nodes)
             return _Drafted(feed, links, wanted, depths, failed, tree=tree)
-        counts = [min(settings.k, room - 1) for room in rooms]
+        counts = [min(settings.options.k, room - 1) for room in rooms]
         width = max(counts)
         samples_ours = not settings.deterministic and not isinstance(drafter, ProposeDrafter)
         uniforms = self._draft_uniforms(keys, rows, width, sampled and width > 0 and samples_ours)
@@ -648,7 +643,7 @@ class _Run:
     def _draft_uniforms(self, keys: Any, rows: int, width: int, needed: bool) -> np.ndarray | None:
         """The draft uniforms ``[rows, width]`` (``None`` when nothing is sampled),
         with a size past memory named ``k`` (or ``tree``)."""
-        what = "k" if self.settings.branching is None else "tree"
+        what = "k" if self.settings.options.tree is None else "tree"
         fits(rows, width, self.settings.vocab, what)
         if not needed:
             return None
@@ -672,9 +667,9 @@ class _Run:
             for token in verified.tokens(index[r]).tolist():
                 self.sequences[b].append(token)
                 result.tokens[b].append(token)
-                if token in settings.eos_token_ids:
+                if token in settings.options.eos_token_ids:
                     result.stop_reasons[b] = "eos"
-                elif len(result.tokens[b]) == settings.max_new_tokens:
+                elif len(result.tokens[b]) == settings.options.max_new_tokens:
                     result.stop_reasons[b] = "max_new_tokens"
                 elif settings.context is not None and len(self.sequences[b]) >= settings.context:
                     result.stop_reasons[b] = "context"
@@ -753,10 +748,10 @@ def _verify_trees(
                 uniforms=uniforms[alive],
                 recovery_uniforms=recovery[alive],
                 greedy=sampling.greedy[alive],
-                method=cast(Any, settings.method),
+                method=cast(Any, settings.options.method),
             )
         except InputError as error:
-            if not settings.isolate or error.row is None:
+            if not settings.options.isolate or error.row is None:
                 raise
             failed[ok[alive[error.row]]] = error
             del alive[error.row]
@@ -790,8 +785,8 @@ def _verify_chains(
     if chain.scores is not None:
         draft_rows = (chain.scores if every else chain.scores[ok])[:, :width]
     uniforms, recovery = settings.randomness.verify_uniforms(keys, (len(ok), width))
-    errors: Any = "isolate" if settings.isolate else "raise"
-    method: Any = settings.method
+    errors: Any = "isolate" if settings.options.isolate else "raise"
+    method: Any = settings.options.method
     read = [int(n) + 1 for n in num]  # the target rows a row's verification may read
     if chain.space == "logits":
         verified = verify_logits(
