@@ -364,6 +364,14 @@ REFUSED = {
         do_sample=True,
         logits_processor=transformers.LogitsProcessorList([transformers.TopKLogitsWarper(1)]),
     ),
+    # Even one that carries the config's own values (the loop reads the config).
+    "logits_processor (the config's temperature)": dict(
+        do_sample=True,
+        temperature=0.7,
+        logits_processor=transformers.LogitsProcessorList(
+            [transformers.TemperatureLogitsWarper(0.7)]
+        ),
+    ),
     "stopping_criteria (EOS)": dict(
         stopping_criteria=transformers.StoppingCriteriaList(
             [transformers.generation.stopping_criteria.EosTokenCriteria(eos_token_id=47)]
