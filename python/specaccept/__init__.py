@@ -19,6 +19,7 @@ from ._api import (
 from ._errors import InputError
 from ._logits import verify_logits
 from ._result import TreeVerification, Verification
+from ._schedule import AdaptiveK, HeuristicK, KChoice, KSchedule
 from ._stats import (
     AcceptanceStats,
     best_num_draft_tokens,
@@ -43,9 +44,13 @@ _apply_environment()
 __all__ = [
     "PARALLEL_MIN_ELEMENTS",
     "AcceptanceStats",
+    "AdaptiveK",
     "Drafter",
     "Generation",
+    "HeuristicK",
     "InputError",
+    "KChoice",
+    "KSchedule",
     "LanguageModel",
     "PromptLookup",
     "RngLike",

@@ -21,6 +21,7 @@ import numpy as np
 from .._api import verify
 from .._errors import InputError
 from .._logits import verify_logits
+from .._schedule import KChoice, KSchedule
 from .._stats import AcceptanceStats
 from .._tree import verify_tree
 from ._drafters import (
@@ -77,6 +78,10 @@ class Generation:
     step_seconds, step_tokens : list
         Each step's wall time and the tokens it emitted over all rows (the
         first step also feeds the prompts: its time is the time to first token).
+    schedule : list of KChoice
+        With ``k="auto"`` or a schedule: each step's choice (its requests are
+        request indices), what it estimated and predicted (docs/spec.md section
+        13); empty otherwise.
     """
 
     tokens: list[list[int]]
@@ -91,6 +96,7 @@ class Generation:
     timings: dict[str, float] = field(default_factory=dict)
     step_seconds: list[float] = field(default_factory=list)
     step_tokens: list[int] = field(default_factory=list)
+    schedule: list[KChoice] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -416,6 +422,8 @@ def run(target: Any, draft: Any, prompts: Any, options: Options) -> Generation:
     sampling = options.sampling(batch)
     randomness = Randomness.of(options.rng, options.seed, sequences)
 
+    if options.schedule is not None:
+        options.schedule.finish(list(range(batch)))  # a schedule reused from another run
     result = Generation(tokens=[[] for _ in sequences], stop_reasons=[""] * batch)
     result.timings = dict.fromkeys(("open", "draft", "target", "verify", "loop"), 0.0)
     live = _admit(result, sequences, prompt_errors, models, options)
@@ -509,6 +517,8 @@ class _Drafted:
     failed: dict[int, Exception]
     chain: Chain | None = None
     tree: Tree | None = None
+    proposed: list[list[int]] | None = None
+    choice: KChoice | None = None
 
 
 @dataclass
@@ -538,6 +548,7 @@ class _Run:
             ]
         keys = settings.randomness.step(self.live, emitted)
         sampling = settings.sampling.rows(self.live)
+        forwards = getattr(self.drafter, "forwards", 0)
         drafted = self._draft(seqs, rooms, keys, sampling)
         if not settings.options.isolate and drafted.failed:
             raise next(iter(drafted.failed.values()))
@@ -567,6 +578,9 @@ class _Run:
         result.timings["verify"] += keeping - verifying
 
         before = result.num_tokens
+        schedule = settings.options.schedule
+        if schedule is not None and verified is not None:
+            self._observe(schedule, drafted, verified, order)
         going = self._keep(verified, order, failed)
         if verified is not None:
             counts = np.array([drafted.counts[r] for r in order], dtype=np.int64)
@@ -576,9 +590,21 @@ class _Run:
         if len(going) < rows:
             self.scorer.select(going)
             self.drafter.select(going)
+        if schedule is not None and len(going) < rows:
+            kept = set(going)
+            schedule.finish([self.live[r] for r in range(rows) if r not in kept])
         self.live = [self.live[r] for r in going]
         ended = time.perf_counter()
         result.timings["loop"] += ended - keeping
+        if schedule is not None:
+            if result.step_seconds:  # the first step also fed the prompts
+                schedule.observe_cost(
+                    ended - begun,
+                    rows * max((len(f) for f in drafted.feed), default=0),
+                    getattr(self.drafter, "forwards", 0) - forwards,
+                )
+            if drafted.choice is not None:
+                result.schedule.append(drafted.choice)
         result.step_seconds.append(ended - begun)
         result.step_tokens.append(result.num_tokens - before)
         if settings.options.on_tokens is not None:
@@ -621,7 +647,17 @@ class _Run:
                 )
                 wanted.append(nodes)
             return _Drafted(feed, links, wanted, depths, failed, tree=tree)
-        counts = [min(settings.options.k, room - 1) for room in rooms]
+        schedule, choice, proposed = settings.options.schedule, None, None
+        bounds = [max(room - 1, 0) for room in rooms]
+        if schedule is None:
+            counts = [min(settings.options.k, bound) for bound in bounds]
+        elif settings.deterministic:
+            # Proposed first (cheap), then the schedule chooses among the proposals.
+            most = getattr(schedule, "max_k", None)
+            counts = bounds if most is None else [min(most, bound) for bound in bounds]
+        else:
+            choice = schedule.choose(self.live, bounds)
+            counts = choice.k.tolist()
         width = max(counts)
         samples_ours = not settings.deterministic and not isinstance(drafter, ProposeDrafter)
         uniforms = self._draft_uniforms(keys, rows, width, sampled and width > 0 and samples_ours)
@@ -630,6 +666,10 @@ class _Run:
             chain = drafter.propose(seqs, counts, sampling, uniforms, generator, keys)
         else:
             chain = drafter.propose(seqs, counts, sampling, uniforms)
+        if schedule is not None and settings.deterministic:
+            proposed = chain.tokens
+            choice = schedule.choose(self.live, [len(t) for t in proposed])
+            chain.tokens = [t[:k] for t, k in zip(proposed, choice.k.tolist(), strict=True)]
         failed = dict(chain.errors)
         if not settings.deterministic:
             self.result.draft_calls += rows * width
@@ -638,7 +678,37 @@ class _Run:
             [] if r in failed else self.scorer.pending(r, seqs[r]) + drafts[r] for r in range(rows)
         ]
         wanted = [0 if r in failed else 1 + len(drafts[r]) for r in range(rows)]
-        return _Drafted(feed, None, wanted, [len(d) for d in drafts], failed, chain=chain)
+        return _Drafted(
+            feed,
+            None,
+            wanted,
+            [len(d) for d in drafts],
+            failed,
+            chain=chain,
+            proposed=proposed,
+            choice=choice,
+        )
+
+    def _observe(
+        self, schedule: KSchedule, drafted: _Drafted, verified: Any, order: list[int]
+    ) -> None:
+        """Tells the schedule what the step's verification kept (docs/spec.md section
+        13.2): per verified row its drafts and accepted count; for deterministic
+        drafts also how far the whole proposal matched the emitted tokens (a
+        proposal past the drafts kept is compared with the bonus token)."""
+        requests = [self.live[r] for r in order]
+        counts = [drafted.counts[r] for r in order]
+        accepted = verified.num_accepted.tolist()
+        positions = acceptances = None
+        if drafted.proposed is not None:
+            positions, acceptances = [], []
+            for i, r in enumerate(order):
+                proposal, emitted = drafted.proposed[r], verified.tokens(i).tolist()
+                seen = min(len(proposal), len(emitted))
+                matched = next((j for j in range(seen) if proposal[j] != emitted[j]), seen)
+                positions.append(float(matched + (matched < seen)))
+                acceptances.append(float(matched))
+        schedule.observe(requests, counts, accepted, positions=positions, acceptances=acceptances)
 
     def _draft_uniforms(self, keys: Any, rows: int, width: int, needed: bool) -> np.ndarray | None:
         """The draft uniforms ``[rows, width]`` (``None`` when nothing is sampled),

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import InputError
+from .._schedule import AdaptiveK, KSchedule
 from ._record import check_path
 from ._sampling import Sampling
 
@@ -147,6 +148,27 @@ def _eos(eos_token_id: Any) -> frozenset[int]:
     )
 
 
+def _k(k: Any) -> tuple[int, KSchedule | None]:
+    """``k``: an int, ``"auto"`` (a new :class:`~specaccept.AdaptiveK`) or a
+    schedule (an object with ``choose``, ``observe``, ``observe_cost`` and
+    ``finish``: :class:`~specaccept.AdaptiveK`, :class:`~specaccept.HeuristicK`)."""
+    if isinstance(k, str):
+        if k != "auto":
+            raise InputError(
+                f"k must be an int >= 0, 'auto' or a schedule (AdaptiveK, HeuristicK), got {k!r}",
+                argument="k",
+            )
+        return 0, AdaptiveK()
+    if isinstance(k, KSchedule):
+        return 0, k
+    if isinstance(k, (int, np.integer)) or isinstance(k, (bool, np.bool_)):
+        return check_int(k, "k"), None
+    raise TypeError(
+        f"k must be an int >= 0, 'auto' or a schedule (AdaptiveK, HeuristicK), got "
+        f"{type(k).__name__}"
+    )
+
+
 def _callable(value: Any, name: str) -> Any:
     if value is not None and not callable(value):
         raise TypeError(f"{name} must be None or a callable, got {type(value).__name__}")
@@ -160,10 +182,12 @@ class Options:
     ``temperature``, ``top_k`` and ``top_p`` are one value for every prompt, or an
     array of one per prompt whose length :meth:`sampling` checks. ``eos_token_ids``
     is the set of tokens that end a row; ``isolate`` is ``errors="isolate"``;
-    ``record`` the checked path, or ``None``.
+    ``record`` the checked path, or ``None``. ``schedule`` chooses each step's
+    drafts when ``k`` was ``"auto"`` or a schedule (``k`` is then 0, unused).
     """
 
     k: int = 4
+    schedule: KSchedule | None = None
     tree: tuple[int, ...] | None = None
     max_new_tokens: int = 32
     eos_token_ids: frozenset[int] = frozenset()
@@ -201,7 +225,7 @@ class Options:
     ) -> Options:
         """The options of :func:`specaccept.generate`, checked: a wrong type is a
         ``TypeError``, a wrong value an ``InputError`` naming the argument."""
-        k = check_int(k, "k")
+        k, schedule = _k(k)
         max_new_tokens = check_int(max_new_tokens, "max_new_tokens")
         branching = _tree(tree)
         eos = _eos(eos_token_id)
@@ -222,6 +246,11 @@ class Options:
                 f"{'chains' if branching is None else 'trees'}, got {method!r}",
                 argument="method",
             )
+        if branching is not None and schedule is not None:
+            raise InputError(
+                "k: a schedule chooses chain drafts; trees have the shape tree gives",
+                argument="k",
+            )
         record_path = check_path(record)
         if branching is not None and record_path is not None:
             raise InputError(
@@ -233,6 +262,7 @@ class Options:
             raise TypeError(f"greedy must be a bool, got {type(greedy).__name__}")
         return cls(
             k=k,
+            schedule=schedule,
             tree=branching,
             max_new_tokens=max_new_tokens,
             eos_token_ids=eos,
