@@ -18,12 +18,13 @@ from typing import Any, cast
 
 import numpy as np
 
-from .._api import verify
+from .._api import verify, verify_greedy
 from .._errors import InputError
 from .._logits import verify_logits
 from .._schedule import KChoice, KSchedule
 from .._stats import AcceptanceStats
 from .._tree import verify_tree
+from .._uniforms import counter_uniforms
 from ._drafters import (
     Chain,
     PromptLookup,
@@ -36,7 +37,7 @@ from ._drafters import (
 from ._options import MAX_TOKEN, OnTokens, Options
 from ._randomness import Randomness
 from ._record import Recorder
-from ._sampling import Sampling, log, transform
+from ._sampling import Sampling, log, sample_logits, transform
 from ._session import StatelessSession, TrackedSession
 
 __all__ = ["Generation", "context_of", "generate", "run"]
@@ -854,11 +855,17 @@ def _verify_chains(
     draft_rows = None
     if chain.scores is not None:
         draft_rows = (chain.scores if every else chain.scores[ok])[:, :width]
-    uniforms, recovery = settings.randomness.verify_uniforms(keys, (len(ok), width))
     errors: Any = "isolate" if settings.options.isolate else "raise"
     method: Any = settings.options.method
     read = [int(n) + 1 for n in num]  # the target rows a row's verification may read
-    if chain.space == "logits":
+    if keys is not None and draft_rows is None and method == "token":
+        verified, bad = _match_samples(ids, target_rows, num, sampling, keys, settings)
+        failed.update((ok[i], error) for i, error in bad.items())
+        if recorder is not None:
+            target_probs, draft_probs = transform(target_rows, sampling, read)[0], None
+        uniforms, recovery = settings.randomness.verify_uniforms(keys, (len(ok), width))
+    elif chain.space == "logits":
+        uniforms, recovery = settings.randomness.verify_uniforms(keys, (len(ok), width))
         verified = verify_logits(
             ids,
             target_rows,
@@ -878,6 +885,7 @@ def _verify_chains(
                 None if draft_rows is None else transform(draft_rows, sampling, num.tolist())[0]
             )
     else:
+        uniforms, recovery = settings.randomness.verify_uniforms(keys, (len(ok), width))
         target_probs, bad = _target_probs(target_rows, sampling, settings.target_logits, read)
         failed.update((ok[i], error) for i, error in bad.items())
         draft_probs = draft_rows
@@ -894,6 +902,7 @@ def _verify_chains(
         )
     for i, error in verified.errors.items():
         failed.setdefault(ok[int(i)], error)
+    del uniforms, recovery
     if recorder is not None:
         good = [i for i in range(len(ok)) if ok[i] not in failed]
         recorder.add(
@@ -903,3 +912,46 @@ def _verify_chains(
             num[good],
         )
     return verified, list(ok), failed
+
+
+def _match_samples(
+    ids: np.ndarray,
+    target_rows: np.ndarray,
+    num: np.ndarray,
+    sampling: Sampling,
+    keys: tuple[np.ndarray, np.ndarray],
+    settings: _Settings,
+) -> tuple[Any, dict[int, Exception]]:
+    """Seeded deterministic drafts (docs/spec.md section 12.4): at each position
+    the target's own sample, drawn with the uniform plain decoding draws there
+    (stream 1 of the request's key at offset = tokens emitted before it), and a
+    draft accepted exactly while it equals that sample. So a request's text is
+    its plain decoding's, whatever was drafted."""
+    rows = [(i, t) for i in range(len(num)) for t in range(int(num[i]) + 1)]
+    which = np.array([i for i, _ in rows], dtype=np.int64)
+    offsets = keys[1][which] + np.array([t for _, t in rows], dtype=np.uint64)
+    uniforms = counter_uniforms(keys[0][which], offsets, 0)[1]
+    flat = target_rows[which, [t for _, t in rows]]
+    each = sampling.rows(which)
+    bad: dict[int, Exception] = {}
+    if settings.target_logits:
+        drawn, found = sample_logits(flat, each, uniforms, "target logits")
+    else:
+        probs, transformed = _target_probs(flat[:, None], each, False, None)
+        found = dict(transformed)
+        bonus = verify(
+            np.zeros((len(rows), 0), dtype=np.int64),
+            probs,
+            greedy=each.greedy,
+            uniforms=np.zeros((len(rows), 0)),
+            recovery_uniforms=uniforms,
+            errors="isolate",
+        )
+        drawn = np.asarray(bonus.output_token_ids)[:, 0]
+        for j, error in bonus.errors.items():
+            found.setdefault(int(j), error)
+    for j, error in found.items():
+        bad.setdefault(int(which[j]), error)
+    sampled = np.zeros((len(num), ids.shape[1] + 1), dtype=np.int64)
+    sampled[which, [t for _, t in rows]] = np.maximum(drawn, 0)
+    return verify_greedy(ids, sampled, num_draft_tokens=num), bad
