@@ -87,6 +87,19 @@ class Scripted:
         )
         return uniforms, recovery
 
+    def position_uniforms(self, keys, rows, positions):
+        """Seeded deterministic drafts: position 0 is the step's recovery uniform
+        (what plain decoding draws), a later position ``t`` its own column."""
+        steps = keys[1]
+        return np.array(
+            [
+                self.value(keys[0][r], steps[r], "recovery", 0)
+                if t == 0
+                else self.value(keys[0][r], steps[r], "position", t)
+                for r, t in zip(rows, positions, strict=True)
+            ]
+        )
+
 
 @pytest.fixture(scope="module")
 def models():

@@ -459,7 +459,7 @@ def run(target=None, draft=None, prompts=((1,), (2, 3)), **kwargs):
 @pytest.mark.parametrize(
     ("kwargs", "error", "name"),
     [
-        ({"k": "a"}, TypeError, "k"),
+        ({"k": "a"}, InputError, "k"),
         ({"k": 1.0}, TypeError, "k"),
         ({"k": True}, TypeError, "k"),
         ({"k": -1}, InputError, "k"),

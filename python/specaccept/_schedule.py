@@ -410,12 +410,14 @@ class AdaptiveK:
 
 def _fit(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> tuple[float, float, float]:
     """Weighted least squares with every coefficient ``>= 0`` (a step has no
-    negative fixed cost and never gets cheaper for computing more): the best fit
-    over the subsets of the three columns whose own fit is non-negative. A small
-    relative ridge gives a column that never varies, or moves with another, the
-    smallest coefficient that fits."""
+    negative fixed cost and never gets cheaper for computing more): of the subsets
+    of the three columns whose own fit is non-negative, the one with the least
+    residual, a larger subset only where it fits better (so columns that moved
+    together, as target tokens and draft forwards do at a constant batch, are
+    explained by the first of them: the target's tokens)."""
     best: tuple[float, np.ndarray] | None = None
-    for columns in ((0, 1, 2), (0, 1), (0, 2), (1, 2), (0,), (1,), (2,)):
+    better = 1e-9 * float((w * t * t).sum())  # what counts as a better fit
+    for columns in ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)):
         sub = design[:, columns]
         if not sub.any():
             continue
@@ -423,7 +425,7 @@ def _fit(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> tuple[float, float
         if (coef < 0).any():
             continue
         residual = float((w * (t - sub @ coef) ** 2).sum())
-        if best is None or residual < best[0] * (1 - 1e-9):
+        if best is None or residual < best[0] - better:
             full = np.zeros(3)
             full[list(columns)] = coef
             best = (residual, full)

@@ -24,7 +24,6 @@ from .._logits import verify_logits
 from .._schedule import KChoice, KSchedule
 from .._stats import AcceptanceStats
 from .._tree import verify_tree
-from .._uniforms import counter_uniforms
 from ._drafters import (
     Chain,
     PromptLookup,
@@ -929,9 +928,9 @@ def _match_samples(
     its plain decoding's, whatever was drafted."""
     rows = [(i, t) for i in range(len(num)) for t in range(int(num[i]) + 1)]
     which = np.array([i for i, _ in rows], dtype=np.int64)
-    offsets = keys[1][which] + np.array([t for _, t in rows], dtype=np.uint64)
-    uniforms = counter_uniforms(keys[0][which], offsets, 0)[1]
-    flat = target_rows[which, [t for _, t in rows]]
+    positions = np.array([t for _, t in rows], dtype=np.int64)
+    uniforms = settings.randomness.position_uniforms(keys, which, positions)
+    flat = target_rows[which, positions]
     each = sampling.rows(which)
     bad: dict[int, Exception] = {}
     if settings.target_logits:
@@ -953,5 +952,5 @@ def _match_samples(
     for j, error in found.items():
         bad.setdefault(int(which[j]), error)
     sampled = np.zeros((len(num), ids.shape[1] + 1), dtype=np.int64)
-    sampled[which, [t for _, t in rows]] = np.maximum(drawn, 0)
+    sampled[which, positions] = np.maximum(drawn, 0)
     return verify_greedy(ids, sampled, num_draft_tokens=num), bad

@@ -69,6 +69,17 @@ class Randomness:
         return counter_uniforms(keys[0], keys[1], shape[1])
 
 
+    def position_uniforms(
+        self, keys: tuple[np.ndarray, np.ndarray], rows: np.ndarray, positions: np.ndarray
+    ) -> np.ndarray:
+        """With ``seed``: for each ``(rows[j], positions[j])``, the uniform plain
+        decoding draws for the token ``positions[j]`` places past the row's offset:
+        the recovery uniform (stream 1, index 0) at that offset (docs/spec.md
+        section 12.4)."""
+        offsets = keys[1][rows].astype(np.uint64) + positions.astype(np.uint64)
+        return counter_uniforms(keys[0][rows].astype(np.uint64), offsets, 0)[1]
+
+
 def request_seed(seed: int, prompt: list[int]) -> int:
     """A request's 64-bit key: a hash of the run's seed and the prompt's tokens."""
     data = seed.to_bytes(8, "little") + np.asarray(prompt, dtype="<u8").tobytes()
