@@ -19,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+import specaccept  # noqa: E402
 from specaccept.generation import _custom_generate  # noqa: E402
 from specaccept.generation.hf import TRANSFORMERS_VERSIONS, speculative  # noqa: E402
 from test_generation_law import (  # noqa: E402
@@ -132,6 +133,77 @@ def test_drafts_per_step_are_num_assistant_tokens(given, own, k):
     )
     assert out.shape == (1, 15)
     assert len(calls) == -(-12 // (min(k, 11) + 1))
+
+
+@pytest.mark.parametrize(
+    "extra", [dict(num_assistant_tokens_schedule="heuristic"), dict(k="auto")], ids=str
+)
+@pytest.mark.parametrize("drafter", DRAFTERS)
+def test_scheduled_drafts_keep_transformers_greedy_output(models, drafter, extra):
+    """transformers' heuristic schedule, and specaccept's own (k="auto"), change how
+    many tokens are drafted, never the greedy output."""
+    target, draft = models
+    inputs = left_padded(PROMPTS[:4])
+    expected = target.generate(**inputs, do_sample=False, max_new_tokens=14, pad_token_id=PAD)
+    got = target.generate(
+        **inputs,
+        do_sample=False,
+        max_new_tokens=14,
+        pad_token_id=PAD,
+        custom_generate=speculative,
+        **DRAFTERS[drafter](draft),
+        **extra,
+    )
+    assert got.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("schedule, forwards", [("constant", 4), ("heuristic", 3)])
+def test_num_assistant_tokens_schedule_is_honoured(schedule, forwards):
+    """An assistant that is a copy of the target accepts every draft: the constant
+    schedule drafts 2 a step (3 tokens a call: 4 calls for 12 tokens), the
+    heuristic one 2, then 4, then what is left (3 + 5 + 4: 3 calls)."""
+    import copy
+
+    target = llama(3)
+    assistant = copy.deepcopy(target)
+    assistant.generation_config.num_assistant_tokens_schedule = schedule
+    calls = []
+    target.register_forward_pre_hook(lambda module, args: calls.append(1))
+    out = target.generate(
+        torch.tensor([[1, 2, 3]]),
+        do_sample=False,
+        max_new_tokens=12,
+        custom_generate=speculative,
+        assistant_model=assistant,
+        num_assistant_tokens=2,
+    )
+    assert out.shape == (1, 15)
+    assert len(calls) == forwards
+
+
+def test_an_unknown_schedule_or_k_is_refused(models):
+    import copy
+
+    target, draft = models
+    assistant = copy.deepcopy(draft)
+    assistant.generation_config.num_assistant_tokens_schedule = "fastest"
+    with pytest.raises(specaccept.InputError) as raised:
+        target.generate(
+            torch.tensor([[1, 2, 3]]),
+            max_new_tokens=4,
+            custom_generate=speculative,
+            assistant_model=assistant,
+        )
+    assert raised.value.argument == "num_assistant_tokens_schedule"
+    with pytest.raises(specaccept.InputError) as raised:
+        target.generate(
+            torch.tensor([[1, 2, 3]]),
+            max_new_tokens=4,
+            custom_generate=speculative,
+            prompt_lookup_num_tokens=2,
+            k="fast",
+        )
+    assert raised.value.argument == "k"
 
 
 def test_return_dict_in_generate_gives_transformers_output(models):

@@ -181,8 +181,29 @@ def tree_coordinates(nodes=2):
 
 PROMPTS = [[1, 2, 3], [3, 0, 2, 1, 1, 0, 2]]
 
+
+def lookup_coordinates(k=2):
+    """Seeded deterministic drafts: each step's uniform at every position."""
+    coords = []
+    for step in (0, 1):
+        coords.append((step, "recovery", 0, cells(HALVES)))
+        coords += [(step, "position", t, cells(HALVES)) for t in range(1, k + 1)]
+    return coords
+
+
 CASES = {
     "chain, token": (dict(k=2, method="token"), lambda: chain_coordinates(HALVES)),
+    # k chosen per row from the row's own first step (transformers' heuristic: a
+    # row that accepted both drafts keeps 2, one that rejected drafts 1), and per
+    # batch from measured time (AdaptiveK): docs/spec.md section 13.
+    "chain, token, HeuristicK": (
+        dict(k=specaccept.HeuristicK(start=2, max_k=2), method="token"),
+        lambda: chain_coordinates(HALVES),
+    ),
+    "chain, block, AdaptiveK": (
+        dict(k=specaccept.AdaptiveK(max_k=2, start=2), method="block"),
+        lambda: chain_coordinates(BLOCK),
+    ),
     "chain, block": (dict(k=2, method="block"), lambda: chain_coordinates(BLOCK)),
     "tree [2], token": (dict(tree=[2], method="token"), tree_coordinates),
     "tree [2], traversal": (dict(tree=[2], method="traversal"), tree_coordinates),
@@ -195,6 +216,44 @@ def check_law(monkeypatch, models, case) -> tuple[bool, object]:
     laws, out = enumerate_law(monkeypatch, target, draft, PROMPTS, options, coordinates())
     exact = all(laws[p] == target_law(target, prompt, 2) for p, prompt in enumerate(PROMPTS))
     return exact, out
+
+
+def test_seeded_lookup_drafts_follow_the_target_exactly(monkeypatch, models):
+    """Seeded deterministic drafts (docs/spec.md section 12.4): each position's
+    token is the target's sample with that position's uniform, a draft accepted
+    while it equals it. Prompt lookup drafts 2 a step on prompts that repeat."""
+    target, _ = models
+    prompts = [[2, 1, 2, 1, 2], [3, 0, 2, 1, 1, 0, 2]]
+    rows = scripted_rows(monkeypatch, prompts, lookup_coordinates())
+    out = specaccept.generate(
+        HFModel(target),
+        specaccept.PromptLookup(),
+        [prompts[p] for p, _ in rows],
+        k=2,
+        max_new_tokens=3,
+    )
+    laws = weighted_law(rows, out.tokens, len(prompts), 2)
+    assert all(laws[p] == target_law(target, prompt, 2) for p, prompt in enumerate(prompts))
+    assert 0 < out.stats.num_accepted_tokens < out.stats.total_draft_tokens
+    # Every position drawing the step's first uniform (an offset not advanced per
+    # position) changes the law: the enumeration tells it apart.
+    monkeypatch.setattr(
+        Scripted,
+        "position_uniforms",
+        lambda self, keys, rows, positions: np.array(
+            [self.value(keys[0][r], keys[1][r], "recovery", 0) for r in rows]
+        ),
+    )
+    rows = scripted_rows(monkeypatch, prompts, lookup_coordinates())
+    wrong = specaccept.generate(
+        HFModel(target),
+        specaccept.PromptLookup(),
+        [prompts[p] for p, _ in rows],
+        k=2,
+        max_new_tokens=3,
+    )
+    laws = weighted_law(rows, wrong.tokens, len(prompts), 2)
+    assert not all(laws[p] == target_law(target, prompt, 2) for p, prompt in enumerate(prompts))
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -286,7 +286,10 @@ def test_bad_schedule_arguments():
         (lambda: schedule.observe([1], [2], [3]), InputError),
         (lambda: schedule.observe([1], [2], [1], positions=[1.0]), InputError),
         (lambda: schedule.observe([1], [2], [1], positions=[1.0], acceptances=[2.0]), InputError),
-        (lambda: schedule.observe([1], [2], [1], positions=[math.nan], acceptances=[0.0]), InputError),
+        (
+            lambda: schedule.observe([1], [2], [1], positions=[math.nan], acceptances=[0.0]),
+            InputError,
+        ),
         (lambda: schedule.observe_cost(-1.0, 4), InputError),
         (lambda: schedule.observe_cost(math.inf, 4), InputError),
         (lambda: schedule.observe_cost(1.0, -4), InputError),

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import InputError
+from .._schedule import AdaptiveK, HeuristicK
 from ._drafters import PromptLookup
 from ._loop import context_of, run
 from ._options import Options
@@ -251,18 +252,56 @@ def _token_ids(value: Any) -> list[int]:
 _DEFAULT_ASSISTANT_TOKENS = 20
 
 
-def _drafts_per_step(config: Any, assistant_model: Any, caller: dict[str, Any]) -> int:
-    """``k`` for a draft model: ``num_assistant_tokens`` given to ``generate`` (as
-    an argument, or a config value other than transformers' default), else the
-    assistant's own generation config's (which transformers' assisted generation
-    reads), else transformers' default, 20."""
-    given = (caller.get("kwargs") or {}).get("num_assistant_tokens")
-    if given is None and config.num_assistant_tokens != _DEFAULT_ASSISTANT_TOKENS:
-        given = config.num_assistant_tokens
+def _assistant_setting(
+    name: str, default: Any, config: Any, assistant_model: Any, caller: dict[str, Any]
+) -> Any:
+    """A draft model's setting: the value given to ``generate`` (as an argument,
+    or a config value other than transformers' default), else the assistant's own
+    generation config's (which transformers' assisted generation reads), else
+    transformers' default."""
+    given = (caller.get("kwargs") or {}).get(name)
+    if given is None and getattr(config, name, default) != default:
+        given = getattr(config, name)
     if given is not None:
-        return int(given)
-    own = getattr(getattr(assistant_model, "generation_config", None), "num_assistant_tokens", None)
-    return int(own) if own is not None else _DEFAULT_ASSISTANT_TOKENS
+        return given
+    own = getattr(getattr(assistant_model, "generation_config", None), name, None)
+    return own if own is not None else default
+
+
+def _drafts_per_step(config: Any, assistant_model: Any, caller: dict[str, Any]) -> int:
+    """``k`` for a draft model: ``num_assistant_tokens`` (transformers' default 20)."""
+    return int(
+        _assistant_setting(
+            "num_assistant_tokens", _DEFAULT_ASSISTANT_TOKENS, config, assistant_model, caller
+        )
+    )
+
+
+#: transformers' schedules of ``num_assistant_tokens`` (``num_assistant_tokens_schedule``).
+_SCHEDULES = ("constant", "heuristic", "heuristic_transient")
+
+
+def _schedule(
+    k: int, chosen: Any, config: Any, assistant_model: Any, caller: dict[str, Any]
+) -> Any:
+    """The loop's ``k`` for a draft model: ``chosen`` (speculative's own ``k``:
+    ``"auto"`` is an :class:`~specaccept.AdaptiveK` with ``max_k = k``), else
+    transformers' ``num_assistant_tokens_schedule``: ``"constant"`` is ``k``,
+    ``"heuristic"`` and ``"heuristic_transient"`` a :class:`~specaccept.HeuristicK`
+    starting at ``k`` (docs/spec.md section 12.8)."""
+    if chosen is not None:
+        return AdaptiveK(max_k=k) if isinstance(chosen, str) and chosen == "auto" else chosen
+    if assistant_model is None:
+        return k
+    name = _assistant_setting(
+        "num_assistant_tokens_schedule", "constant", config, assistant_model, caller
+    )
+    if name not in _SCHEDULES:
+        raise InputError(
+            f"num_assistant_tokens_schedule must be one of {_SCHEDULES}, got {name!r}",
+            argument="num_assistant_tokens_schedule",
+        )
+    return k if name == "constant" else HeuristicK(start=k)
 
 
 def _pad_needed() -> InputError:
@@ -319,6 +358,7 @@ def speculative(
     method: str = "token",
     seed: int | None = None,
     record: Any = None,
+    k: Any = None,
     **model_kwargs: Any,
 ) -> Any:
     """Batched, exact speculative decoding as Hugging Face ``generate``'s
@@ -332,7 +372,9 @@ def speculative(
     (``do_sample=True``), as :func:`specaccept.generate` does.
 
     Arguments read from ``generate``: ``assistant_model`` (a draft model with the
-    target's vocabulary; ``num_assistant_tokens`` drafts per step, constant),
+    target's vocabulary; ``num_assistant_tokens`` drafts per step, scheduled by
+    ``num_assistant_tokens_schedule``: ``"constant"``, or ``"heuristic"`` as
+    :class:`~specaccept.HeuristicK`),
     or ``prompt_lookup_num_tokens`` (n-gram lookup with
     ``max_matching_ngram_size``), or ``assistant_early_exit`` (the target's
     first layers); ``do_sample``, ``temperature``, ``top_k``, ``top_p``
@@ -344,8 +386,10 @@ def speculative(
     ``generate`` would honour (beam search, penalties, ``output_scores``, your
     own logits processors, ...) is refused with an error naming it.
 
-    Extra arguments (pass them to ``generate``): ``method`` (``"token"`` or
-    ``"block"``), ``seed`` (per-request counter-based randomness: a request's
+    Extra arguments (pass them to ``generate``): ``k`` (``"auto"``: an
+    :class:`~specaccept.AdaptiveK` whose ``max_k`` is the drafter's count, or a
+    schedule: each step's drafts chosen per request, docs/spec.md section 13),
+    ``method`` (``"token"`` or ``"block"``), ``seed`` (per-request counter-based randomness: a request's
     text does not depend on the batch), ``record`` (a path: the verified steps
     for ``python -m specaccept compare --from``).
 
@@ -365,6 +409,7 @@ def speculative(
     """
     import torch
 
+    chosen = k  # speculative's own k (the drafter's count is read below)
     caller = _caller_arguments(sys._getframe(1))
     _check_version()
     if streamer is None:
@@ -438,6 +483,13 @@ def speculative(
             draft = target.early_exit(early_exit)
         # Early exit drafts with the model itself: its own config, as transformers'.
         k = _drafts_per_step(config, model if assistant_model is None else assistant_model, caller)
+    schedule = _schedule(
+        int(k),
+        chosen,
+        config,
+        None if lookup is not None else (model if assistant_model is None else assistant_model),
+        caller,
+    )
 
     batch, width = int(input_ids.shape[0]), int(input_ids.shape[1])
     max_new_tokens = max(int(config.max_length) - width, 0)
@@ -464,7 +516,7 @@ def speculative(
         rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,)).item()))
     stream = None if streamer is None else _Stream(streamer, batch, pad, torch)
     options = Options.check(
-        k=k,
+        k=schedule,
         max_new_tokens=max_new_tokens,
         eos_token_id=eos,
         greedy=not sample,

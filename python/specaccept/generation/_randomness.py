@@ -68,7 +68,6 @@ class Randomness:
             return uniforms, self.generator.random(shape[0])
         return counter_uniforms(keys[0], keys[1], shape[1])
 
-
     def position_uniforms(
         self, keys: tuple[np.ndarray, np.ndarray], rows: np.ndarray, positions: np.ndarray
     ) -> np.ndarray:
