@@ -532,6 +532,53 @@ CASES: dict[str, tuple[str, str]] = {
         "sa.AcceptanceStats.from_json('[' * 100000 + ']' * 100000)",
         "ValueError",
     ),
+    # --- AdaptiveK, HeuristicK (docs/spec.md section 13) -------------------------------
+    "AdaptiveK: max_k 2**64": ("sa.AdaptiveK(max_k=2**64).choose([0], [2**63])", "ok"),
+    "AdaptiveK: max_k huge, available huge": (
+        "sa.AdaptiveK(max_k=10**9).choose([0, 1], [10**9, 5])",
+        "ok",
+    ),
+    "AdaptiveK: memory inf": ("sa.AdaptiveK(memory=math.inf, cost_memory=math.inf)", "ok"),
+    "AdaptiveK: memory nan": ("sa.AdaptiveK(memory=math.nan)", "ValueError"),
+    "AdaptiveK: prior_weight inf": ("sa.AdaptiveK(prior_weight=math.inf).acceptance(0)", "ok"),
+    "AdaptiveK: min_k above max_k": ("sa.AdaptiveK(max_k=1, min_k=2)", "ValueError"),
+    "AdaptiveK: choose 2-D available": (
+        "sa.AdaptiveK().choose([0], np.array([[1]]))",
+        "TypeError",
+    ),
+    "AdaptiveK: choose float available": (
+        "sa.AdaptiveK().choose([0], np.array([1.0]))",
+        "TypeError",
+    ),
+    "AdaptiveK: choose unhashable request": ("sa.AdaptiveK().choose([{}], [1])", "TypeError"),
+    "AdaptiveK: choose generator": ("sa.AdaptiveK().choose(iter([0]), [1])", "TypeError"),
+    "AdaptiveK: choose nothing": ("sa.AdaptiveK().choose([], [])", "ok"),
+    "AdaptiveK: observe huge counts": (
+        "sa.AdaptiveK().observe([0], [2**62], [2**62])",
+        "ok",
+    ),
+    "AdaptiveK: observe uint64 past int64": (
+        "sa.AdaptiveK().observe([0], np.array([2**64 - 1], np.uint64), [0])",
+        "ok|ValueError",
+    ),
+    "AdaptiveK: observe inf positions": (
+        "sa.AdaptiveK().observe([0], [1], [0], positions=[math.inf], acceptances=[0.0])",
+        "ValueError",
+    ),
+    "AdaptiveK: observe_cost huge": (
+        "s = sa.AdaptiveK()\n"
+        "for i in range(3): s.observe_cost(1e300, 2**62 + i, 2**62)\n"
+        "s.choose([0], [4])",
+        "ok",
+    ),
+    "AdaptiveK: observe_cost bool": ("sa.AdaptiveK().observe_cost(True, 1)", "TypeError"),
+    "HeuristicK: start 2**63": ("sa.HeuristicK(start=2**63).choose([0], [2**62])", "ok"),
+    "HeuristicK: observe mismatched": ("sa.HeuristicK().observe([0, 1], [1], [1])", "ValueError"),
+    "HeuristicK: finish unknown": ("sa.HeuristicK().finish([5, 'x'])", "ok"),
+    "generate: k schedule object of the wrong kind": (
+        "sa.generate(ngram.builtin_models()[0], sa.PromptLookup(), [[1]], k=object())",
+        "TypeError",
+    ),
     # --- compat.vllm -----------------------------------------------------------------
     "vllm.rejection_sample: count 2**40": (
         "vllm.rejection_sample(np.array([0]), [2**40], np.ones((1, 2)) / 2, None,"

@@ -55,8 +55,7 @@ def run_simulator(schedule, alpha, cost, steps, *, padded=True, exact=True, nois
                 requests,
                 k,
                 [0] * len(k),
-                positions=[float(j) for j in k],
-                acceptances=[a * j for a, j in zip(alpha, k, strict=True)],
+                acceptances=[[a] * j for a, j in zip(alpha, k, strict=True)],
             )
         else:
             accepted = []
@@ -109,9 +108,8 @@ def test_adaptive_k_picks_the_best_width_the_simulator_knows(scenario):
         predicted = schedule.predict_seconds(rows * (1 + w), w)
         assert predicted == pytest.approx(step_seconds(cost, rows, [w] * rows, True), rel=1e-6)
     if optimum:  # with drafting off nothing more is observed
-        np.testing.assert_allclose(
-            [schedule.acceptance(r) for r in range(len(alpha))], alpha, rtol=1e-4
-        )
+        first = [schedule.acceptance(r)[0] for r in range(len(alpha))]
+        np.testing.assert_allclose(first, alpha, rtol=1e-4)
 
 
 def test_the_scenarios_cover_none_some_and_all():
@@ -151,30 +149,59 @@ def test_with_noise_and_counted_acceptance_it_earns_what_the_best_k_earns(scenar
     assert earned >= 0.97 * rate(alpha, cost, [0] * len(alpha))
 
 
-def test_acceptance_estimate_is_the_discounted_counts_with_the_pooled_prior():
-    schedule = AdaptiveK(memory=math.inf, prior_weight=2.0)
-    assert schedule.acceptance("new") == 0.5  # nothing seen by anyone
-    schedule.observe(["a"], [4], [2])  # 3 positions seen (a rejection at the third), 2 accepted
-    pooled = (2 + 0.5) / (3 + 1)
-    assert schedule.acceptance("b") == pytest.approx(pooled)
-    assert schedule.acceptance("a") == pytest.approx((2 + 2 * pooled) / (3 + 2))
-    schedule.observe(["a"], [4], [4])  # all 4 accepted: 4 positions
-    pooled = (6 + 0.5) / (7 + 1)
-    assert schedule.acceptance("a") == pytest.approx((6 + 2 * pooled) / (7 + 2))
-    forgetting = AdaptiveK(memory=2.0)
-    forgetting.observe(["a"], [4], [4])
-    forgetting.observe(["a"], [4], [0])
-    own = (0.5 * 4 + 0) / (0.5 * 4 + 1)  # the older step weighs half
-    pooled = (own * 0 + 0.5 * 4 + 0.5) / (0.5 * 4 + 1 + 1)
-    assert forgetting.acceptance("a") == pytest.approx((2 + 2 * pooled) / (3 + 2))
+def test_acceptance_estimate_is_the_discounted_counts_per_depth_with_the_pooled_prior():
+    schedule = AdaptiveK(max_k=3, memory=math.inf, prior_weight=2.0)
+    assert schedule.acceptance("new").tolist() == [0.5, 0.5, 0.5]  # nothing seen by anyone
+    # 4 drafted, 2 accepted: depths 0 and 1 accepted, depth 2 tried and rejected.
+    schedule.observe(["a"], [4], [2])
+    pooled = (1 + 0.5) / (1 + 1)  # depth 0 over all requests
+    np.testing.assert_allclose(schedule.acceptance("b"), [pooled] * 3)
+    d0 = (1 + 2 * pooled) / 3
+    d1 = (1 + 2 * d0) / 3  # a deeper depth's prior: the request's depth above it
+    d2 = (0 + 2 * d1) / 3
+    np.testing.assert_allclose(schedule.acceptance("a"), [d0, d1, d2])
+    # All 4 accepted: depths 0, 1, 2 (past max_k ignored) tried and accepted.
+    schedule.observe(["a"], [4], [4])
+    pooled = (2 + 0.5) / (2 + 1)
+    d0 = (2 + 2 * pooled) / 4
+    d1 = (2 + 2 * d0) / 4
+    d2 = (1 + 2 * d1) / 4
+    np.testing.assert_allclose(schedule.acceptance("a"), [d0, d1, d2])
+    forgetting = AdaptiveK(max_k=1, memory=2.0, prior_weight=2.0)
+    forgetting.observe(["a"], [1], [1])
+    forgetting.observe(["a"], [1], [0])  # the older step weighs half
+    pooled = (0.5 + 0.5) / (1.5 + 1)
+    np.testing.assert_allclose(forgetting.acceptance("a"), [(0.5 + 2 * pooled) / (1.5 + 2)])
     forgetting.finish(["a"])
-    assert forgetting.acceptance("a") == pytest.approx(pooled)
+    np.testing.assert_allclose(forgetting.acceptance("a"), [pooled])
 
 
-def test_exact_acceptances_replace_the_counts():
-    schedule = AdaptiveK(memory=math.inf, prior_weight=1e-9)
-    schedule.observe(["a"], [3], [0], positions=[3.0], acceptances=[2.4])
-    assert schedule.acceptance("a") == pytest.approx(0.8)
+def test_observed_acceptances_replace_the_counts():
+    schedule = AdaptiveK(max_k=3, memory=math.inf, prior_weight=1e-9)
+    schedule.observe(["a"], [3], [0], acceptances=[[0.9, 0.8, 0.5]])
+    np.testing.assert_allclose(schedule.acceptance("a"), [0.9, 0.8, 0.5], rtol=1e-6)
+    # Deterministic drafts compared past the verified ones: 2 matched, then a miss.
+    schedule.observe(["b"], [0], [0], acceptances=[[1.0, 1.0, 0.0]])
+    np.testing.assert_allclose(schedule.acceptance("b"), [1.0, 1.0, 0.0], atol=1e-6)
+
+
+def test_a_deeper_acceptance_changes_the_choice():
+    """Prompt lookup: a first draft often wrong, later ones right once the first is
+    (a copied span). The per-depth estimate sees it; one rate for all depths
+    would not (the same total accepted over the same drafts)."""
+    cost = (0.04, 0.002, 0.0)
+    alpha = [0.4, 0.95, 0.95, 0.95]
+    schedule = AdaptiveK(max_k=4, probe_every=0, prior_weight=1e-6)
+    requests = list(range(4))
+    for step in range(40):
+        choice = schedule.choose(requests, [4] * 4)
+        k = choice.k.tolist()
+        schedule.observe(requests, k, [0] * 4, acceptances=[alpha[:j] for j in k])
+        if step:
+            schedule.observe_cost(step_seconds(cost, 4, k, True), 4 * (1 + max(k)), max(k))
+    reach = np.cumprod([1.0, *alpha])
+    rates = [4 * reach[: w + 1].sum() / step_seconds(cost, 4, [w] * 4, True) for w in range(5)]
+    assert choice.width == int(np.argmax(rates)) == 4
 
 
 def test_a_schedule_reused_across_runs_keeps_its_cost_fit():
@@ -284,12 +311,13 @@ def test_bad_schedule_arguments():
         (lambda: schedule.choose([1], [-1]), InputError),
         (lambda: schedule.choose([1], [1.5]), TypeError),
         (lambda: schedule.observe([1], [2], [3]), InputError),
-        (lambda: schedule.observe([1], [2], [1], positions=[1.0]), InputError),
-        (lambda: schedule.observe([1], [2], [1], positions=[1.0], acceptances=[2.0]), InputError),
-        (
-            lambda: schedule.observe([1], [2], [1], positions=[math.nan], acceptances=[0.0]),
-            InputError,
-        ),
+        (lambda: schedule.observe([1], [2], [1], acceptances=[[1.0], [1.0]]), InputError),
+        (lambda: schedule.observe([1], [2], [1], acceptances=[[2.0]]), InputError),
+        (lambda: schedule.observe([1], [2], [1], acceptances=[[math.nan]]), InputError),
+        (lambda: schedule.observe([1], [2], [1], acceptances=[["x"]]), TypeError),
+        (lambda: schedule.observe([1], [2], [1], acceptances=[[[0.5]]]), TypeError),
+        (lambda: schedule.observe([1], [2], [1], acceptances="ab"), TypeError),
+        (lambda: AdaptiveK(max_k=10**6), InputError),
         (lambda: schedule.observe_cost(-1.0, 4), InputError),
         (lambda: schedule.observe_cost(math.inf, 4), InputError),
         (lambda: schedule.observe_cost(1.0, -4), InputError),
@@ -313,3 +341,23 @@ def test_deterministic_drafts_are_observed_even_when_none_is_verified():
     assert out.stats.total_draft_tokens == 0  # nothing was verified
     last = out.schedule[-1]
     assert (last.acceptance > 0.7).all()  # from the prior of 0.5, by observation alone
+
+
+def test_k_auto_keeps_one_schedule_per_target_and_drafter():
+    """k="auto" starts a later call from what earlier ones measured: the same
+    AdaptiveK for the same target and drafter (every PromptLookup alike), another
+    for another drafter or target."""
+    from specaccept.generation._loop import auto_schedule, drafter_key
+
+    target, draft = Markov(7, 3, seed=1), Markov(7, 2, seed=2)
+    options = dict(k="auto", max_new_tokens=30, greedy=True)
+    first = specaccept.generate(target, specaccept.PromptLookup(), PROMPTS, **options)
+    assert first.schedule[0].reason == "start"
+    again = specaccept.generate(target, specaccept.PromptLookup(max_ngram=3), PROMPTS, **options)
+    assert again.schedule[0].reason == "model"  # its cost already fitted
+    kept = auto_schedule(target, drafter_key(specaccept.PromptLookup()))
+    assert kept is auto_schedule(target, "lookup")
+    assert kept is not auto_schedule(target, drafter_key(draft))
+    assert kept is not auto_schedule(Markov(7, 3, seed=1), "lookup")
+    other = specaccept.generate(target, draft, PROMPTS, **options)
+    assert other.schedule[0].reason == "start"

@@ -29,10 +29,12 @@ import numpy as np
 
 from ._errors import InputError
 
-__all__ = ["AdaptiveK", "HeuristicK", "KChoice", "KSchedule", "expected_emitted"]
+__all__ = ["MAX_K", "AdaptiveK", "HeuristicK", "KChoice", "KSchedule", "expected_emitted"]
 
 #: A request's acceptance before anything is known about any request.
 PRIOR_ACCEPTANCE = 0.5
+#: The largest ``max_k`` of :class:`AdaptiveK` (it keeps counts per draft depth).
+MAX_K = 4096
 
 
 def expected_emitted(acceptance: float, k: int) -> float:
@@ -56,8 +58,8 @@ class KChoice:
     available : numpy.ndarray
         ``int64 [R]``: the most each request could draft.
     acceptance : numpy.ndarray
-        ``float64 [R]``: each request's estimated acceptance the choice used
-        (``nan`` for :class:`HeuristicK`).
+        ``float64 [R, max_k]``: each request's estimated acceptance per draft
+        depth, as the choice used (``[R, 0]`` for :class:`HeuristicK`).
     expected_tokens : float
         Expected emitted tokens of the step (``nan`` when not modelled).
     predicted_seconds : float
@@ -86,7 +88,12 @@ class KSchedule(Protocol):
     """What a consumer calls (see the module's docstring)."""
 
     def choose(
-        self, requests: Sequence[Any], available: Sequence[int], *, padded: bool = True
+        self,
+        requests: Sequence[Any],
+        available: Sequence[int],
+        *,
+        padded: bool = True,
+        remaining: Sequence[int] | None = None,
     ) -> KChoice: ...
 
     def observe(
@@ -95,8 +102,7 @@ class KSchedule(Protocol):
         drafted: Sequence[int],
         accepted: Sequence[int],
         *,
-        positions: Sequence[float] | None = None,
-        acceptances: Sequence[float] | None = None,
+        acceptances: Sequence[Sequence[float]] | None = None,
     ) -> None: ...
 
     def observe_cost(self, seconds: float, target_tokens: int, draft_forwards: int = 0) -> None: ...
@@ -121,7 +127,10 @@ def _counts(values: Any, name: str, length: int) -> np.ndarray:
         if array.ndim == 1 and array.dtype == object:
             for i, v in enumerate(values):
                 _count(v, f"{name}[{i}]")
+            raise InputError(f"{name} must be < 2**63", argument=name)
         raise TypeError(f"{name} must be a 1-D sequence of ints")
+    if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+        raise InputError(f"{name} must be < 2**63", argument=name)
     if len(array) != length:
         raise InputError(f"{name} has {len(array)} values for {length} requests", argument=name)
     if array.size and array.min() < 0:
@@ -129,15 +138,26 @@ def _counts(values: Any, name: str, length: int) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def _numbers(values: Any, name: str, length: int) -> np.ndarray:
-    array = np.asarray(values, dtype=np.float64) if values is not None else None
-    if array is None or array.ndim != 1:
-        raise TypeError(f"{name} must be a 1-D sequence of numbers")
-    if len(array) != length:
-        raise InputError(f"{name} has {len(array)} values for {length} requests", argument=name)
-    if not np.isfinite(array).all() or (array < 0).any():
-        raise InputError(f"{name} must be finite and >= 0", argument=name)
-    return array
+def _probabilities(values: Any, name: str, rows: int) -> list[np.ndarray]:
+    """One sequence of probabilities per request."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
+        raise TypeError(f"{name} must be a sequence of sequences of numbers")
+    if len(values) != rows:
+        raise InputError(f"{name} has {len(values)} rows for {rows} requests", argument=name)
+    out = []
+    for r, row in enumerate(values):
+        if isinstance(row, (str, bytes)):
+            raise TypeError(f"{name}[{r}] must be a sequence of numbers")
+        try:
+            array = np.asarray(row, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(f"{name}[{r}] must be a sequence of numbers") from None
+        if array.ndim != 1:
+            raise TypeError(f"{name}[{r}] must be a 1-D sequence of numbers")
+        if not ((array >= 0) & (array <= 1)).all():
+            raise InputError(f"{name}[{r}] must lie in [0, 1]", argument=name)
+        out.append(array)
+    return out
 
 
 def _requests(requests: Any) -> tuple[Any, ...]:
@@ -154,14 +174,21 @@ def _requests(requests: Any) -> tuple[Any, ...]:
 
 @dataclass
 class _Acceptance:
-    """Discounted pseudo-counts: ``accepted`` of ``positions`` (docs/spec.md 13.2)."""
+    """Discounted pseudo-counts per draft depth: ``accepted[i]`` of ``tried[i]``
+    drafts at depth ``i`` (docs/spec.md section 13.2)."""
 
-    accepted: float = 0.0
-    positions: float = 0.0
+    accepted: np.ndarray
+    tried: np.ndarray
 
-    def add(self, accepted: float, positions: float, keep: float) -> None:
-        self.accepted = keep * self.accepted + accepted
-        self.positions = keep * self.positions + positions
+    @classmethod
+    def empty(cls, depths: int) -> _Acceptance:
+        return cls(np.zeros(depths), np.zeros(depths))
+
+    def add(self, accepted: np.ndarray, tried: np.ndarray, keep: float) -> None:
+        self.accepted *= keep
+        self.tried *= keep
+        self.accepted += accepted
+        self.tried += tried
 
 
 @dataclass
@@ -196,8 +223,8 @@ class AdaptiveK:
         model's choice, so that the cost stays measured away from one point
         (``0``: never).
     prior_weight : float
-        A request's estimate starts at the pooled estimate of all requests
-        with this weight (in positions).
+        A request's estimate at each depth starts at the pooled estimate of all
+        requests with this weight (in drafts).
 
     Examples
     --------
@@ -205,6 +232,9 @@ class AdaptiveK:
     >>> schedule = specaccept.AdaptiveK(max_k=8)
     >>> schedule.choose(["a", "b"], [8, 8]).k.tolist()   # nothing measured yet
     [2, 2]
+    >>> schedule.observe(["a", "b"], [2, 2], [2, 0])      # "a" kept both drafts
+    >>> schedule.acceptance("a")[:2].round(2).tolist()   # per draft depth
+    [0.67, 0.83]
     """
 
     max_k: int = 8
@@ -215,13 +245,15 @@ class AdaptiveK:
     probe_every: int = 16
     prior_weight: float = 2.0
     _requests: dict[Any, _Acceptance] = field(default_factory=dict, init=False, repr=False)
-    _pooled: _Acceptance = field(default_factory=_Acceptance, init=False, repr=False)
+    _pooled: _Acceptance = field(init=False, repr=False)
     _costs: deque = field(default_factory=lambda: deque(maxlen=256), init=False, repr=False)
     _modelled: int = field(default=0, init=False, repr=False)
     _last_width: int | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.max_k = _count(self.max_k, "max_k")
+        if self.max_k > MAX_K:
+            raise InputError(f"max_k must be <= {MAX_K}, got {self.max_k}", argument="max_k")
         self.min_k = _count(self.min_k, "min_k")
         if self.min_k > self.max_k:
             raise InputError(
@@ -244,19 +276,22 @@ class AdaptiveK:
                 )
             setattr(self, name, float(value))
         self.probe_every = _count(self.probe_every, "probe_every")
+        self._pooled = _Acceptance.empty(1)  # depth 0: a new request's prior
 
     # -- acceptance -------------------------------------------------------------
 
-    def acceptance(self, request: Any) -> float:
-        """The estimated probability that a draft of ``request`` is accepted once the
-        drafts before it are: its discounted accepted positions, plus the pooled
-        estimate with weight ``prior_weight``, over its positions plus that weight."""
-        pooled = (self._pooled.accepted + PRIOR_ACCEPTANCE) / (self._pooled.positions + 1.0)
-        own = self._requests.get(request)
-        if own is None:
-            return pooled
-        w = self.prior_weight
-        return (own.accepted + w * pooled) / (own.positions + w)
+    def pooled(self) -> float:
+        """The acceptance of a first draft over all requests: their discounted
+        counts at depth 0, with 0.5 as a prior of weight 1."""
+        return float((self._pooled.accepted[0] + PRIOR_ACCEPTANCE) / (self._pooled.tried[0] + 1.0))
+
+    def acceptance(self, request: Any) -> np.ndarray:
+        """The estimated probability, per draft depth ``i`` (``[max_k]``), that a
+        draft of ``request`` at depth ``i`` is accepted once the drafts before it
+        are: its discounted counts at that depth, plus a prior of weight
+        ``prior_weight``: the pooled estimate at depth 0, the request's own
+        estimate at depth ``i - 1`` deeper (docs/spec.md section 13.2)."""
+        return self._estimates((request,))[0]
 
     def observe(
         self,
@@ -264,39 +299,45 @@ class AdaptiveK:
         drafted: Sequence[int],
         accepted: Sequence[int],
         *,
-        positions: Sequence[float] | None = None,
-        acceptances: Sequence[float] | None = None,
+        acceptances: Sequence[Sequence[float]] | None = None,
     ) -> None:
         """What one step's verification kept: request ``requests[r]`` drafted
-        ``drafted[r]`` and ``accepted[r]`` were accepted. By default a request
-        observes ``min(accepted + 1, drafted)`` positions, ``accepted`` of them
-        accepted; ``positions`` and ``acceptances`` replace both (the exact
-        acceptance probabilities summed, or deterministic drafts compared with what
-        was emitted past the verified ones: docs/spec.md section 13.2)."""
+        ``drafted[r]`` and ``accepted[r]`` were accepted. Depths ``0 ..
+        accepted - 1`` count as tried and accepted, depth ``accepted`` (when
+        ``accepted < drafted``) as tried and rejected. With ``acceptances``,
+        ``acceptances[r][i]`` for each depth ``i`` observed (any number of them,
+        past ``max_k`` ignored) replaces that: the probability that the draft at
+        depth ``i`` is accepted once the ones before it are (the exact one where
+        the rows are seen, or 0 and 1 where it was observed), each depth counted
+        as tried once (docs/spec.md section 13.2)."""
         ids = _requests(requests)
         n = len(ids)
         drafted_ = _counts(drafted, "drafted", n)
         accepted_ = _counts(accepted, "accepted", n)
         if (accepted_ > drafted_).any():
             raise InputError("accepted must be <= drafted", argument="accepted")
-        if (positions is None) != (acceptances is None):
-            raise InputError(
-                "positions and acceptances go together",
-                argument="positions" if positions is None else "acceptances",
-            )
-        if positions is None:
-            seen = np.minimum(accepted_ + 1, drafted_).astype(np.float64)
-            hits = accepted_.astype(np.float64)
-        else:
-            seen = _numbers(positions, "positions", n)
-            hits = _numbers(acceptances, "acceptances", n)
-            if (hits > seen + 1e-9).any():
-                raise InputError("acceptances must be <= positions", argument="acceptances")
+        exact = None if acceptances is None else _probabilities(acceptances, "acceptances", n)
         keep = 1.0 - 1.0 / self.memory
-        for request, s, h in zip(ids, seen.tolist(), hits.tolist(), strict=True):
-            state = self._requests.setdefault(request, _Acceptance())
-            state.add(h, s, keep)
-        self._pooled.add(float(hits.sum()), float(seen.sum()), keep)
+        depths = self.max_k
+        tried_all, accepted_all = np.zeros(depths), np.zeros(depths)
+        rows = []
+        for r in range(n):
+            tried, hits = np.zeros(depths), np.zeros(depths)
+            d, a = min(int(drafted_[r]), depths), min(int(accepted_[r]), depths)
+            if exact is not None:
+                seen = min(len(exact[r]), depths)
+                tried[:seen] = 1.0
+                hits[:seen] = exact[r][:seen]
+            else:
+                tried[: min(a + 1, d)] = 1.0
+                hits[:a] = 1.0
+            rows.append((tried, hits))
+            tried_all += tried
+            accepted_all += hits
+        for request, (tried, hits) in zip(ids, rows, strict=True):
+            state = self._requests.setdefault(request, _Acceptance.empty(depths))
+            state.add(hits, tried, keep)
+        self._pooled.add(accepted_all[:1], tried_all[:1], keep)
 
     def finish(self, requests: Sequence[Any]) -> None:
         """Forget the requests that ended."""
@@ -320,9 +361,9 @@ class AdaptiveK:
 
     def cost_model(self) -> tuple[float, float, float] | None:
         """``(fixed, per_target_token, per_draft_forward)`` seconds fitted to the
-        measured steps (discounted by ``cost_memory``), or ``None`` while the steps
-        measured do not tell a fixed cost from a per-token one (fewer than two
-        distinct target token counts)."""
+        measured steps (discounted by ``cost_memory``, then one Huber reweighting),
+        or ``None`` while the steps measured do not tell a fixed cost from a
+        per-token one (fewer than two distinct target token counts)."""
         if len(self._costs) < 2:
             return None
         data = np.array(self._costs)
@@ -332,7 +373,16 @@ class AdaptiveK:
         keep = 1.0 - 1.0 / self.cost_memory
         w = keep ** np.arange(len(t) - 1, -1, -1, dtype=np.float64)
         design = np.stack([np.ones_like(x), x, f], axis=1)
-        return _fit(design, t, w)
+        coef = _fit(design, t, w)
+        # One Huber step: a step far off the line (a one-off cost: the first call
+        # after the prompts, a pause of the machine) weighs less.
+        with np.errstate(all="ignore"):
+            residual = np.abs(t - design @ np.array(coef))
+            scale = 1.4826 * float(np.median(residual))
+            if 1e-6 * float(np.median(t)) < scale < math.inf:
+                w = w * np.minimum(1.0, 2.5 * scale / np.maximum(residual, 1e-300))
+                coef = _fit(design, t, w)
+        return coef
 
     def predict_seconds(self, target_tokens: float, draft_forwards: float) -> float:
         """The fitted step time (``nan`` before a fit)."""
@@ -344,17 +394,31 @@ class AdaptiveK:
     # -- the choice -------------------------------------------------------------
 
     def choose(
-        self, requests: Sequence[Any], available: Sequence[int], *, padded: bool = True
+        self,
+        requests: Sequence[Any],
+        available: Sequence[int],
+        *,
+        padded: bool = True,
+        remaining: Sequence[int] | None = None,
     ) -> KChoice:
         """The drafts of each request this step (docs/spec.md section 13.3).
 
         ``available[r]``: the most request ``requests[r]`` can draft this step (its
         room, or what a deterministic drafter proposed); the choice never exceeds it
         nor ``max_k``. ``padded``: the backend computes the widest row's positions
-        for every row (one width for the batch), else each request's own."""
+        for every row (one width for the batch), else each request's own.
+        ``remaining``: with a fixed batch run to its end (no request joins), the
+        tokens each request may still emit (each ``>= 1``): the choice then
+        maximises the rate at which the batch finishes, not the step's tokens per
+        second."""
         ids = _requests(requests)
         cap = np.minimum(_counts(available, "available", len(ids)), self.max_k)
-        alpha = np.array([self.acceptance(r) for r in ids], dtype=np.float64)
+        left = None
+        if remaining is not None:
+            left = _counts(remaining, "remaining", len(ids))
+            if left.size and left.min() < 1:
+                raise InputError("remaining must be >= 1", argument="remaining")
+        alpha = self._estimates(ids)
         model = self.cost_model()
         if model is None:
             # Nothing fitted yet: ``start`` drafts, then alternately none and
@@ -363,14 +427,27 @@ class AdaptiveK:
             k = np.minimum(cap, max(width, self.min_k))
             return self._made(ids, k, cap, alpha, None, "start", padded)
         if padded:
-            k = _best_width(alpha, cap, model, self.min_k)
+            k = _best_width(alpha, cap, model, self.min_k, left)
         else:
-            k = _best_ragged(alpha, cap, model, self.min_k)
+            k = _best_ragged(alpha, cap, model, self.min_k, left)
         reason = "model"
         self._modelled += 1
         if self.probe_every and self._modelled % self.probe_every == 0:
             k, reason = self._probe(k, cap, padded), "probe"
         return self._made(ids, k, cap, alpha, model, reason, padded)
+
+    def _estimates(self, ids: tuple[Any, ...]) -> np.ndarray:
+        """Each request's acceptance per depth, ``[R, max_k]``."""
+        w = self.prior_weight
+        out = np.empty((len(ids), self.max_k))
+        for r, request in enumerate(ids):
+            own = self._requests.get(request)
+            prior = self.pooled()
+            for i in range(self.max_k):
+                if own is not None:
+                    prior = (own.accepted[i] + w * prior) / (own.tried[i] + w)
+                out[r, i] = prior
+        return out
 
     def _probe(self, k: np.ndarray, cap: np.ndarray, padded: bool) -> np.ndarray:
         """The choice moved by 1 draft (up on odd probes, down on even ones, the
@@ -398,7 +475,7 @@ class AdaptiveK:
         padded: bool,
     ) -> KChoice:
         k = k.astype(np.int64)
-        tokens = float(sum(expected_emitted(a, int(j)) for a, j in zip(alpha, k, strict=True)))
+        tokens = float(_emitted(_reach(alpha), k).sum())
         width = int(k.max()) if len(k) else 0
         seconds = math.nan
         if model is not None:
@@ -416,15 +493,20 @@ def _fit(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> tuple[float, float
     together, as target tokens and draft forwards do at a constant batch, are
     explained by the first of them: the target's tokens)."""
     best: tuple[float, np.ndarray] | None = None
-    better = 1e-9 * float((w * t * t).sum())  # what counts as a better fit
+    with np.errstate(all="ignore"):
+        better = 1e-9 * float((w * t * t).sum())  # what counts as a better fit
     for columns in ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)):
         sub = design[:, columns]
         if not sub.any():
             continue
-        coef = _solve(sub, t, w)
-        if (coef < 0).any():
+        with np.errstate(all="ignore"):
+            try:
+                coef = _solve(sub, t, w)
+            except np.linalg.LinAlgError:
+                continue
+            residual = float((w * (t - sub @ coef) ** 2).sum())
+        if not (np.isfinite(coef).all() and math.isfinite(residual)) or (coef < 0).any():
             continue
-        residual = float((w * (t - sub @ coef) ** 2).sum())
         if best is None or residual < best[0] - better:
             full = np.zeros(3)
             full[list(columns)] = coef
@@ -445,50 +527,97 @@ def _seconds(model: tuple[float, float, float], target_tokens: float, forwards: 
     return model[0] + model[1] * target_tokens + model[2] * forwards
 
 
+def _reach(alpha: np.ndarray) -> np.ndarray:
+    """``[R, D + 1]``: column ``j`` is the product of a request's first ``j``
+    depths' acceptance (column 0 is 1), the expected tokens its ``j``-th draft
+    adds."""
+    rows = alpha.shape[0]
+    return np.concatenate([np.ones((rows, 1)), np.cumprod(alpha, axis=1)], axis=1)
+
+
+def _emitted(reach: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Each request's expected emitted tokens with ``k[r]`` drafts: ``sum_{j <= k}
+    reach[r, j]``."""
+    if not len(k):
+        return np.zeros(0)
+    return np.cumsum(reach, axis=1)[np.arange(len(k)), k]
+
+
+def _score(reach: np.ndarray, k: np.ndarray, seconds: float, remaining: np.ndarray | None) -> float:
+    """What a choice is worth: its expected tokens per predicted second, or, with
+    ``remaining``, the fraction of the slowest request's remaining tokens it
+    expects to emit per predicted second (``min_r E_r / remaining_r`` over the
+    time: the rate at which the batch finishes)."""
+    emitted = _emitted(reach, k)
+    value = float(emitted.sum()) if remaining is None else float((emitted / remaining).min())
+    return value / seconds if seconds > 0 else math.inf
+
+
 def _best_width(
-    alpha: np.ndarray, cap: np.ndarray, model: tuple[float, float, float], min_k: int
+    alpha: np.ndarray,
+    cap: np.ndarray,
+    model: tuple[float, float, float],
+    min_k: int,
+    remaining: np.ndarray | None = None,
 ) -> np.ndarray:
     """Padded backends: the width ``w`` (each request drafting ``min(w, cap)``)
-    with the most expected tokens per predicted second; the smaller on ties."""
-    rows = len(alpha)
-    best, best_rate = np.minimum(cap, min_k), -math.inf
+    with the best :func:`_score`; the smaller on ties."""
+    rows = len(cap)
+    reach = _reach(alpha)
+    best, best_score = np.minimum(cap, min_k), -math.inf
     top = int(cap.max()) if rows else 0
     for w in range(min(min_k, top), top + 1):
         k = np.minimum(cap, w)
         width = int(k.max()) if rows else 0
-        tokens = sum(expected_emitted(a, int(j)) for a, j in zip(alpha, k, strict=True))
-        seconds = _seconds(model, rows * (1 + width), width)
-        rate = tokens / seconds if seconds > 0 else math.inf
-        if rate > best_rate * (1 + 1e-12):
-            best, best_rate = k, rate
+        score = _score(reach, k, _seconds(model, rows * (1 + width), width), remaining)
+        if score > best_score * (1 + 1e-12):
+            best, best_score = k, score
     return best
 
 
 def _best_ragged(
-    alpha: np.ndarray, cap: np.ndarray, model: tuple[float, float, float], min_k: int
+    alpha: np.ndarray,
+    cap: np.ndarray,
+    model: tuple[float, float, float],
+    min_k: int,
+    remaining: np.ndarray | None = None,
 ) -> np.ndarray:
     """Ragged backends: drafts added one at a time, each time the one with the
-    largest expected gain (request ``r``'s ``j``-th draft adds ``alpha_r^j``); of
-    every prefix of that order, the one with the most expected tokens per
-    predicted second (the fewest drafts on ties)."""
-    rows = len(alpha)
+    largest expected gain (request ``r``'s ``j``-th draft adds ``reach[r, j]``, the
+    product of its first ``j`` depths' acceptance; with ``remaining``, the next
+    draft of the request slowest to finish, ``min E_r / remaining_r``, while it
+    can draft); of every prefix of that order, the one with the best
+    :func:`_score` (the fewest drafts on ties)."""
+    rows = len(cap)
+    reach = _reach(alpha)
     k = np.minimum(cap, min_k).astype(np.int64)
-    tokens = sum(expected_emitted(a, int(j)) for a, j in zip(alpha, k, strict=True))
-    gains = [(alpha[r] ** j, r) for r in range(rows) for j in range(int(k[r]) + 1, int(cap[r]) + 1)]
-    gains.sort(key=lambda g: -g[0])  # stable: a request's drafts stay in order
-    computed = rows + int(k.sum())
-    width = int(k.max()) if rows else 0
-    seconds = _seconds(model, computed, width)
-    best, best_rate = k.copy(), tokens / seconds if seconds > 0 else math.inf
-    for gain, r in gains:
+
+    def score() -> float:
+        computed = rows + int(k.sum())
+        width = int(k.max()) if rows else 0
+        return _score(reach, k, _seconds(model, computed, width), remaining)
+
+    best, best_score = k.copy(), score()
+    if remaining is None:
+        order = [
+            (reach[r, j], r) for r in range(rows) for j in range(int(k[r]) + 1, int(cap[r]) + 1)
+        ]
+        order.sort(key=lambda g: -g[0])  # stable: a request's drafts stay in order
+        steps = [r for _, r in order]
+    else:
+        steps = []
+        counts = k.copy()
+        while rows:
+            r = int(np.argmin(_emitted(reach, counts) / remaining))
+            if counts[r] >= cap[r]:
+                break  # the slowest request cannot draft more: nothing else helps
+            counts[r] += 1
+            steps.append(r)
+    for r in steps:
         k[r] += 1
-        tokens += gain
-        computed += 1
-        width = max(width, int(k[r]))
-        seconds = _seconds(model, computed, width)
-        rate = tokens / seconds if seconds > 0 else math.inf
-        if rate > best_rate * (1 + 1e-12):
-            best, best_rate = k.copy(), rate
+        current = score()
+        if current > best_score * (1 + 1e-12):
+            best, best_score = k.copy(), current
     return best
 
 
@@ -521,13 +650,20 @@ class HeuristicK:
         return k if self.max_k is None else min(k, self.max_k)
 
     def choose(
-        self, requests: Sequence[Any], available: Sequence[int], *, padded: bool = True
+        self,
+        requests: Sequence[Any],
+        available: Sequence[int],
+        *,
+        padded: bool = True,
+        remaining: Sequence[int] | None = None,
     ) -> KChoice:
+        """Each request's current count, cut by ``available`` (``padded`` and
+        ``remaining`` are not used)."""
         ids = _requests(requests)
         cap = _counts(available, "available", len(ids))
         k = np.array([min(self.current(r), c) for r, c in zip(ids, cap, strict=True)], np.int64)
-        nan = np.full(len(ids), np.nan)
-        return KChoice(ids, k, cap, nan, math.nan, math.nan, "heuristic")
+        none = np.zeros((len(ids), 0))
+        return KChoice(ids, k, cap, none, math.nan, math.nan, "heuristic")
 
     def observe(
         self,
@@ -535,8 +671,7 @@ class HeuristicK:
         drafted: Sequence[int],
         accepted: Sequence[int],
         *,
-        positions: Sequence[float] | None = None,
-        acceptances: Sequence[float] | None = None,
+        acceptances: Sequence[Sequence[float]] | None = None,
     ) -> None:
         """transformers' rule: all of ``drafted`` accepted (and at least one
         drafted), 2 more; else 1 fewer, at least 1. A request that drafted nothing

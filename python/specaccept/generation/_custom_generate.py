@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from .._errors import InputError
-from .._schedule import AdaptiveK, HeuristicK
+from .._schedule import HeuristicK
 from ._drafters import PromptLookup
-from ._loop import context_of, run
+from ._loop import auto_schedule, context_of, drafter_key, run
 from ._options import Options
 
 __all__ = ["TRANSFORMERS_VERSIONS", "speculative"]
@@ -282,15 +282,24 @@ _SCHEDULES = ("constant", "heuristic", "heuristic_transient")
 
 
 def _schedule(
-    k: int, chosen: Any, config: Any, assistant_model: Any, caller: dict[str, Any]
+    k: int,
+    chosen: Any,
+    config: Any,
+    assistant_model: Any,
+    caller: dict[str, Any],
+    model: Any,
+    drafter: Any,
 ) -> Any:
     """The loop's ``k`` for a draft model: ``chosen`` (speculative's own ``k``:
-    ``"auto"`` is an :class:`~specaccept.AdaptiveK` with ``max_k = k``), else
+    ``"auto"`` is the :class:`~specaccept.AdaptiveK` kept for ``model`` and
+    ``drafter`` with ``max_k = k``, ``_loop.auto_schedule``), else
     transformers' ``num_assistant_tokens_schedule``: ``"constant"`` is ``k``,
     ``"heuristic"`` and ``"heuristic_transient"`` a :class:`~specaccept.HeuristicK`
     starting at ``k`` (docs/spec.md section 12.8)."""
     if chosen is not None:
-        return AdaptiveK(max_k=k) if isinstance(chosen, str) and chosen == "auto" else chosen
+        if isinstance(chosen, str) and chosen == "auto":
+            return auto_schedule(model, drafter, max_k=k)
+        return chosen
     if assistant_model is None:
         return k
     name = _assistant_setting(
@@ -489,6 +498,8 @@ def speculative(
         config,
         None if lookup is not None else (model if assistant_model is None else assistant_model),
         caller,
+        model,
+        drafter_key(draft) if early_exit is None else ("early exit", early_exit),
     )
 
     batch, width = int(input_ids.shape[0]), int(input_ids.shape[1])

@@ -10,8 +10,10 @@ contract is docs/spec.md section 12.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -21,7 +23,7 @@ import numpy as np
 from .._api import verify, verify_greedy
 from .._errors import InputError
 from .._logits import verify_logits
-from .._schedule import KChoice, KSchedule
+from .._schedule import AdaptiveK, KChoice, KSchedule
 from .._stats import AcceptanceStats
 from .._tree import verify_tree
 from ._drafters import (
@@ -413,10 +415,46 @@ def _admit(
     return live
 
 
+#: ``k="auto"``: one AdaptiveK per target model, drafter and ``max_k``, for the process.
+_AUTO: weakref.WeakKeyDictionary[Any, dict[tuple[Any, int], AdaptiveK]] = (
+    weakref.WeakKeyDictionary()
+)
+#: ``max_k`` of ``generate(k="auto")``.
+AUTO_MAX_K = 8
+
+
+def drafter_key(draft: Any) -> Any:
+    """What ``k="auto"`` tells drafters apart by: every :class:`PromptLookup`
+    alike, a model by the module it wraps."""
+    if isinstance(draft, PromptLookup):
+        return "lookup"
+    return id(getattr(draft, "model", draft))
+
+
+def auto_schedule(model: Any, drafter: Any, max_k: int = AUTO_MAX_K) -> AdaptiveK:
+    """The :class:`~specaccept.AdaptiveK` that ``k="auto"`` uses for ``model``
+    (the target; an :class:`~specaccept.generation.hf.HFModel` counts as the
+    module it wraps) and ``drafter`` (a :func:`drafter_key`): kept for the
+    process, so a later call starts from what earlier ones measured (docs/spec.md
+    section 13.5). A model that cannot be weakly referenced gets a new one each
+    time."""
+    owner = getattr(model, "model", model)
+    key = (drafter, int(max_k))
+    try:
+        kept = _AUTO.setdefault(owner, {})
+    except TypeError:
+        return AdaptiveK(max_k=max_k)
+    if key not in kept:
+        kept[key] = AdaptiveK(max_k=max_k)
+    return kept[key]
+
+
 def run(target: Any, draft: Any, prompts: Any, options: Options) -> Generation:
     """:func:`generate` with its options checked (the entry points share it)."""
     start = time.perf_counter()
     models = _models(target, draft, options)
+    if isinstance(options.schedule, str):
+        options = dataclasses.replace(options, schedule=auto_schedule(target, drafter_key(draft)))
     sequences, prompt_errors = _prompts(prompts, options.isolate)
     batch = len(sequences)
     sampling = options.sampling(batch)
@@ -656,7 +694,7 @@ class _Run:
             most = getattr(schedule, "max_k", None)
             counts = bounds if most is None else [min(most, bound) for bound in bounds]
         else:
-            choice = schedule.choose(self.live, bounds)
+            choice = schedule.choose(self.live, bounds, remaining=rooms)
             counts = choice.k.tolist()
         width = max(counts)
         samples_ours = not settings.deterministic and not isinstance(drafter, ProposeDrafter)
@@ -668,7 +706,7 @@ class _Run:
             chain = drafter.propose(seqs, counts, sampling, uniforms)
         if schedule is not None and settings.deterministic:
             proposed = chain.tokens
-            choice = schedule.choose(self.live, [len(t) for t in proposed])
+            choice = schedule.choose(self.live, [len(t) for t in proposed], remaining=rooms)
             chain.tokens = [t[:k] for t, k in zip(proposed, choice.k.tolist(), strict=True)]
         failed = dict(chain.errors)
         if not settings.deterministic:
@@ -699,16 +737,15 @@ class _Run:
         requests = [self.live[r] for r in order]
         counts = [drafted.counts[r] for r in order]
         accepted = verified.num_accepted.tolist()
-        positions = acceptances = None
+        acceptances = None
         if drafted.proposed is not None:
-            positions, acceptances = [], []
+            acceptances = []
             for i, r in enumerate(order):
                 proposal, emitted = drafted.proposed[r], verified.tokens(i).tolist()
                 seen = min(len(proposal), len(emitted))
                 matched = next((j for j in range(seen) if proposal[j] != emitted[j]), seen)
-                positions.append(float(matched + (matched < seen)))
-                acceptances.append(float(matched))
-        schedule.observe(requests, counts, accepted, positions=positions, acceptances=acceptances)
+                acceptances.append([1.0] * matched + [0.0] * (matched < seen))
+        schedule.observe(requests, counts, accepted, acceptances=acceptances)
 
     def _draft_uniforms(self, keys: Any, rows: int, width: int, needed: bool) -> np.ndarray | None:
         """The draft uniforms ``[rows, width]`` (``None`` when nothing is sampled),

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import InputError
-from .._schedule import AdaptiveK, KSchedule
+from .._schedule import KSchedule
 from ._record import check_path
 from ._sampling import Sampling
 
@@ -148,9 +148,9 @@ def _eos(eos_token_id: Any) -> frozenset[int]:
     )
 
 
-def _k(k: Any) -> tuple[int, KSchedule | None]:
-    """``k``: an int, ``"auto"`` (a new :class:`~specaccept.AdaptiveK`) or a
-    schedule (an object with ``choose``, ``observe``, ``observe_cost`` and
+def _k(k: Any) -> tuple[int, KSchedule | str | None]:
+    """``k``: an int, ``"auto"`` (the run takes the :class:`~specaccept.AdaptiveK`
+    kept for its models, ``_loop.auto_schedule``) or a schedule (an object with ``choose``, ``observe``, ``observe_cost`` and
     ``finish``: :class:`~specaccept.AdaptiveK`, :class:`~specaccept.HeuristicK`)."""
     if isinstance(k, str):
         if k != "auto":
@@ -158,7 +158,7 @@ def _k(k: Any) -> tuple[int, KSchedule | None]:
                 f"k must be an int >= 0, 'auto' or a schedule (AdaptiveK, HeuristicK), got {k!r}",
                 argument="k",
             )
-        return 0, AdaptiveK()
+        return 0, "auto"  # resolved by the run: the AdaptiveK kept for its models
     if isinstance(k, KSchedule):
         return 0, k
     if isinstance(k, (int, np.integer)) or isinstance(k, (bool, np.bool_)):
@@ -187,7 +187,7 @@ class Options:
     """
 
     k: int = 4
-    schedule: KSchedule | None = None
+    schedule: KSchedule | str | None = None
     tree: tuple[int, ...] | None = None
     max_new_tokens: int = 32
     eos_token_ids: frozenset[int] = frozenset()
