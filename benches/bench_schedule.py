@@ -15,14 +15,18 @@ the machine's drift spreads evenly). The columns:
 
 - ``plain``: ``k = 0`` (plain decoding through the same loop and sessions);
 - ``k = 1, 2, 4, 8``: fixed;
-- ``auto``: ``k="auto"``, a new :class:`specaccept.AdaptiveK` per call (so each
-  call pays for its own start);
+- ``auto``: ``k="auto"``: the :class:`specaccept.AdaptiveK` kept for the target
+  and drafter, so only the first call of the process starts from nothing;
+- ``auto (new)``: a new ``AdaptiveK()`` per call (each call pays for its start);
 - ``heuristic``: :class:`specaccept.HeuristicK` starting at 4 (transformers'
   ``num_assistant_tokens_schedule="heuristic"``).
 
 The drafters: ``lookup`` (``PromptLookup()``) and ``early-exit`` (the target's
 first 8 of 30 layers as the draft model). Temperature 0 is greedy; 0.8 samples
-with ``seed=``, so with prompt lookup every column gives the same text (checked).
+with ``seed=``, so with prompt lookup every column gives the same text in exact
+arithmetic (in float32 a position's logits scored in a call of 9 tokens may differ
+in the last bits from the same position scored alone, so a near-boundary draw can
+flip: the rows equal to plain decoding's are counted).
 Reported per column: tokens per second over all wall time, the same after each
 call's first step (which feeds the prompts), emitted tokens per target call
 (rows scored), and for ``auto`` its ratio to plain and to the best fixed k.
@@ -74,6 +78,7 @@ def main() -> None:
         "plain": lambda: 0,
         **{f"k = {k}": (lambda k=k: k) for k in FIXED},
         "auto": lambda: "auto",
+        "auto (new)": lambda: specaccept.AdaptiveK(),
         "heuristic": lambda: specaccept.HeuristicK(start=4),
     }
     # Warm every path up once.
@@ -122,18 +127,20 @@ def main() -> None:
                 later = {c: t["later_tokens"] / t["later"] for c, t in totals.items()}
                 per_call = {c: t["tokens"] / t["calls"] for c, t in totals.items()}
                 best = max((f"k = {k}" for k in FIXED), key=lambda c: rate[c])
-                same = all(texts[c] == texts["plain"] for c in columns)
+                same = {
+                    c: sum(a == b for a, b in zip(texts[c], texts["plain"], strict=True))
+                    for c in columns
+                }
+                differ = sum(len(texts["plain"]) - n for n in same.values())
                 cells = [f"{rate[c]:.1f} ({later[c]:.1f}; {per_call[c]:.2f})" for c in columns]
                 print(
                     f"| {batch} | "
                     + " | ".join(cells)
                     + f" | {rate['auto'] / rate['plain']:.2f}x"
                     + f" | {rate['auto'] / rate[best]:.2f}x ({best}) |"
-                    + ("" if same else " texts differ"),
+                    + (f" {differ} row texts differ from plain" if differ else ""),
                     flush=True,
                 )
-                if drafter == "lookup" and not same:
-                    raise SystemExit("prompt lookup gave another text for some column")
                 results.append(
                     dict(
                         drafter=drafter,
@@ -142,7 +149,7 @@ def main() -> None:
                         tokens_per_second=rate,
                         after_first_step=later,
                         tokens_per_target_call=per_call,
-                        same_text_as_plain=same,
+                        rows_equal_to_plain=same,
                     )
                 )
     print(

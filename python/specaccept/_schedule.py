@@ -211,8 +211,9 @@ class AdaptiveK:
     min_k : int
         The fewest (``0`` lets the schedule turn drafting off).
     start : int, optional
-        Drafts per request while nothing is measured (default ``min(2, max_k)``,
-        at least ``min_k``).
+        Drafts per request while nothing is measured (default ``max_k // 2``, at
+        least ``min_k``): the first steps alternate ``start`` and none, two points
+        far enough apart to fit the cost.
     memory : float
         How fast acceptance is forgotten: a request's counts are multiplied by
         ``1 - 1/memory`` every step it runs (``inf``: never).
@@ -231,10 +232,10 @@ class AdaptiveK:
     >>> import specaccept
     >>> schedule = specaccept.AdaptiveK(max_k=8)
     >>> schedule.choose(["a", "b"], [8, 8]).k.tolist()   # nothing measured yet
-    [2, 2]
-    >>> schedule.observe(["a", "b"], [2, 2], [2, 0])      # "a" kept both drafts
-    >>> schedule.acceptance("a")[:2].round(2).tolist()   # per draft depth
-    [0.67, 0.83]
+    [4, 4]
+    >>> schedule.observe(["a", "b"], [4, 4], [2, 0])      # "a" kept 2 of 4
+    >>> schedule.acceptance("a")[:3].round(2).tolist()   # per draft depth
+    [0.67, 0.78, 0.52]
     """
 
     max_k: int = 8
@@ -259,7 +260,7 @@ class AdaptiveK:
             raise InputError(
                 f"min_k = {self.min_k} is larger than max_k = {self.max_k}", argument="min_k"
             )
-        start = max(min(2, self.max_k), self.min_k) if self.start is None else self.start
+        start = max(self.max_k // 2, self.min_k) if self.start is None else self.start
         self.start = _count(start, "start")
         if not self.min_k <= self.start <= self.max_k:
             raise InputError(f"start must lie in [min_k, max_k], got {start}", argument="start")
@@ -364,6 +365,12 @@ class AdaptiveK:
         measured steps (discounted by ``cost_memory``, then one Huber reweighting),
         or ``None`` while the steps measured do not tell a fixed cost from a
         per-token one (fewer than two distinct target token counts)."""
+        cost = self._cost()
+        return None if cost is None else cost.coef
+
+    def _cost(self) -> _Cost | None:
+        """The fitted line, and each measured ``(target tokens, draft forwards)``
+        point's own correction to it (docs/spec.md section 13.3)."""
         if len(self._costs) < 2:
             return None
         data = np.array(self._costs)
@@ -377,19 +384,32 @@ class AdaptiveK:
         # One Huber step: a step far off the line (a one-off cost: the first call
         # after the prompts, a pause of the machine) weighs less.
         with np.errstate(all="ignore"):
-            residual = np.abs(t - design @ np.array(coef))
-            scale = 1.4826 * float(np.median(residual))
+            residual = t - design @ np.array(coef)
+            scale = 1.4826 * float(np.median(np.abs(residual)))
             if 1e-6 * float(np.median(t)) < scale < math.inf:
-                w = w * np.minimum(1.0, 2.5 * scale / np.maximum(residual, 1e-300))
+                w = w * np.minimum(1.0, 2.5 * scale / np.maximum(np.abs(residual), 1e-300))
                 coef = _fit(design, t, w)
-        return coef
+                residual = t - design @ np.array(coef)
+        # A point's own mean residual, shrunk toward the line by a weight of 1: a
+        # backend's time need not be linear (a kernel picked by the token count).
+        sums: dict[tuple[float, float], list[float]] = {}
+        for xj, fj, wj, rj in zip(
+            x.tolist(), f.tolist(), w.tolist(), residual.tolist(), strict=True
+        ):
+            cell = sums.setdefault((xj, fj), [0.0, 0.0])
+            cell[0] += wj * rj
+            cell[1] += wj
+        cells = {
+            key: total / (weight + 1.0)
+            for key, (total, weight) in sums.items()
+            if math.isfinite(total / (weight + 1.0))
+        }
+        return _Cost(coef, cells)
 
     def predict_seconds(self, target_tokens: float, draft_forwards: float) -> float:
-        """The fitted step time (``nan`` before a fit)."""
-        model = self.cost_model()
-        if model is None:
-            return math.nan
-        return model[0] + model[1] * target_tokens + model[2] * draft_forwards
+        """The predicted step time (``nan`` before a fit)."""
+        cost = self._cost()
+        return math.nan if cost is None else cost.seconds(target_tokens, draft_forwards)
 
     # -- the choice -------------------------------------------------------------
 
@@ -419,7 +439,7 @@ class AdaptiveK:
             if left.size and left.min() < 1:
                 raise InputError("remaining must be >= 1", argument="remaining")
         alpha = self._estimates(ids)
-        model = self.cost_model()
+        model = self._cost()
         if model is None:
             # Nothing fitted yet: ``start`` drafts, then alternately none and
             # ``start``, until the measured steps differ in what they computed.
@@ -470,17 +490,17 @@ class AdaptiveK:
         k: np.ndarray,
         cap: np.ndarray,
         alpha: np.ndarray,
-        model: tuple[float, float, float] | None,
+        model: _Cost | None,
         reason: str,
         padded: bool,
     ) -> KChoice:
         k = k.astype(np.int64)
-        tokens = float(_emitted(_reach(alpha), k).sum())
+        tokens = float(_emitted(np.cumsum(_reach(alpha), axis=1), k).sum())
         width = int(k.max()) if len(k) else 0
         seconds = math.nan
         if model is not None:
             computed = len(ids) * (1 + width) if padded else len(ids) + int(k.sum())
-            seconds = _seconds(model, computed, width)
+            seconds = model.seconds(computed, width)
         self._last_width = width
         return KChoice(ids, k, cap.astype(np.int64), alpha, tokens, seconds, reason)
 
@@ -523,8 +543,19 @@ def _solve(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.linalg.solve(gram + np.diag(ridge), weighted.T @ t)
 
 
-def _seconds(model: tuple[float, float, float], target_tokens: float, forwards: float) -> float:
-    return model[0] + model[1] * target_tokens + model[2] * forwards
+@dataclass(frozen=True)
+class _Cost:
+    """A step's predicted time: the fitted line ``coef``, plus the shrunk mean
+    residual of the measured point ``(target tokens, draft forwards)`` where
+    there is one; at least a nanosecond."""
+
+    coef: tuple[float, float, float]
+    cells: dict[tuple[float, float], float]
+
+    def seconds(self, target_tokens: float, forwards: float) -> float:
+        c0, c1, c2 = self.coef
+        line = c0 + c1 * target_tokens + c2 * forwards
+        return max(line + self.cells.get((float(target_tokens), float(forwards)), 0.0), 1e-9)
 
 
 def _reach(alpha: np.ndarray) -> np.ndarray:
@@ -535,20 +566,22 @@ def _reach(alpha: np.ndarray) -> np.ndarray:
     return np.concatenate([np.ones((rows, 1)), np.cumprod(alpha, axis=1)], axis=1)
 
 
-def _emitted(reach: np.ndarray, k: np.ndarray) -> np.ndarray:
+def _emitted(cumulative: np.ndarray, k: np.ndarray) -> np.ndarray:
     """Each request's expected emitted tokens with ``k[r]`` drafts: ``sum_{j <= k}
-    reach[r, j]``."""
+    reach[r, j]``, from ``cumulative = cumsum(reach, axis=1)``."""
     if not len(k):
         return np.zeros(0)
-    return np.cumsum(reach, axis=1)[np.arange(len(k)), k]
+    return cumulative[np.arange(len(k)), k]
 
 
-def _score(reach: np.ndarray, k: np.ndarray, seconds: float, remaining: np.ndarray | None) -> float:
+def _score(
+    cumulative: np.ndarray, k: np.ndarray, seconds: float, remaining: np.ndarray | None
+) -> float:
     """What a choice is worth: its expected tokens per predicted second, or, with
     ``remaining``, the fraction of the slowest request's remaining tokens it
     expects to emit per predicted second (``min_r E_r / remaining_r`` over the
     time: the rate at which the batch finishes)."""
-    emitted = _emitted(reach, k)
+    emitted = _emitted(cumulative, k)
     value = float(emitted.sum()) if remaining is None else float((emitted / remaining).min())
     return value / seconds if seconds > 0 else math.inf
 
@@ -556,20 +589,20 @@ def _score(reach: np.ndarray, k: np.ndarray, seconds: float, remaining: np.ndarr
 def _best_width(
     alpha: np.ndarray,
     cap: np.ndarray,
-    model: tuple[float, float, float],
+    model: _Cost,
     min_k: int,
     remaining: np.ndarray | None = None,
 ) -> np.ndarray:
     """Padded backends: the width ``w`` (each request drafting ``min(w, cap)``)
     with the best :func:`_score`; the smaller on ties."""
     rows = len(cap)
-    reach = _reach(alpha)
+    cumulative = np.cumsum(_reach(alpha), axis=1)
     best, best_score = np.minimum(cap, min_k), -math.inf
     top = int(cap.max()) if rows else 0
     for w in range(min(min_k, top), top + 1):
         k = np.minimum(cap, w)
         width = int(k.max()) if rows else 0
-        score = _score(reach, k, _seconds(model, rows * (1 + width), width), remaining)
+        score = _score(cumulative, k, model.seconds(rows * (1 + width), width), remaining)
         if score > best_score * (1 + 1e-12):
             best, best_score = k, score
     return best
@@ -578,7 +611,7 @@ def _best_width(
 def _best_ragged(
     alpha: np.ndarray,
     cap: np.ndarray,
-    model: tuple[float, float, float],
+    model: _Cost,
     min_k: int,
     remaining: np.ndarray | None = None,
 ) -> np.ndarray:
@@ -590,12 +623,13 @@ def _best_ragged(
     :func:`_score` (the fewest drafts on ties)."""
     rows = len(cap)
     reach = _reach(alpha)
+    cumulative = np.cumsum(reach, axis=1)
     k = np.minimum(cap, min_k).astype(np.int64)
 
     def score() -> float:
         computed = rows + int(k.sum())
         width = int(k.max()) if rows else 0
-        return _score(reach, k, _seconds(model, computed, width), remaining)
+        return _score(cumulative, k, model.seconds(computed, width), remaining)
 
     best, best_score = k.copy(), score()
     if remaining is None:
@@ -608,7 +642,7 @@ def _best_ragged(
         steps = []
         counts = k.copy()
         while rows:
-            r = int(np.argmin(_emitted(reach, counts) / remaining))
+            r = int(np.argmin(_emitted(cumulative, counts) / remaining))
             if counts[r] >= cap[r]:
                 break  # the slowest request cannot draft more: nothing else helps
             counts[r] += 1
