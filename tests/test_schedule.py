@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import specaccept
 from specaccept import AdaptiveK, HeuristicK, InputError
-from specaccept._schedule import expected_emitted
+from specaccept import expected_tokens_per_step as expected_emitted
 from test_generate import Markov, plain_greedy
 
 # --------------------------------------------------------------------------

@@ -1,16 +1,17 @@
 """How many tokens each request drafts, chosen before every step.
 
-:class:`AdaptiveK` maximises the step's expected emitted tokens per second: each
-request's acceptance estimated from what the verifier saw, the step's time fitted
-online to what the step computes. :class:`HeuristicK` is transformers' schedule
+:class:`AdaptiveK` maximises the step's expected emitted tokens per second (or,
+for a fixed batch, the rate at which it finishes): each request's acceptance per
+draft depth estimated from what the verifier saw, the step's time fitted online
+to what the step computes. :class:`HeuristicK` is transformers' schedule
 (``num_assistant_tokens_schedule="heuristic"``). Both only choose how many tokens
 are drafted: verification, and so exactness, is untouched. The contract is
 docs/spec.md section 13.
 
 A consumer (the generation loop, the vLLM plugin, your own engine) calls, per step:
 
-1. ``choice = schedule.choose(requests, available, padded=...)``: ``choice.k[r]``
-   drafts for request ``requests[r]``, at most ``available[r]``;
+1. ``choice = schedule.choose(requests, available, padded=..., remaining=...)``:
+   ``choice.k[r]`` drafts for request ``requests[r]``, at most ``available[r]``;
 2. ``schedule.observe(requests, drafted, accepted, ...)`` with what the verifier kept;
 3. ``schedule.observe_cost(seconds, target_tokens, draft_forwards)`` with the
    step's wall time (not for a step that also processed prompts);
@@ -29,20 +30,12 @@ import numpy as np
 
 from ._errors import InputError
 
-__all__ = ["MAX_K", "AdaptiveK", "HeuristicK", "KChoice", "KSchedule", "expected_emitted"]
+__all__ = ["MAX_K", "AdaptiveK", "HeuristicK", "KChoice", "KSchedule"]
 
 #: A request's acceptance before anything is known about any request.
 PRIOR_ACCEPTANCE = 0.5
 #: The largest ``max_k`` of :class:`AdaptiveK` (it keeps counts per draft depth).
 MAX_K = 4096
-
-
-def expected_emitted(acceptance: float, k: int) -> float:
-    """Expected tokens one verification emits for ``k`` drafts accepted each with
-    probability ``acceptance`` once the earlier ones are: ``sum_{i=0..k} a^i``."""
-    if acceptance >= 1.0:
-        return float(k + 1)
-    return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
 
 
 @dataclass(frozen=True)
@@ -191,18 +184,20 @@ class _Acceptance:
         self.tried += tried
 
 
-@dataclass
+@dataclass(eq=False)
 class AdaptiveK:
     """Chooses each step's drafts to maximise expected emitted tokens per second.
 
     Before a step, for the requests of the batch, :meth:`choose` weighs each
-    candidate choice by its expected emitted tokens (each request's acceptance,
-    estimated from the steps it ran) over its predicted time (a line fitted to
-    the steps already measured, in the tokens the target computes and the
-    drafter's forward calls), and takes the best, ``0`` drafts included when
-    drafting cannot pay. A padded backend (every row computes the widest row's
-    positions) gets one width for the batch; a ragged one a count per request.
-    See docs/spec.md section 13.
+    candidate choice by its expected emitted tokens (each request's acceptance
+    per draft depth, estimated from the steps it ran) over its predicted time (a
+    line fitted to the steps already measured, in the tokens the target computes
+    and the drafter's forward calls, corrected where a point was measured), and
+    takes the best, ``0`` drafts included when drafting cannot pay. Given each
+    request's ``remaining`` tokens (a fixed batch, run to its end), it weighs the
+    rate at which the slowest request finishes instead. A padded backend (every
+    row computes the widest row's positions) gets one width for the batch; a
+    ragged one a count per request. See docs/spec.md section 13.
 
     Parameters
     ----------
@@ -250,6 +245,7 @@ class AdaptiveK:
     _costs: deque = field(default_factory=lambda: deque(maxlen=256), init=False, repr=False)
     _modelled: int = field(default=0, init=False, repr=False)
     _last_width: int | None = field(default=None, init=False, repr=False)
+    _fitted: _Cost | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.max_k = _count(self.max_k, "max_k")
@@ -319,26 +315,21 @@ class AdaptiveK:
             raise InputError("accepted must be <= drafted", argument="accepted")
         exact = None if acceptances is None else _probabilities(acceptances, "acceptances", n)
         keep = 1.0 - 1.0 / self.memory
-        depths = self.max_k
-        tried_all, accepted_all = np.zeros(depths), np.zeros(depths)
-        rows = []
-        for r in range(n):
-            tried, hits = np.zeros(depths), np.zeros(depths)
-            d, a = min(int(drafted_[r]), depths), min(int(accepted_[r]), depths)
-            if exact is not None:
-                seen = min(len(exact[r]), depths)
-                tried[:seen] = 1.0
-                hits[:seen] = exact[r][:seen]
-            else:
-                tried[: min(a + 1, d)] = 1.0
-                hits[:a] = 1.0
-            rows.append((tried, hits))
-            tried_all += tried
-            accepted_all += hits
-        for request, (tried, hits) in zip(ids, rows, strict=True):
-            state = self._requests.setdefault(request, _Acceptance.empty(depths))
-            state.add(hits, tried, keep)
-        self._pooled.add(accepted_all[:1], tried_all[:1], keep)
+        depths = np.arange(self.max_k)
+        if exact is not None:
+            seen = np.array([len(row) for row in exact], dtype=np.int64)
+            tried = (depths[None, :] < seen[:, None]).astype(np.float64)
+            hits = np.zeros((n, self.max_k))
+            for r, row in enumerate(exact):
+                hits[r, : min(len(row), self.max_k)] = row[: self.max_k]
+        else:
+            tried = (depths[None, :] < np.minimum(accepted_ + 1, drafted_)[:, None]).astype(float)
+            hits = (depths[None, :] < accepted_[:, None]).astype(np.float64)
+        for request, r in zip(ids, range(n), strict=True):
+            state = self._requests.setdefault(request, _Acceptance.empty(self.max_k))
+            state.add(hits[r], tried[r], keep)
+        first = (hits[:, 0].sum(), tried[:, 0].sum()) if self.max_k else (0.0, 0.0)
+        self._pooled.add(np.array([first[0]]), np.array([first[1]]), keep)
 
     def finish(self, requests: Sequence[Any]) -> None:
         """Forget the requests that ended."""
@@ -359,6 +350,7 @@ class AdaptiveK:
         x = _count(target_tokens, "target_tokens")
         f = _count(draft_forwards, "draft_forwards")
         self._costs.append((float(seconds), float(x), float(f)))
+        self._fitted = None
 
     def cost_model(self) -> tuple[float, float, float] | None:
         """``(fixed, per_target_token, per_draft_forward)`` seconds fitted to the
@@ -371,6 +363,8 @@ class AdaptiveK:
     def _cost(self) -> _Cost | None:
         """The fitted line, and each measured ``(target tokens, draft forwards)``
         point's own correction to it (docs/spec.md section 13.3)."""
+        if self._fitted is not None:
+            return self._fitted
         if len(self._costs) < 2:
             return None
         data = np.array(self._costs)
@@ -392,19 +386,17 @@ class AdaptiveK:
                 residual = t - design @ np.array(coef)
         # A point's own mean residual, shrunk toward the line by a weight of 1: a
         # backend's time need not be linear (a kernel picked by the token count).
-        sums: dict[tuple[float, float], list[float]] = {}
-        for xj, fj, wj, rj in zip(
-            x.tolist(), f.tolist(), w.tolist(), residual.tolist(), strict=True
-        ):
-            cell = sums.setdefault((xj, fj), [0.0, 0.0])
-            cell[0] += wj * rj
-            cell[1] += wj
+        points, where = np.unique(np.stack([x, f], axis=1), axis=0, return_inverse=True)
+        where = where.reshape(-1)
+        with np.errstate(all="ignore"):
+            shift = np.bincount(where, w * residual) / (np.bincount(where, w) + 1.0)
         cells = {
-            key: total / (weight + 1.0)
-            for key, (total, weight) in sums.items()
-            if math.isfinite(total / (weight + 1.0))
+            (float(px), float(pf)): float(c)
+            for (px, pf), c in zip(points.tolist(), shift.tolist(), strict=True)
+            if math.isfinite(c)
         }
-        return _Cost(coef, cells)
+        self._fitted = _Cost(coef, cells)
+        return self._fitted
 
     def predict_seconds(self, target_tokens: float, draft_forwards: float) -> float:
         """The predicted step time (``nan`` before a fit)."""
@@ -457,16 +449,19 @@ class AdaptiveK:
         return self._made(ids, k, cap, alpha, model, reason, padded)
 
     def _estimates(self, ids: tuple[Any, ...]) -> np.ndarray:
-        """Each request's acceptance per depth, ``[R, max_k]``."""
-        w = self.prior_weight
-        out = np.empty((len(ids), self.max_k))
+        """Each request's acceptance per depth, ``[R, max_k]`` (section 13.2's
+        recurrence, over all requests at once)."""
+        w, depths = self.prior_weight, self.max_k
+        accepted, tried = np.zeros((len(ids), depths)), np.zeros((len(ids), depths))
         for r, request in enumerate(ids):
             own = self._requests.get(request)
-            prior = self.pooled()
-            for i in range(self.max_k):
-                if own is not None:
-                    prior = (own.accepted[i] + w * prior) / (own.tried[i] + w)
-                out[r, i] = prior
+            if own is not None:
+                accepted[r], tried[r] = own.accepted, own.tried
+        out = np.empty((len(ids), depths))
+        prior = np.full(len(ids), self.pooled())
+        for i in range(depths):
+            prior = (accepted[:, i] + w * prior) / (tried[:, i] + w)
+            out[:, i] = prior
         return out
 
     def _probe(self, k: np.ndarray, cap: np.ndarray, padded: bool) -> np.ndarray:
@@ -505,42 +500,47 @@ class AdaptiveK:
         return KChoice(ids, k, cap.astype(np.int64), alpha, tokens, seconds, reason)
 
 
+#: The column subsets :func:`_fit` tries, in its order of preference.
+_SUBSETS = ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2))
+
+
 def _fit(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> tuple[float, float, float]:
     """Weighted least squares with every coefficient ``>= 0`` (a step has no
     negative fixed cost and never gets cheaper for computing more): of the subsets
     of the three columns whose own fit is non-negative, the one with the least
     residual, a larger subset only where it fits better (so columns that moved
     together, as target tokens and draft forwards do at a constant batch, are
-    explained by the first of them: the target's tokens)."""
-    best: tuple[float, np.ndarray] | None = None
+    explained by the first of them: the target's tokens). From the weighted
+    moments, so each subset costs a 3 x 3 solve."""
     with np.errstate(all="ignore"):
-        better = 1e-9 * float((w * t * t).sum())  # what counts as a better fit
-    for columns in ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)):
-        sub = design[:, columns]
-        if not sub.any():
-            continue
+        weighted = design * w[:, None]
+        gram = design.T @ weighted
+        moment = weighted.T @ t
+        total = float((w * t * t).sum())
+    if not (np.isfinite(gram).all() and np.isfinite(moment).all() and math.isfinite(total)):
+        return 0.0, 0.0, 0.0
+    better = 1e-9 * total  # what counts as a better fit
+    best: tuple[float, np.ndarray] | None = None
+    for columns in _SUBSETS:
+        index = list(columns)
+        sub = gram[np.ix_(index, index)]
+        if not np.diag(sub).all():
+            continue  # a column of zeros
         with np.errstate(all="ignore"):
             try:
-                coef = _solve(sub, t, w)
+                coef = np.linalg.solve(sub + np.diag(1e-9 * np.diag(sub)), moment[index])
             except np.linalg.LinAlgError:
                 continue
-            residual = float((w * (t - sub @ coef) ** 2).sum())
+            residual = total - 2.0 * float(coef @ moment[index]) + float(coef @ sub @ coef)
         if not (np.isfinite(coef).all() and math.isfinite(residual)) or (coef < 0).any():
             continue
         if best is None or residual < best[0] - better:
             full = np.zeros(3)
-            full[list(columns)] = coef
+            full[index] = coef
             best = (residual, full)
     if best is None:  # every time measured is 0
         return 0.0, 0.0, 0.0
     return float(best[1][0]), float(best[1][1]), float(best[1][2])
-
-
-def _solve(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> np.ndarray:
-    weighted = design * w[:, None]
-    gram = design.T @ weighted
-    ridge = 1e-9 * np.diag(gram) + 1e-300
-    return np.linalg.solve(gram + np.diag(ridge), weighted.T @ t)
 
 
 @dataclass(frozen=True)
@@ -655,7 +655,7 @@ def _best_ragged(
     return best
 
 
-@dataclass
+@dataclass(eq=False)
 class HeuristicK:
     """transformers' ``num_assistant_tokens_schedule="heuristic"``, per request:
     a request starts at ``start`` drafts; after a step whose drafts were all

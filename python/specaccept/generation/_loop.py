@@ -618,7 +618,7 @@ class _Run:
         before = result.num_tokens
         schedule = settings.options.schedule
         if schedule is not None and verified is not None:
-            self._observe(schedule, drafted, verified, order)
+            self._observe(schedule, drafted, verified, order, failed)
         going = self._keep(verified, order, failed)
         if verified is not None:
             counts = np.array([drafted.counts[r] for r in order], dtype=np.int64)
@@ -728,19 +728,25 @@ class _Run:
         )
 
     def _observe(
-        self, schedule: KSchedule, drafted: _Drafted, verified: Any, order: list[int]
+        self,
+        schedule: KSchedule,
+        drafted: _Drafted,
+        verified: Any,
+        order: list[int],
+        failed: dict[int, Exception],
     ) -> None:
         """Tells the schedule what the step's verification kept (docs/spec.md section
         13.2): per verified row its drafts and accepted count; for deterministic
         drafts also how far the whole proposal matched the emitted tokens (a
         proposal past the drafts kept is compared with the bonus token)."""
-        requests = [self.live[r] for r in order]
-        counts = [drafted.counts[r] for r in order]
-        accepted = verified.num_accepted.tolist()
+        rows = [(i, r) for i, r in enumerate(order) if r not in failed]
+        requests = [self.live[r] for _, r in rows]
+        counts = [drafted.counts[r] for _, r in rows]
+        accepted = [int(verified.num_accepted[i]) for i, _ in rows]
         acceptances = None
         if drafted.proposed is not None:
             acceptances = []
-            for i, r in enumerate(order):
+            for i, r in rows:
                 proposal, emitted = drafted.proposed[r], verified.tokens(i).tolist()
                 seen = min(len(proposal), len(emitted))
                 matched = next((j for j in range(seen) if proposal[j] != emitted[j]), seen)
