@@ -361,3 +361,27 @@ def test_k_auto_keeps_one_schedule_per_target_and_drafter():
     assert kept is not auto_schedule(Markov(7, 3, seed=1), "lookup")
     other = specaccept.generate(target, draft, PROMPTS, **options)
     assert other.schedule[0].reason == "start"
+
+
+def test_recorded_steps_carry_each_choice(tmp_path):
+    """record= with a schedule: per recorded row its request, step, what it could
+    draft and the acceptance per depth the choice used; the laboratory still
+    loads the file."""
+    from specaccept.lab._steps import load_steps
+
+    target, draft = Markov(7, 3, seed=1), Markov(7, 2, seed=2)
+    path = tmp_path / "steps.npz"
+    out = specaccept.generate(
+        target, draft, PROMPTS, k=AdaptiveK(max_k=5), max_new_tokens=20, rng=0, record=path
+    )
+    data = np.load(path)
+    rows = len(data["num_draft_tokens"])
+    assert rows == sum(len(c.requests) for c in out.schedule)  # no row failed
+    assert set(data["request"].tolist()) == {0, 1, 2}
+    assert (data["num_draft_tokens"] <= data["available"]).all()
+    assert data["estimated_acceptance"].shape == (rows, 5)
+    first = out.schedule[0]
+    np.testing.assert_allclose(data["estimated_acceptance"][:3], first.acceptance, rtol=1e-6)
+    assert data["step"][:3].tolist() == [0, 0, 0] and data["step"][-1] == len(out.schedule) - 1
+    ids, _, _, counts = load_steps(str(path))
+    assert len(ids) == rows and (counts == data["num_draft_tokens"]).all()

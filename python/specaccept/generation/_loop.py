@@ -812,7 +812,9 @@ def _verify(
     keys = None if keys is None else (keys[0][ok], keys[1][ok])
     if drafted.tree is not None:
         return _verify_trees(scores, drafted.tree, ok, every, sampling, keys, settings)
-    return _verify_chains(scores, drafted.chain, ok, every, sampling, keys, settings, recorder)
+    return _verify_chains(
+        scores, drafted.chain, ok, every, sampling, keys, settings, recorder, drafted.choice
+    )
 
 
 def _target_probs(
@@ -882,6 +884,7 @@ def _verify_chains(
     keys: Any,
     settings: _Settings,
     recorder: Recorder | None,
+    choice: KChoice | None = None,
 ) -> tuple[Any, list[int], dict[int, Exception]]:
     """``verify_logits`` on the rows as they are, or ``verify`` on probabilities
     (docs/spec.md section 12.3); the verified rows recorded."""
@@ -905,7 +908,6 @@ def _verify_chains(
         failed.update((ok[i], error) for i, error in bad.items())
         if recorder is not None:
             target_probs, draft_probs = transform(target_rows, sampling, read)[0], None
-        uniforms, recovery = settings.randomness.verify_uniforms(keys, (len(ok), width))
     elif chain.space == "logits":
         uniforms, recovery = settings.randomness.verify_uniforms(keys, (len(ok), width))
         verified = verify_logits(
@@ -944,7 +946,6 @@ def _verify_chains(
         )
     for i, error in verified.errors.items():
         failed.setdefault(ok[int(i)], error)
-    del uniforms, recovery
     if recorder is not None:
         good = [i for i in range(len(ok)) if ok[i] not in failed]
         recorder.add(
@@ -952,6 +953,7 @@ def _verify_chains(
             np.asarray(target_probs)[good],
             None if draft_probs is None else np.asarray(draft_probs)[good],
             num[good],
+            None if choice is None else (choice, [ok[i] for i in good]),
         )
     return verified, list(ok), failed
 

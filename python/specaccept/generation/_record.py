@@ -55,6 +55,8 @@ class Recorder:
     def __init__(self, path: str, deterministic: bool):
         self.path, self.deterministic = path, deterministic
         self.steps: list[tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]] = []
+        # With a schedule: per recorded row, (request, step, available, acceptance).
+        self.choices: list[tuple[int, int, int, np.ndarray]] = []
 
     def add(
         self,
@@ -62,10 +64,24 @@ class Recorder:
         target_probs: np.ndarray,
         draft_probs: np.ndarray | None,
         counts: np.ndarray,
+        choice: tuple[Any, list[int]] | None = None,
     ) -> None:
+        """One step's verified rows; ``choice``: the schedule's ``KChoice`` of the
+        step and, for each recorded row, its row in that choice."""
         width = ids.shape[1]
         target = np.asarray(target_probs[:, : width + 1], dtype=np.float32)
         draft = None if draft_probs is None else np.asarray(draft_probs[:, :width], np.float32)
+        if choice is not None:
+            made, rows = choice
+            for r in rows:
+                self.choices.append(
+                    (
+                        int(made.requests[r]),
+                        len(self.steps),
+                        int(made.available[r]),
+                        made.acceptance[r],
+                    )
+                )
         self.steps.append((np.asarray(ids, np.int64), target, draft, np.asarray(counts, np.int64)))
 
     def save(self) -> None:
@@ -98,5 +114,12 @@ class Recorder:
         }
         if draft_all is not None:
             arrays["draft_probs"] = draft_all
+        if self.choices and len(self.choices) == rows:
+            arrays["request"] = np.array([c[0] for c in self.choices], dtype=np.int64)
+            arrays["step"] = np.array([c[1] for c in self.choices], dtype=np.int64)
+            arrays["available"] = np.array([c[2] for c in self.choices], dtype=np.int64)
+            arrays["estimated_acceptance"] = np.array(
+                [c[3] for c in self.choices], dtype=np.float32
+            ).reshape(rows, -1)
         with open(self.path, "wb") as file:
             np.savez(file, **arrays)
