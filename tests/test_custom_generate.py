@@ -115,14 +115,23 @@ def test_drafts_per_step_are_num_assistant_tokens(given, own, k):
     generation config's (which transformers' assisted generation reads), else 20;
     seen in the target's forward calls with an assistant that is a copy of it
     (every draft accepted: k + 1 tokens a step)."""
+    extra = {} if given is None else {"num_assistant_tokens": given}
+    assert forwards_with_a_copy({"num_assistant_tokens": own}, **extra) == -(
+        -12 // (min(k, 11) + 1)
+    )
+
+
+def forwards_with_a_copy(assistant_config, **extra):
+    """The target's forward calls for 12 greedy tokens with an assistant that is a
+    copy of it (every draft accepted), its generation config set as given."""
     import copy
 
     target = llama(3)
     assistant = copy.deepcopy(target)
-    assistant.generation_config.num_assistant_tokens = own
+    for name, value in assistant_config.items():
+        setattr(assistant.generation_config, name, value)
     calls = []
     target.register_forward_pre_hook(lambda module, args: calls.append(1))
-    extra = {} if given is None else {"num_assistant_tokens": given}
     out = target.generate(
         torch.tensor([[1, 2, 3]]),
         do_sample=False,
@@ -132,7 +141,7 @@ def test_drafts_per_step_are_num_assistant_tokens(given, own, k):
         **extra,
     )
     assert out.shape == (1, 15)
-    assert len(calls) == -(-12 // (min(k, 11) + 1))
+    return len(calls)
 
 
 @pytest.mark.parametrize(
@@ -162,23 +171,8 @@ def test_num_assistant_tokens_schedule_is_honoured(schedule, forwards):
     """An assistant that is a copy of the target accepts every draft: the constant
     schedule drafts 2 a step (3 tokens a call: 4 calls for 12 tokens), the
     heuristic one 2, then 4, then what is left (3 + 5 + 4: 3 calls)."""
-    import copy
-
-    target = llama(3)
-    assistant = copy.deepcopy(target)
-    assistant.generation_config.num_assistant_tokens_schedule = schedule
-    calls = []
-    target.register_forward_pre_hook(lambda module, args: calls.append(1))
-    out = target.generate(
-        torch.tensor([[1, 2, 3]]),
-        do_sample=False,
-        max_new_tokens=12,
-        custom_generate=speculative,
-        assistant_model=assistant,
-        num_assistant_tokens=2,
-    )
-    assert out.shape == (1, 15)
-    assert len(calls) == forwards
+    config = {"num_assistant_tokens_schedule": schedule}
+    assert forwards_with_a_copy(config, num_assistant_tokens=2) == forwards
 
 
 def test_an_unknown_schedule_or_k_is_refused(models):

@@ -385,3 +385,45 @@ def test_recorded_steps_carry_each_choice(tmp_path):
     assert data["step"][:3].tolist() == [0, 0, 0] and data["step"][-1] == len(out.schedule) - 1
     ids, _, _, counts = load_steps(str(path))
     assert len(ids) == rows and (counts == data["num_draft_tokens"]).all()
+
+
+class Spy(AdaptiveK):
+    """An AdaptiveK that keeps what the loop tells it."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seen: list[tuple[list, list, list, list]] = []
+
+    def observe(self, requests, drafted, accepted, *, acceptances=None):
+        self.seen.append((list(requests), list(drafted), list(accepted), acceptances))
+        super().observe(requests, drafted, accepted, acceptances=acceptances)
+
+
+def test_sampled_drafts_from_probabilities_are_observed_by_their_exact_acceptance():
+    """Rows the verifier reads as probabilities: each draft's acceptance
+    probability sum_x min(p(x), q(x)), computed here from the models' own tables
+    at the drafted prefix; greedy rows are observed by what they accepted."""
+    target, draft = Markov(7, 3, seed=1), Markov(7, 2, seed=2)
+    spy = Spy(max_k=3, start=3)
+    sequences = [list(p) for p in PROMPTS]
+    out = specaccept.generate(
+        target, draft, PROMPTS, k=spy, max_new_tokens=12, rng=5, temperature=[1.0, 1.0, 0.0]
+    )
+    first = spy.seen[0]
+    assert first[0] == [0, 1, 2] and first[1] == [3, 3, 3]
+    for b in (0, 1):
+        tokens = out.tokens[b]
+        drafts = tokens[: first[2][b]]  # the accepted drafts are the first tokens
+        expected = []
+        for t in range(3):
+            prefix = sequences[b] + drafts[:t]
+            if t > len(drafts):
+                break
+            p, q = target.distribution(prefix), draft.distribution(prefix)
+            expected.append(float(np.minimum(p, q).sum()))
+        got = first[3][b]
+        assert len(got) == 3
+        # The prefix is known up to the first rejection: the rates there must match.
+        np.testing.assert_allclose(got[: len(expected)], expected, rtol=1e-9)
+    a = first[2][2]
+    assert first[3][2] == [1.0] * a + [0.0] * (a < 3)  # the greedy row: counts

@@ -28,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ._checks import check_int
 from ._errors import InputError
 
 __all__ = ["MAX_K", "AdaptiveK", "HeuristicK", "KChoice", "KSchedule"]
@@ -103,14 +104,6 @@ class KSchedule(Protocol):
     def finish(self, requests: Sequence[Any]) -> None: ...
 
 
-def _count(value: Any, name: str, minimum: int = 0) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {type(value).__name__}")
-    if value < minimum:
-        raise InputError(f"{name} must be an int >= {minimum}, got {value}", argument=name)
-    return int(value)
-
-
 def _counts(values: Any, name: str, length: int) -> np.ndarray:
     """A sequence of ``length`` ints ``>= 0`` as ``int64``."""
     if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
@@ -119,7 +112,7 @@ def _counts(values: Any, name: str, length: int) -> np.ndarray:
     if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
         if array.ndim == 1 and array.dtype == object:
             for i, v in enumerate(values):
-                _count(v, f"{name}[{i}]")
+                check_int(v, f"{name}[{i}]")
             raise InputError(f"{name} must be < 2**63", argument=name)
         raise TypeError(f"{name} must be a 1-D sequence of ints")
     if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
@@ -151,6 +144,18 @@ def _probabilities(values: Any, name: str, rows: int) -> list[np.ndarray]:
             raise InputError(f"{name}[{r}] must lie in [0, 1]", argument=name)
         out.append(array)
     return out
+
+
+def _observation(
+    requests: Any, drafted: Any, accepted: Any
+) -> tuple[tuple[Any, ...], np.ndarray, np.ndarray]:
+    """``observe``'s request ids and counts, checked (``accepted <= drafted``)."""
+    ids = _requests(requests)
+    drafted_ = _counts(drafted, "drafted", len(ids))
+    accepted_ = _counts(accepted, "accepted", len(ids))
+    if (accepted_ > drafted_).any():
+        raise InputError("accepted must be <= drafted", argument="accepted")
+    return ids, drafted_, accepted_
 
 
 def _requests(requests: Any) -> tuple[Any, ...]:
@@ -248,16 +253,16 @@ class AdaptiveK:
     _fitted: _Cost | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.max_k = _count(self.max_k, "max_k")
+        self.max_k = check_int(self.max_k, "max_k")
         if self.max_k > MAX_K:
             raise InputError(f"max_k must be <= {MAX_K}, got {self.max_k}", argument="max_k")
-        self.min_k = _count(self.min_k, "min_k")
+        self.min_k = check_int(self.min_k, "min_k")
         if self.min_k > self.max_k:
             raise InputError(
                 f"min_k = {self.min_k} is larger than max_k = {self.max_k}", argument="min_k"
             )
         start = max(self.max_k // 2, self.min_k) if self.start is None else self.start
-        self.start = _count(start, "start")
+        self.start = check_int(start, "start")
         if not self.min_k <= self.start <= self.max_k:
             raise InputError(f"start must lie in [min_k, max_k], got {start}", argument="start")
         for name in ("memory", "cost_memory", "prior_weight"):
@@ -272,7 +277,7 @@ class AdaptiveK:
                     argument=name,
                 )
             setattr(self, name, float(value))
-        self.probe_every = _count(self.probe_every, "probe_every")
+        self.probe_every = check_int(self.probe_every, "probe_every")
         self._pooled = _Acceptance.empty(1)  # depth 0: a new request's prior
 
     # -- acceptance -------------------------------------------------------------
@@ -307,12 +312,8 @@ class AdaptiveK:
         depth ``i`` is accepted once the ones before it are (the exact one where
         the rows are seen, or 0 and 1 where it was observed), each depth counted
         as tried once (docs/spec.md section 13.2)."""
-        ids = _requests(requests)
+        ids, drafted_, accepted_ = _observation(requests, drafted, accepted)
         n = len(ids)
-        drafted_ = _counts(drafted, "drafted", n)
-        accepted_ = _counts(accepted, "accepted", n)
-        if (accepted_ > drafted_).any():
-            raise InputError("accepted must be <= drafted", argument="accepted")
         exact = None if acceptances is None else _probabilities(acceptances, "acceptances", n)
         keep = 1.0 - 1.0 / self.memory
         depths = np.arange(self.max_k)
@@ -347,8 +348,8 @@ class AdaptiveK:
             raise TypeError(f"seconds must be a number, got {type(seconds).__name__}")
         if not (math.isfinite(seconds) and seconds >= 0):
             raise InputError(f"seconds must be finite and >= 0, got {seconds}", argument="seconds")
-        x = _count(target_tokens, "target_tokens")
-        f = _count(draft_forwards, "draft_forwards")
+        x = check_int(target_tokens, "target_tokens")
+        f = check_int(draft_forwards, "draft_forwards")
         self._costs.append((float(seconds), float(x), float(f)))
         self._fitted = None
 
@@ -372,7 +373,8 @@ class AdaptiveK:
         if np.ptp(x) == 0 and np.ptp(f) == 0:
             return None
         keep = 1.0 - 1.0 / self.cost_memory
-        w = keep ** np.arange(len(t) - 1, -1, -1, dtype=np.float64)
+        recent = keep ** np.arange(len(t) - 1, -1, -1, dtype=np.float64)
+        w = recent
         design = np.stack([np.ones_like(x), x, f], axis=1)
         coef = _fit(design, t, w)
         # One Huber step: a step far off the line (a one-off cost: the first call
@@ -384,12 +386,13 @@ class AdaptiveK:
                 w = w * np.minimum(1.0, 2.5 * scale / np.maximum(np.abs(residual), 1e-300))
                 coef = _fit(design, t, w)
                 residual = t - design @ np.array(coef)
-        # A point's own mean residual, shrunk toward the line by a weight of 1: a
+        # A point's own mean residual (weighted by age only: a point off the line
+        # is what this corrects), shrunk toward the line by a weight of 1: a
         # backend's time need not be linear (a kernel picked by the token count).
         points, where = np.unique(np.stack([x, f], axis=1), axis=0, return_inverse=True)
         where = where.reshape(-1)
         with np.errstate(all="ignore"):
-            shift = np.bincount(where, w * residual) / (np.bincount(where, w) + 1.0)
+            shift = np.bincount(where, recent * residual) / (np.bincount(where, recent) + 1.0)
         cells = {
             (float(px), float(pf)): float(c)
             for (px, pf), c in zip(points.tolist(), shift.tolist(), strict=True)
@@ -674,9 +677,9 @@ class HeuristicK:
     _k: dict[Any, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.start = _count(self.start, "start")
+        self.start = check_int(self.start, "start")
         if self.max_k is not None:
-            self.max_k = _count(self.max_k, "max_k")
+            self.max_k = check_int(self.max_k, "max_k")
 
     def current(self, request: Any) -> int:
         """The drafts ``request`` asks for next (its available count may cut it)."""
@@ -710,9 +713,7 @@ class HeuristicK:
         """transformers' rule: all of ``drafted`` accepted (and at least one
         drafted), 2 more; else 1 fewer, at least 1. A request that drafted nothing
         keeps its count."""
-        ids = _requests(requests)
-        drafted_ = _counts(drafted, "drafted", len(ids))
-        accepted_ = _counts(accepted, "accepted", len(ids))
+        ids, drafted_, accepted_ = _observation(requests, drafted, accepted)
         for request, d, a in zip(ids, drafted_.tolist(), accepted_.tolist(), strict=True):
             if d == 0:
                 continue

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from .._api import verify, verify_greedy
+from .._api import acceptance_rate, verify, verify_greedy
 from .._errors import InputError
 from .._logits import verify_logits
 from .._schedule import AdaptiveK, KChoice, KSchedule
@@ -557,6 +557,9 @@ class _Drafted:
     tree: Tree | None = None
     proposed: list[list[int]] | None = None
     choice: KChoice | None = None
+    # With a schedule, for sampled rows verified from probabilities: each draft's
+    # exact acceptance probability given the ones before it, by step row.
+    exact: dict[int, list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -736,21 +739,27 @@ class _Run:
         failed: dict[int, Exception],
     ) -> None:
         """Tells the schedule what the step's verification kept (docs/spec.md section
-        13.2): per verified row its drafts and accepted count; for deterministic
-        drafts also how far the whole proposal matched the emitted tokens (a
-        proposal past the drafts kept is compared with the bonus token)."""
+        13.2): per verified row its drafts and accepted count, and per depth what
+        was seen: for deterministic drafts how far the whole proposal matched the
+        emitted tokens (a proposal past the drafts kept is compared with the bonus
+        token); for sampled rows verified from probabilities each draft's exact
+        acceptance probability; else the accepted drafts and the first rejection."""
         rows = [(i, r) for i, r in enumerate(order) if r not in failed]
         requests = [self.live[r] for _, r in rows]
         counts = [drafted.counts[r] for _, r in rows]
         accepted = [int(verified.num_accepted[i]) for i, _ in rows]
-        acceptances = None
-        if drafted.proposed is not None:
-            acceptances = []
-            for i, r in rows:
+        acceptances: list[list[float]] = []
+        for i, r in rows:
+            if drafted.proposed is not None:
                 proposal, emitted = drafted.proposed[r], verified.tokens(i).tolist()
                 seen = min(len(proposal), len(emitted))
                 matched = next((j for j in range(seen) if proposal[j] != emitted[j]), seen)
                 acceptances.append([1.0] * matched + [0.0] * (matched < seen))
+            elif r in drafted.exact:
+                acceptances.append(drafted.exact[r])
+            else:
+                a, d = int(verified.num_accepted[i]), drafted.counts[r]
+                acceptances.append([1.0] * a + [0.0] * (a < d))
         schedule.observe(requests, counts, accepted, acceptances=acceptances)
 
     def _draft_uniforms(self, keys: Any, rows: int, width: int, needed: bool) -> np.ndarray | None:
@@ -813,7 +822,7 @@ def _verify(
     if drafted.tree is not None:
         return _verify_trees(scores, drafted.tree, ok, every, sampling, keys, settings)
     return _verify_chains(
-        scores, drafted.chain, ok, every, sampling, keys, settings, recorder, drafted.choice
+        scores, drafted.chain, ok, every, sampling, keys, settings, recorder, drafted
     )
 
 
@@ -884,11 +893,13 @@ def _verify_chains(
     keys: Any,
     settings: _Settings,
     recorder: Recorder | None,
-    choice: KChoice | None = None,
+    drafted: _Drafted,
 ) -> tuple[Any, list[int], dict[int, Exception]]:
     """``verify_logits`` on the rows as they are, or ``verify`` on probabilities
-    (docs/spec.md section 12.3); the verified rows recorded."""
+    (docs/spec.md section 12.3); the verified rows recorded; with a schedule, the
+    exact acceptance of drafts verified from probabilities kept in ``drafted``."""
     assert chain is not None
+    choice = drafted.choice
     failed: dict[int, Exception] = {}
     drafts = [chain.tokens[r] for r in ok]
     width = max((len(d) for d in drafts), default=0)
@@ -944,6 +955,8 @@ def _verify_chains(
             errors=errors,
             method=method,
         )
+        if choice is not None and draft_probs is not None:
+            drafted.exact.update(_exact_acceptances(target_probs, draft_probs, num, sampling, ok))
     for i, error in verified.errors.items():
         failed.setdefault(ok[int(i)], error)
     if recorder is not None:
@@ -956,6 +969,33 @@ def _verify_chains(
             None if choice is None else (choice, [ok[i] for i in good]),
         )
     return verified, list(ok), failed
+
+
+def _exact_acceptances(
+    target_probs: np.ndarray,
+    draft_probs: np.ndarray,
+    num: np.ndarray,
+    sampling: Sampling,
+    ok: list[int],
+) -> dict[int, list[float]]:
+    """For each sampled row, each draft's probability of acceptance once the ones
+    before it are: ``sum_x min(p_t(x), q_t(x))`` over the normalised rows
+    (docs/spec.md section 13.2), by step row."""
+    rows = [(i, t) for i in range(len(num)) if not sampling.greedy[i] for t in range(int(num[i]))]
+    if not rows:
+        return {}
+    which = np.array([i for i, _ in rows], dtype=np.int64)
+    at = np.array([t for _, t in rows], dtype=np.int64)
+    p = np.asarray(target_probs[which, at], dtype=np.float64)
+    q = np.asarray(draft_probs[which, at], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        p = p / p.sum(axis=1, keepdims=True)
+        q = q / q.sum(axis=1, keepdims=True)
+    rates = np.nan_to_num(np.asarray(acceptance_rate(p, q)), nan=0.0).clip(0.0, 1.0)
+    out: dict[int, list[float]] = {}
+    for (i, _), rate in zip(rows, rates.tolist(), strict=True):
+        out.setdefault(ok[i], []).append(rate)
+    return out
 
 
 def _match_samples(

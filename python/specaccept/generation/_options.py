@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_int
 from .._errors import InputError
 from .._schedule import KSchedule
 from ._record import check_path
 from ._sampling import Sampling
 
-__all__ = ["MAX_TREE_NODES", "Options", "check_int"]
+__all__ = ["MAX_TREE_NODES", "Options"]
 
 CHAIN_METHODS = ("token", "block")
 TREE_METHODS = ("token", "traversal")
@@ -33,15 +34,6 @@ MAX_TREE_NODES = 4096
 
 #: ``on_tokens(request, tokens, finished)``: see :func:`specaccept.generate`.
 OnTokens = Callable[[int, list[int], bool], None]
-
-
-def check_int(value: Any, name: str, minimum: int = 0) -> int:
-    """An int ``>= minimum`` (not a bool)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int >= {minimum}, got {value!r:.40}")
-    if value < minimum:
-        raise InputError(f"{name} must be an int >= {minimum}, got {value!r}", argument=name)
-    return int(value)
 
 
 def _float(value: Any) -> float:
