@@ -37,6 +37,8 @@ __all__ = ["MAX_K", "AdaptiveK", "HeuristicK", "KChoice", "KSchedule"]
 PRIOR_ACCEPTANCE = 0.5
 #: The largest ``max_k`` of :class:`AdaptiveK` (it keeps counts per draft depth).
 MAX_K = 4096
+#: A probe is made only when its predicted worth is at least this share of the choice's.
+PROBE_WORTH = 0.9
 
 
 @dataclass(frozen=True)
@@ -448,7 +450,16 @@ class AdaptiveK:
         reason = "model"
         self._modelled += 1
         if self.probe_every and self._modelled % self.probe_every == 0:
-            k, reason = self._probe(k, cap, padded), "probe"
+            # A probe that the model expects to cost more than a tenth of the
+            # step's worth is not made (drafts far too dear teach nothing useful).
+            probe = self._probe(k, cap, padded)
+            cumulative = np.cumsum(_reach(alpha), axis=1)
+            worth = [
+                _score(cumulative, choice, model.seconds(*_computed(choice, padded)), left)
+                for choice in (k, probe)
+            ]
+            if worth[1] >= PROBE_WORTH * worth[0]:
+                k, reason = probe, "probe"
         return self._made(ids, k, cap, alpha, model, reason, padded)
 
     def _estimates(self, ids: tuple[Any, ...]) -> np.ndarray:
@@ -497,8 +508,7 @@ class AdaptiveK:
         width = int(k.max()) if len(k) else 0
         seconds = math.nan
         if model is not None:
-            computed = len(ids) * (1 + width) if padded else len(ids) + int(k.sum())
-            seconds = model.seconds(computed, width)
+            seconds = model.seconds(*_computed(k, padded))
         self._last_width = width
         return KChoice(ids, k, cap.astype(np.int64), alpha, tokens, seconds, reason)
 
@@ -575,6 +585,13 @@ def _emitted(cumulative: np.ndarray, k: np.ndarray) -> np.ndarray:
     if not len(k):
         return np.zeros(0)
     return cumulative[np.arange(len(k)), k]
+
+
+def _computed(k: np.ndarray, padded: bool) -> tuple[int, int]:
+    """What a choice makes the step compute: target tokens (every row padded to
+    the widest where the backend pads) and draft forward calls (the widest)."""
+    width = int(k.max()) if len(k) else 0
+    return (len(k) * (1 + width) if padded else len(k) + int(k.sum())), width
 
 
 def _score(
