@@ -440,7 +440,7 @@ class AdaptiveK:
         if model is None:
             # Nothing fitted yet: ``start`` drafts, then alternately none and
             # ``start``, until the measured steps differ in what they computed.
-            width = self.start if not self._last_width else 0
+            width = (self.start or 0) if not self._last_width else 0
             k = np.minimum(cap, max(width, self.min_k))
             return self._made(ids, k, cap, alpha, None, "start", padded)
         if padded:

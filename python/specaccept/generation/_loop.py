@@ -10,7 +10,6 @@ contract is docs/spec.md section 12.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 import weakref
@@ -453,15 +452,16 @@ def run(target: Any, draft: Any, prompts: Any, options: Options) -> Generation:
     """:func:`generate` with its options checked (the entry points share it)."""
     start = time.perf_counter()
     models = _models(target, draft, options)
-    if isinstance(options.schedule, str):
-        options = dataclasses.replace(options, schedule=auto_schedule(target, drafter_key(draft)))
+    schedule = options.schedule
+    if isinstance(schedule, str):  # "auto"
+        schedule = auto_schedule(target, drafter_key(draft))
     sequences, prompt_errors = _prompts(prompts, options.isolate)
     batch = len(sequences)
     sampling = options.sampling(batch)
     randomness = Randomness.of(options.rng, options.seed, sequences)
 
-    if options.schedule is not None:
-        options.schedule.finish(list(range(batch)))  # a schedule reused from another run
+    if schedule is not None:
+        schedule.finish(list(range(batch)))  # a schedule reused from another run
     result = Generation(tokens=[[] for _ in sequences], stop_reasons=[""] * batch)
     result.timings = dict.fromkeys(("open", "draft", "target", "verify", "loop"), 0.0)
     live = _admit(result, sequences, prompt_errors, models, options)
@@ -507,6 +507,7 @@ def run(target: Any, draft: Any, prompts: Any, options: Options) -> Generation:
             vocab=models.vocab,
             target_logits=target_logits,
             deterministic=models.draft_kind == "lookup",
+            schedule=schedule,
         ),
         recorder=(
             None
@@ -540,6 +541,7 @@ class _Settings:
     vocab: int
     target_logits: bool
     deterministic: bool
+    schedule: KSchedule | None = None
 
 
 @dataclass
@@ -619,7 +621,7 @@ class _Run:
         result.timings["verify"] += keeping - verifying
 
         before = result.num_tokens
-        schedule = settings.options.schedule
+        schedule = settings.schedule
         if schedule is not None and verified is not None:
             self._observe(schedule, drafted, verified, order, failed)
         going = self._keep(verified, order, failed)
@@ -688,7 +690,7 @@ class _Run:
                 )
                 wanted.append(nodes)
             return _Drafted(feed, links, wanted, depths, failed, tree=tree)
-        schedule, choice, proposed = settings.options.schedule, None, None
+        schedule, choice, proposed = settings.schedule, None, None
         bounds = [max(room - 1, 0) for room in rooms]
         if schedule is None:
             counts = [min(settings.options.k, bound) for bound in bounds]
@@ -915,8 +917,8 @@ def _verify_chains(
     method: Any = settings.options.method
     read = [int(n) + 1 for n in num]  # the target rows a row's verification may read
     if keys is not None and draft_rows is None and method == "token":
-        verified, bad = _match_samples(ids, target_rows, num, sampling, keys, settings)
-        failed.update((ok[i], error) for i, error in bad.items())
+        verified, unmatched = _match_samples(ids, target_rows, num, sampling, keys, settings)
+        failed.update((ok[i], error) for i, error in unmatched.items())
         if recorder is not None:
             target_probs, draft_probs = transform(target_rows, sampling, read)[0], None
     elif chain.space == "logits":
@@ -1018,11 +1020,13 @@ def _match_samples(
     flat = target_rows[which, positions]
     each = sampling.rows(which)
     bad: dict[int, Exception] = {}
+    found: dict[int, Exception] = {}
     if settings.target_logits:
-        drawn, found = sample_logits(flat, each, uniforms, "target logits")
+        drawn, sampled_bad = sample_logits(flat, each, uniforms, "target logits")
+        found.update(sampled_bad)
     else:
         probs, transformed = _target_probs(flat[:, None], each, False, None)
-        found = dict(transformed)
+        found.update(transformed)
         bonus = verify(
             np.zeros((len(rows), 0), dtype=np.int64),
             probs,
@@ -1034,8 +1038,8 @@ def _match_samples(
         drawn = np.asarray(bonus.output_token_ids)[:, 0]
         for j, error in bonus.errors.items():
             found.setdefault(int(j), error)
-    for j, error in found.items():
-        bad.setdefault(int(which[j]), error)
+    for j, problem in found.items():
+        bad.setdefault(int(which[j]), problem)
     sampled = np.zeros((len(num), ids.shape[1] + 1), dtype=np.int64)
     sampled[which, positions] = np.maximum(drawn, 0)
     return verify_greedy(ids, sampled, num_draft_tokens=num), bad
