@@ -224,15 +224,19 @@ def test_seeded_lookup_drafts_follow_the_target_exactly(monkeypatch, models):
     while it equals it. Prompt lookup drafts 2 a step on prompts that repeat."""
     target, _ = models
     prompts = [[2, 1, 2, 1, 2], [3, 0, 2, 1, 1, 0, 2]]
-    rows = scripted_rows(monkeypatch, prompts, lookup_coordinates())
-    out = specaccept.generate(
-        HFModel(target),
-        specaccept.PromptLookup(),
-        [prompts[p] for p, _ in rows],
-        k=2,
-        max_new_tokens=3,
-    )
-    laws = weighted_law(rows, out.tokens, len(prompts), 2)
+
+    def law_and_run():
+        rows = scripted_rows(monkeypatch, prompts, lookup_coordinates())
+        out = specaccept.generate(
+            HFModel(target),
+            specaccept.PromptLookup(),
+            [prompts[p] for p, _ in rows],
+            k=2,
+            max_new_tokens=3,
+        )
+        return weighted_law(rows, out.tokens, len(prompts), 2), out
+
+    laws, out = law_and_run()
     assert all(laws[p] == target_law(target, prompt, 2) for p, prompt in enumerate(prompts))
     assert 0 < out.stats.num_accepted_tokens < out.stats.total_draft_tokens
     # Every position drawing the step's first uniform (an offset not advanced per
@@ -244,15 +248,7 @@ def test_seeded_lookup_drafts_follow_the_target_exactly(monkeypatch, models):
             [self.value(keys[0][r], keys[1][r], "recovery", 0) for r in rows]
         ),
     )
-    rows = scripted_rows(monkeypatch, prompts, lookup_coordinates())
-    wrong = specaccept.generate(
-        HFModel(target),
-        specaccept.PromptLookup(),
-        [prompts[p] for p, _ in rows],
-        k=2,
-        max_new_tokens=3,
-    )
-    laws = weighted_law(rows, wrong.tokens, len(prompts), 2)
+    laws, _ = law_and_run()
     assert not all(laws[p] == target_law(target, prompt, 2) for p, prompt in enumerate(prompts))
 
 
