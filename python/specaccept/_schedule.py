@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -436,31 +436,32 @@ class AdaptiveK:
             if left.size and left.min() < 1:
                 raise InputError("remaining must be >= 1", argument="remaining")
         alpha = self._estimates(ids)
+        reach = _reach(alpha)
+        cumulative = np.cumsum(reach, axis=1)
         model = self._cost()
         if model is None:
             # Nothing fitted yet: ``start`` drafts, then alternately none and
             # ``start``, until the measured steps differ in what they computed.
             width = (self.start or 0) if not self._last_width else 0
             k = np.minimum(cap, max(width, self.min_k))
-            return self._made(ids, k, cap, alpha, None, "start", padded)
+            return self._made(ids, k, cap, alpha, cumulative, None, "start", padded)
+
+        def worth(choice: np.ndarray) -> float:
+            return _worth(cumulative, choice, model, padded, left)
+
         if padded:
-            k = _best_width(alpha, cap, model, self.min_k, left)
+            k = _best_width(cap, self.min_k, worth)
         else:
-            k = _best_ragged(alpha, cap, model, self.min_k, left)
+            k = _best_ragged(reach, cumulative, cap, self.min_k, worth, left)
         reason = "model"
         self._modelled += 1
         if self.probe_every and self._modelled % self.probe_every == 0:
             # A probe that the model expects to cost more than a tenth of the
             # step's worth is not made (drafts far too dear teach nothing useful).
             probe = self._probe(k, cap, padded)
-            cumulative = np.cumsum(_reach(alpha), axis=1)
-            worth = [
-                _score(cumulative, choice, model.seconds(*_computed(choice, padded)), left)
-                for choice in (k, probe)
-            ]
-            if worth[1] >= PROBE_WORTH * worth[0]:
+            if worth(probe) >= PROBE_WORTH * worth(k):
                 k, reason = probe, "probe"
-        return self._made(ids, k, cap, alpha, model, reason, padded)
+        return self._made(ids, k, cap, alpha, cumulative, model, reason, padded)
 
     def _estimates(self, ids: tuple[Any, ...]) -> np.ndarray:
         """Each request's acceptance per depth, ``[R, max_k]`` (section 13.2's
@@ -499,16 +500,15 @@ class AdaptiveK:
         k: np.ndarray,
         cap: np.ndarray,
         alpha: np.ndarray,
+        cumulative: np.ndarray,
         model: _Cost | None,
         reason: str,
         padded: bool,
     ) -> KChoice:
         k = k.astype(np.int64)
-        tokens = float(_emitted(np.cumsum(_reach(alpha), axis=1), k).sum())
-        width = int(k.max()) if len(k) else 0
-        seconds = math.nan
-        if model is not None:
-            seconds = model.seconds(*_computed(k, padded))
+        tokens = float(_emitted(cumulative, k).sum())
+        target_tokens, width = _computed(k, padded)
+        seconds = math.nan if model is None else model.seconds(target_tokens, width)
         self._last_width = width
         return KChoice(ids, k, cap.astype(np.int64), alpha, tokens, seconds, reason)
 
@@ -594,8 +594,12 @@ def _computed(k: np.ndarray, padded: bool) -> tuple[int, int]:
     return (len(k) * (1 + width) if padded else len(k) + int(k.sum())), width
 
 
-def _score(
-    cumulative: np.ndarray, k: np.ndarray, seconds: float, remaining: np.ndarray | None
+def _worth(
+    cumulative: np.ndarray,
+    k: np.ndarray,
+    model: _Cost,
+    padded: bool,
+    remaining: np.ndarray | None,
 ) -> float:
     """What a choice is worth: its expected tokens per predicted second, or, with
     ``remaining``, the fraction of the slowest request's remaining tokens it
@@ -603,55 +607,40 @@ def _score(
     time: the rate at which the batch finishes)."""
     emitted = _emitted(cumulative, k)
     value = float(emitted.sum()) if remaining is None else float((emitted / remaining).min())
+    seconds = model.seconds(*_computed(k, padded))
     return value / seconds if seconds > 0 else math.inf
 
 
-def _best_width(
-    alpha: np.ndarray,
-    cap: np.ndarray,
-    model: _Cost,
-    min_k: int,
-    remaining: np.ndarray | None = None,
-) -> np.ndarray:
+def _best_width(cap: np.ndarray, min_k: int, worth: Callable[[np.ndarray], float]) -> np.ndarray:
     """Padded backends: the width ``w`` (each request drafting ``min(w, cap)``)
-    with the best :func:`_score`; the smaller on ties."""
-    rows = len(cap)
-    cumulative = np.cumsum(_reach(alpha), axis=1)
-    best, best_score = np.minimum(cap, min_k), -math.inf
-    top = int(cap.max()) if rows else 0
+    with the best ``worth``; the smaller on ties."""
+    best, best_worth = np.minimum(cap, min_k), -math.inf
+    top = int(cap.max()) if len(cap) else 0
     for w in range(min(min_k, top), top + 1):
         k = np.minimum(cap, w)
-        width = int(k.max()) if rows else 0
-        score = _score(cumulative, k, model.seconds(rows * (1 + width), width), remaining)
-        if score > best_score * (1 + 1e-12):
-            best, best_score = k, score
+        current = worth(k)
+        if current > best_worth * (1 + 1e-12):
+            best, best_worth = k, current
     return best
 
 
 def _best_ragged(
-    alpha: np.ndarray,
+    reach: np.ndarray,
+    cumulative: np.ndarray,
     cap: np.ndarray,
-    model: _Cost,
     min_k: int,
-    remaining: np.ndarray | None = None,
+    worth: Callable[[np.ndarray], float],
+    remaining: np.ndarray | None,
 ) -> np.ndarray:
     """Ragged backends: drafts added one at a time, each time the one with the
     largest expected gain (request ``r``'s ``j``-th draft adds ``reach[r, j]``, the
     product of its first ``j`` depths' acceptance; with ``remaining``, the next
     draft of the request slowest to finish, ``min E_r / remaining_r``, while it
-    can draft); of every prefix of that order, the one with the best
-    :func:`_score` (the fewest drafts on ties)."""
+    can draft); of every prefix of that order, the one with the best ``worth``
+    (the fewest drafts on ties)."""
     rows = len(cap)
-    reach = _reach(alpha)
-    cumulative = np.cumsum(reach, axis=1)
     k = np.minimum(cap, min_k).astype(np.int64)
-
-    def score() -> float:
-        computed = rows + int(k.sum())
-        width = int(k.max()) if rows else 0
-        return _score(cumulative, k, model.seconds(computed, width), remaining)
-
-    best, best_score = k.copy(), score()
+    best, best_worth = k.copy(), worth(k)
     if remaining is None:
         order = [
             (reach[r, j], r) for r in range(rows) for j in range(int(k[r]) + 1, int(cap[r]) + 1)
@@ -669,9 +658,9 @@ def _best_ragged(
             steps.append(r)
     for r in steps:
         k[r] += 1
-        current = score()
-        if current > best_score * (1 + 1e-12):
-            best, best_score = k.copy(), current
+        current = worth(k)
+        if current > best_worth * (1 + 1e-12):
+            best, best_worth = k.copy(), current
     return best
 
 
