@@ -580,6 +580,10 @@ CASES: dict[str, tuple[str, str]] = {
         "sa.AdaptiveK().observe([0], [1], [0], acceptances=[[math.inf]])",
         "ValueError",
     ),
+    "AdaptiveK: observe acceptances None rows": (
+        "sa.AdaptiveK().observe([0, 1], [2, 1], [1, 0], acceptances=[None, None])",
+        "ok",
+    ),
     "AdaptiveK: observe ragged acceptances": (
         "sa.AdaptiveK().observe([0, 1], [1, 1], [0, 0], acceptances=[[0.5] * 10**5, []])",
         "ok",

@@ -183,6 +183,14 @@ def test_observed_acceptances_replace_the_counts():
     # Deterministic drafts compared past the verified ones: 2 matched, then a miss.
     schedule.observe(["b"], [0], [0], acceptances=[[1.0, 1.0, 0.0]])
     np.testing.assert_allclose(schedule.acceptance("b"), [1.0, 1.0, 0.0], atol=1e-6)
+    # A row given as None is observed by its counts (1 accepted of 3: depth 0
+    # accepted, depth 1 rejected), beside a row given its probabilities.
+    mixed, spelled = AdaptiveK(max_k=3), AdaptiveK(max_k=3)
+    mixed.observe(["c", "d"], [3, 3], [1, 3], acceptances=[None, [0.5, 0.5, 0.5]])
+    spelled.observe(["c", "d"], [3, 3], [1, 3], acceptances=[[1.0, 0.0], [0.5, 0.5, 0.5]])
+    for request in "cd":
+        np.testing.assert_allclose(mixed.acceptance(request), spelled.acceptance(request))
+    assert mixed.acceptance("d")[2] < 0.6  # the given probabilities, not its counts (all 3)
 
 
 def test_a_deeper_acceptance_changes_the_choice():
@@ -425,5 +433,4 @@ def test_sampled_drafts_from_probabilities_are_observed_by_their_exact_acceptanc
         assert len(got) == 3
         # The prefix is known up to the first rejection: the rates there must match.
         np.testing.assert_allclose(got[: len(expected)], expected, rtol=1e-9)
-    a = first[2][2]
-    assert first[3][2] == [1.0] * a + [0.0] * (a < 3)  # the greedy row: counts
+    assert first[3][2] is None  # the greedy row: observed by its counts

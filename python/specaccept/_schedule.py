@@ -98,7 +98,7 @@ class KSchedule(Protocol):
         drafted: Sequence[int],
         accepted: Sequence[int],
         *,
-        acceptances: Sequence[Sequence[float]] | None = None,
+        acceptances: Sequence[Sequence[float] | None] | None = None,
     ) -> None: ...
 
     def observe_cost(self, seconds: float, target_tokens: int, draft_forwards: int = 0) -> None: ...
@@ -126,14 +126,17 @@ def _counts(values: Any, name: str, length: int) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def _probabilities(values: Any, name: str, rows: int) -> list[np.ndarray]:
-    """One sequence of probabilities per request."""
+def _probabilities(values: Any, name: str, rows: int) -> list[np.ndarray | None]:
+    """One sequence of probabilities per request, or ``None`` (its counts)."""
     if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
         raise TypeError(f"{name} must be a sequence of sequences of numbers")
     if len(values) != rows:
         raise InputError(f"{name} has {len(values)} rows for {rows} requests", argument=name)
-    out = []
+    out: list[np.ndarray | None] = []
     for r, row in enumerate(values):
+        if row is None:
+            out.append(None)
+            continue
         if isinstance(row, (str, bytes)):
             raise TypeError(f"{name}[{r}] must be a sequence of numbers")
         try:
@@ -303,31 +306,30 @@ class AdaptiveK:
         drafted: Sequence[int],
         accepted: Sequence[int],
         *,
-        acceptances: Sequence[Sequence[float]] | None = None,
+        acceptances: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         """What one step's verification kept: request ``requests[r]`` drafted
         ``drafted[r]`` and ``accepted[r]`` were accepted. Depths ``0 ..
         accepted - 1`` count as tried and accepted, depth ``accepted`` (when
         ``accepted < drafted``) as tried and rejected. With ``acceptances``,
         ``acceptances[r][i]`` for each depth ``i`` observed (any number of them,
-        past ``max_k`` ignored) replaces that: the probability that the draft at
-        depth ``i`` is accepted once the ones before it are (the exact one where
-        the rows are seen, or 0 and 1 where it was observed), each depth counted
-        as tried once (docs/spec.md section 13.2)."""
+        past ``max_k`` ignored) replaces that for request ``r`` (``None``: its
+        counts): the probability that the draft at depth ``i`` is accepted once the
+        ones before it are (the exact one where the rows are seen, or 0 and 1
+        where it was observed), each depth counted as tried once (docs/spec.md
+        section 13.2)."""
         ids, drafted_, accepted_ = _observation(requests, drafted, accepted)
         n = len(ids)
         exact = None if acceptances is None else _probabilities(acceptances, "acceptances", n)
         keep = 1.0 - 1.0 / self.memory
         depths = np.arange(self.max_k)
-        if exact is not None:
-            seen = np.array([len(row) for row in exact], dtype=np.int64)
-            tried = (depths[None, :] < seen[:, None]).astype(np.float64)
-            hits = np.zeros((n, self.max_k))
-            for r, row in enumerate(exact):
-                hits[r, : min(len(row), self.max_k)] = row[: self.max_k]
-        else:
-            tried = (depths[None, :] < np.minimum(accepted_ + 1, drafted_)[:, None]).astype(float)
-            hits = (depths[None, :] < accepted_[:, None]).astype(np.float64)
+        tried = (depths[None, :] < np.minimum(accepted_ + 1, drafted_)[:, None]).astype(float)
+        hits = (depths[None, :] < accepted_[:, None]).astype(np.float64)
+        for r, row in enumerate(exact or ()):
+            if row is not None:
+                seen = min(len(row), self.max_k)
+                tried[r], hits[r] = 0.0, 0.0
+                tried[r, :seen], hits[r, :seen] = 1.0, row[:seen]
         for request, r in zip(ids, range(n), strict=True):
             state = self._requests.setdefault(request, _Acceptance.empty(self.max_k))
             state.add(hits[r], tried[r], keep)
@@ -714,7 +716,7 @@ class HeuristicK:
         drafted: Sequence[int],
         accepted: Sequence[int],
         *,
-        acceptances: Sequence[Sequence[float]] | None = None,
+        acceptances: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         """transformers' rule: all of ``drafted`` accepted (and at least one
         drafted), 2 more; else 1 fewer, at least 1. A request that drafted nothing

@@ -750,18 +750,15 @@ class _Run:
         requests = [self.live[r] for _, r in rows]
         counts = [drafted.counts[r] for _, r in rows]
         accepted = [int(verified.num_accepted[i]) for i, _ in rows]
-        acceptances: list[list[float]] = []
+        acceptances: list[list[float] | None] = []
         for i, r in rows:
             if drafted.proposed is not None:
                 proposal, emitted = drafted.proposed[r], verified.tokens(i).tolist()
                 seen = min(len(proposal), len(emitted))
                 matched = next((j for j in range(seen) if proposal[j] != emitted[j]), seen)
                 acceptances.append([1.0] * matched + [0.0] * (matched < seen))
-            elif r in drafted.exact:
-                acceptances.append(drafted.exact[r])
             else:
-                a, d = int(verified.num_accepted[i]), drafted.counts[r]
-                acceptances.append([1.0] * a + [0.0] * (a < d))
+                acceptances.append(drafted.exact.get(r))  # None: the verifier's counts
         schedule.observe(requests, counts, accepted, acceptances=acceptances)
 
     def _draft_uniforms(self, keys: Any, rows: int, width: int, needed: bool) -> np.ndarray | None:
@@ -1019,8 +1016,7 @@ def _match_samples(
     uniforms = settings.randomness.position_uniforms(keys, which, positions)
     flat = target_rows[which, positions]
     each = sampling.rows(which)
-    bad: dict[int, Exception] = {}
-    found: dict[int, Exception] = {}
+    found: dict[int, Exception] = {}  # by flat row
     if settings.target_logits:
         drawn, sampled_bad = sample_logits(flat, each, uniforms, "target logits")
         found.update(sampled_bad)
@@ -1038,6 +1034,7 @@ def _match_samples(
         drawn = np.asarray(bonus.output_token_ids)[:, 0]
         for j, error in bonus.errors.items():
             found.setdefault(int(j), error)
+    bad: dict[int, Exception] = {}
     for j, problem in found.items():
         bad.setdefault(int(which[j]), problem)
     sampled = np.zeros((len(num), ids.shape[1] + 1), dtype=np.int64)
