@@ -80,20 +80,24 @@ DRAFTERS = {
 }
 
 
+def greedy_both_ways(models, batch, drafter, **extra):
+    """The first ``batch`` prompts, left-padded, and transformers' greedy output for
+    them, without and with ``custom_generate=speculative`` (the drafter's arguments
+    and ``extra`` passed to ``generate``)."""
+    target, draft = models
+    inputs = left_padded(PROMPTS[:batch])
+    options = dict(do_sample=False, max_new_tokens=14, pad_token_id=PAD)
+    expected = target.generate(**inputs, **options)
+    got = target.generate(
+        **inputs, **options, custom_generate=speculative, **drafter(draft), **extra
+    )
+    return inputs, expected, got
+
+
 @pytest.mark.parametrize("batch", [1, 4, 8])
 @pytest.mark.parametrize("drafter", DRAFTERS)
 def test_greedy_rows_equal_transformers_greedy_generate(models, batch, drafter):
-    target, draft = models
-    inputs = left_padded(PROMPTS[:batch])
-    expected = target.generate(**inputs, do_sample=False, max_new_tokens=14, pad_token_id=PAD)
-    got = target.generate(
-        **inputs,
-        do_sample=False,
-        max_new_tokens=14,
-        pad_token_id=PAD,
-        custom_generate=speculative,
-        **DRAFTERS[drafter](draft),
-    )
+    inputs, expected, got = greedy_both_ways(models, batch, DRAFTERS[drafter])
     assert got.dtype == torch.long
     assert got.tolist() == expected.tolist()
     if batch == 8:
@@ -151,18 +155,7 @@ def forwards_with_a_copy(assistant_config, **extra):
 def test_scheduled_drafts_keep_transformers_greedy_output(models, drafter, extra):
     """transformers' heuristic schedule, and specaccept's own (k="auto"), change how
     many tokens are drafted, never the greedy output."""
-    target, draft = models
-    inputs = left_padded(PROMPTS[:4])
-    expected = target.generate(**inputs, do_sample=False, max_new_tokens=14, pad_token_id=PAD)
-    got = target.generate(
-        **inputs,
-        do_sample=False,
-        max_new_tokens=14,
-        pad_token_id=PAD,
-        custom_generate=speculative,
-        **DRAFTERS[drafter](draft),
-        **extra,
-    )
+    _, expected, got = greedy_both_ways(models, 4, DRAFTERS[drafter], **extra)
     assert got.tolist() == expected.tolist()
 
 
