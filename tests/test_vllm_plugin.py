@@ -80,8 +80,9 @@ def run_engine(model, tmp_path, name, runs, *, method="token", record=False, **o
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "HF_HUB_OFFLINE": "1",
     }
-    env.pop("SPECACCEPT_VLLM", None)
-    env.pop("SPECACCEPT_VLLM_RECORD", None)
+    for name in ("SPECACCEPT_VLLM", "SPECACCEPT_VLLM_RECORD", "SPECACCEPT_VLLM_K"):
+        env.pop(name, None)
+    env.update(options.get("env", {}))
     if method is not None:
         env["SPECACCEPT_VLLM"] = method
     recording = tmp_path / f"{name}.npz"
@@ -316,6 +317,31 @@ def test_a_drafter_s_probabilities_are_read(model, tmp_path):
     verified = [(k, e) for step in out["steps"] for k, e in zip(*step, strict=True) if k]
     assert len(verified) >= 5
     assert all(emitted == k + 1 for k, emitted in verified), verified
+
+
+def test_k_chosen_each_step_keeps_greedy_and_trims_the_drafts(model, tmp_path, hf_greedy):
+    """SPECACCEPT_VLLM_K=auto with num_speculative_tokens=4: greedy text equal to
+    Hugging Face's, and the drafts vLLM verified are the ones AdaptiveK kept
+    (fewer than the n-gram proposer offered, per request)."""
+    choices = tmp_path / "k.jsonl"
+    runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
+    env = {"SPECACCEPT_VLLM_K": "auto", "SPECACCEPT_VLLM_K_RECORD": str(choices)}
+    out = run_engine(model, tmp_path, "auto", runs, env=env, **with_spec())
+    assert "n-gram drafts chosen per step by AdaptiveK(max_k=4)" in out["log"]
+    for got, want in zip(texts(out, "greedy"), hf_greedy, strict=True):
+        assert same_until_eos(got, want), (got, want)
+    lines = [json.loads(line) for line in choices.read_text().splitlines()]
+    k = [x for line in lines for x in line["k"]]
+    available = [x for line in lines for x in line["available"]]
+    assert all(0 <= a <= b <= 4 for a, b in zip(k, available, strict=True))
+    assert {line["reason"] for line in lines} >= {"start", "model"}
+    assert sum(k) < sum(available)  # trimmed
+    assert any(0 < a < b for a, b in zip(k, available, strict=True))  # per request
+    # What vLLM verified is what was kept: at most the kept drafts, and short of
+    # them only by the last choices of requests that finished (4 requests, <= 4 each).
+    verified = sum(sum(step[0]) for step in out["steps"])
+    assert sum(k) - 16 <= verified <= sum(k), (verified, sum(k))
+    assert max(max(step[0]) for step in out["steps"]) <= 4
 
 
 def test_without_the_switch_vllm_is_its_own(model, tmp_path, hf_greedy):

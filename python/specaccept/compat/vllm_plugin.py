@@ -25,6 +25,9 @@ logits off the CPU, ``rejection_sample_method="synthetic"``, processed-logprobs
 modes, per-token logprob requests (``logprob_token_ids``), and an active ``min_p``
 or custom argmax-invariant logits processor (specaccept's transform has none).
 
+``SPECACCEPT_VLLM_K=auto`` also chooses, each step, how many of the n-gram
+proposer's drafts each request keeps (:mod:`specaccept.compat.vllm_schedule`).
+
 ``SPECACCEPT_VLLM_RECORD=path.npz`` also records the verified steps (the
 processed target rows, bonus position included, and the drafter's rows) in the
 layout ``python -m specaccept compare --from`` reads.
@@ -73,6 +76,11 @@ def register() -> None:
     cannot do, it logs, and vLLM keeps its own path."""
     method = os.environ.get("SPECACCEPT_VLLM", "")
     if not method:
+        if os.environ.get("SPECACCEPT_VLLM_K"):
+            logger.warning(
+                "specaccept: SPECACCEPT_VLLM_K is set but SPECACCEPT_VLLM is not: "
+                "the plugin is off and vLLM drafts num_speculative_tokens as configured"
+            )
         return
     try:
         _install(method)
@@ -124,6 +132,11 @@ def _install(method: str) -> None:
         forward._specaccept = verifier  # type: ignore[attr-defined]
         RejectionSampler.__init__ = __init__  # type: ignore[method-assign]
         RejectionSampler.forward = forward  # type: ignore[method-assign]
+    schedule = os.environ.get("SPECACCEPT_VLLM_K", "")
+    if schedule:
+        from .vllm_schedule import install
+
+        install(schedule)
 
 
 def _log_once(key: str, message: str, *args: Any, level: int = logging.WARNING) -> None:

@@ -1,0 +1,245 @@
+"""k chosen each step inside vLLM: plain decoding, fixed k, vLLM's per-batch-size
+schedule and the plugin's ``SPECACCEPT_VLLM_K=auto``, in one run.
+
+SmolLM2-135M-Instruct (float32) in vLLM's CPU build (the environment of
+``.ci/vllm-env``, with specaccept installed), n-gram drafts
+(``prompt_lookup_max=3``, ``prompt_lookup_min=1``), ``bench_generate.py``'s chat
+prompts, ``ignore_eos`` so every request emits ``--tokens`` tokens::
+
+    python benches/bench_vllm_schedule.py            # about 30 minutes on 2 cores
+    python benches/bench_vllm_schedule.py --quick    # the CI smoke run (about 3 minutes)
+
+Every column runs in a process of its own (one engine per configuration; vLLM
+loads plugins once per process), with the plugin on (``SPECACCEPT_VLLM=token``:
+vLLM's own CPU sampler is wrong above temperature 0, docs/serving.md). In that
+process the prompts run, at each batch size and temperature, in groups of that
+size, one ``LLM.generate`` per group. The columns:
+
+- ``plain``: no speculative decoding;
+- ``k = 1, 2, 4, 8``: ``num_speculative_tokens`` fixed;
+- ``per-batch``: vLLM's ``num_speculative_tokens_per_batch_size`` with the best
+  schedule that can be written by hand: at each batch size the fixed ``k`` of
+  this run with the most tokens per second (over both temperatures), so it runs
+  after the fixed columns;
+- ``auto``: ``num_speculative_tokens=8`` and ``SPECACCEPT_VLLM_K=auto`` (the
+  plugin's AdaptiveK trims each request's drafts every step); the controller lives
+  as long as the engine, so only the process's first group starts from nothing.
+
+Reported per point: output tokens per second over the ``generate`` calls, the
+same after each call's first engine step (which feeds the prompts), emitted
+tokens per target call (tokens over the request-steps that decoded), and
+``auto``'s ratios to plain, to the best fixed ``k`` and to ``per-batch``. Never
+run beside another busy process: vLLM pins its OpenMP threads and both slow down
+tenfold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+
+FIXED = (1, 2, 4, 8)
+NGRAM = {"method": "ngram", "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+
+
+def worker(job: dict) -> dict:
+    """One column: every point, in one engine (``--worker JOB``)."""
+    from vllm import LLM, SamplingParams
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    options = {}
+    if job["speculative"] is not None:
+        options["speculative_config"] = {**NGRAM, **job["speculative"]}
+    llm = LLM(
+        model=job["model"],
+        dtype="float32",
+        max_model_len=1024,
+        max_num_seqs=max(job["batches"]),
+        enforce_eager=True,
+        seed=0,
+        **options,
+    )
+    # Each engine step's start and requests (this process is vLLM's worker).
+    steps: list[tuple[float, int]] = []
+    execute = GPUModelRunner.execute_model
+
+    def counted(self, scheduler_output, *args, **kwargs):
+        steps.append((time.perf_counter(), len(scheduler_output.num_scheduled_tokens)))
+        return execute(self, scheduler_output, *args, **kwargs)
+
+    GPUModelRunner.execute_model = counted
+    from bench_generate import chat_ids
+
+    tokenizer = llm.get_tokenizer()
+    prompts = [{"prompt_token_ids": chat_ids(tokenizer, m)} for m in job["messages"]]
+    llm.generate(prompts[:1], SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
+    points = []
+    for batch in job["batches"]:
+        for temperature in job["temperatures"]:
+            params = SamplingParams(
+                temperature=temperature, max_tokens=job["tokens"], ignore_eos=True, seed=None
+            )
+            tokens, seconds, after_first, request_steps = 0, 0.0, 0.0, 0
+            for i in range(0, len(prompts), batch):
+                steps.clear()
+                start = time.perf_counter()
+                outputs = llm.generate(prompts[i : i + batch], params, use_tqdm=False)
+                end = time.perf_counter()
+                tokens += sum(len(r.outputs[0].token_ids) for r in outputs)
+                seconds += end - start
+                # After the first step: from the second step's start (the first fed
+                # the prompts and emitted each request's first token).
+                if len(steps) > 1:
+                    after_first += end - steps[1][0]
+                request_steps += sum(n for _, n in steps[1:])
+            group_count = -(-len(prompts) // batch)
+            points.append(
+                {
+                    "batch": batch,
+                    "temperature": temperature,
+                    "tokens_per_s": tokens / seconds,
+                    "after_first_per_s": (tokens - len(prompts)) / after_first,
+                    "per_target_call": (tokens - len(prompts)) / max(request_steps, 1),
+                    "groups": group_count,
+                }
+            )
+    return {"points": points}
+
+
+def run(job: dict, auto: bool) -> dict:
+    env = {
+        **os.environ,
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_KVCACHE_SPACE": "2",
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "HF_HUB_OFFLINE": "1",
+        "SPECACCEPT_VLLM": "token",
+    }
+    env.pop("SPECACCEPT_VLLM_K", None)
+    env.pop("SPECACCEPT_VLLM_RECORD", None)
+    if auto:
+        env["SPECACCEPT_VLLM_K"] = "auto"
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
+        json.dump(job, file)
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", file.name], env=env, capture_output=True, text=True
+    )
+    os.unlink(file.name)
+    if done.returncode:
+        raise RuntimeError(done.stderr[-4000:])
+    log = done.stdout + done.stderr
+    if auto and "SPECACCEPT_VLLM_K=auto: each request's n-gram drafts" not in log:
+        raise RuntimeError("the plugin's schedule did not start:\n" + log[-4000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def hand_schedule(results: dict, batches: list[int]) -> list[list[int]]:
+    """vLLM's ``num_speculative_tokens_per_batch_size``: at each batch size the
+    fixed k with the most tokens per second summed over the temperatures."""
+    schedule = []
+    for batch in batches:
+        rates = {
+            k: sum(p["tokens_per_s"] for p in results[f"k={k}"] if p["batch"] == batch)
+            for k in FIXED
+        }
+        schedule.append([batch, batch, max(rates, key=lambda k: rates[k])])
+    # Ranges between the measured sizes take the next smaller one's k.
+    return [
+        [b, (schedule[i + 1][0] - 1 if i + 1 < len(schedule) else b), k]
+        for i, (b, _, k) in enumerate(schedule)
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="plain, k=4, auto; batch 2; T=0.8")
+    parser.add_argument("--prompts", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
+    parser.add_argument(
+        "--model", default=os.path.expanduser("~/.cache/specaccept/smollm2-135m-instruct-f32")
+    )
+    parser.add_argument("--out", help="write every number as JSON")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        with open(args.worker) as file:
+            print(json.dumps(worker(json.load(file))))
+        return
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_generate import TEMPLATES, passages
+    from specaccept.generation import hf
+
+    model = str(hf.save_smollm2(args.model))
+    if args.quick:
+        args.prompts, args.tokens, args.batches, args.temperatures = 4, 16, [2], [0.8]
+    messages = [
+        TEMPLATES[i % len(TEMPLATES)].format(p) for i, p in enumerate(passages(args.prompts))
+    ]
+    base = {
+        "model": model,
+        "messages": messages,
+        "tokens": args.tokens,
+        "batches": args.batches,
+        "temperatures": args.temperatures,
+    }
+    columns: list[tuple[str, dict | None, bool]] = [("plain", None, False)]
+    fixed = (4,) if args.quick else FIXED
+    columns += [(f"k={k}", {"num_speculative_tokens": k}, False) for k in fixed]
+    results: dict[str, list[dict]] = {}
+    began = time.perf_counter()
+    for name, speculative, auto in columns:
+        results[name] = run({**base, "speculative": speculative}, auto)["points"]
+        print(f"{name}: done at {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+    if not args.quick:
+        schedule = hand_schedule(results, args.batches)
+        spec = {"num_speculative_tokens": 8, "num_speculative_tokens_per_batch_size": schedule}
+        results["per-batch"] = run({**base, "speculative": spec}, False)["points"]
+        print(f"per-batch {schedule}: done", file=sys.stderr, flush=True)
+    else:
+        schedule = None
+    results["auto"] = run({**base, "speculative": {"num_speculative_tokens": 8}}, True)["points"]
+    names = list(results)
+    print(
+        f"\n{date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"python benches/bench_vllm_schedule.py{' --quick' if args.quick else ''} "
+        f"({len(messages)} prompts, {args.tokens} tokens each)"
+    )
+    if schedule:
+        print(f"per-batch: num_speculative_tokens_per_batch_size={schedule}")
+    print("\ntokens/s end to end (after the first step) [emitted per target call]\n")
+    print("| batch | T | " + " | ".join(names) + " | auto/plain | auto/best k | auto/per-batch |")
+    print("|---" * (len(names) + 5) + "|")
+    for i, point in enumerate(results["plain"]):
+        cells = []
+        for name in names:
+            p = results[name][i]
+            cells.append(
+                f"{p['tokens_per_s']:.1f} ({p['after_first_per_s']:.1f}) [{p['per_target_call']:.2f}]"
+            )
+        auto = results["auto"][i]["tokens_per_s"]
+        best = max(results[f"k={k}"][i]["tokens_per_s"] for k in fixed)
+        per_batch = results["per-batch"][i]["tokens_per_s"] if "per-batch" in results else None
+        print(
+            f"| {point['batch']} | {point['temperature']} | "
+            + " | ".join(cells)
+            + f" | {auto / point['tokens_per_s']:.2f}x | {auto / best:.2f}x | "
+            + (f"{auto / per_batch:.2f}x |" if per_batch else "- |")
+        )
+    if args.out:
+        with open(args.out, "w") as file:
+            json.dump(
+                {"results": results, "schedule": schedule, "args": vars(args)}, file, indent=1
+            )
+
+
+if __name__ == "__main__":
+    main()

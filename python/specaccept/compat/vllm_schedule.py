@@ -1,0 +1,274 @@
+"""``SPECACCEPT_VLLM_K=auto``: vLLM's n-gram drafts trimmed each step to :class:`AdaptiveK`'s choice.
+
+Part of the vLLM plugin (:mod:`specaccept.compat.vllm_plugin` installs it, with
+the plugin on, when ``SPECACCEPT_VLLM_K=auto``; off by default). vLLM's engine
+(V1, no asynchronous scheduling: the CPU platform's) runs per step::
+
+    scheduler.schedule -> runner.execute_model -> runner.sample_tokens
+    (verification, then the n-gram proposer) -> runner.take_draft_token_ids
+    -> scheduler.update_draft_token_ids (the next step's drafts)
+
+Here, in the process of vLLM's model runner (``GPUModelRunner``, which the CPU
+runner is):
+
+- ``execute_model``: the requests vLLM finished since the previous step are
+  forgotten (``AdaptiveK.finish``);
+- ``sample_tokens``: what verification kept, per request, is observed: the drafts
+  it verified, the accepted ones, and the whole proposal of the previous step
+  (before it was trimmed) compared with the tokens the step emitted (docs/spec.md
+  section 13.2: the proposal is deterministic, so a draft trimmed away is still
+  observed);
+- ``take_draft_token_ids``: the step's wall time (from the previous step's
+  drafts to this one's: the whole engine step, scheduling included) is observed
+  against the tokens the target computed (``total_num_scheduled_tokens``; not for
+  a step that also processed prompts), then ``AdaptiveK(max_k=num_speculative_tokens)`` chooses,
+  per request, how many of the n-gram proposer's drafts are kept (ragged:
+  vLLM computes each request's own positions), and the proposals are trimmed.
+
+``num_speculative_tokens`` is the most a request drafts; the objective is the
+step's expected emitted tokens per second (continuous batching, docs/spec.md
+section 13.3). Verification is untouched: a trimmed draft is simply not drafted.
+``SPECACCEPT_VLLM_K_RECORD=path.jsonl`` writes each step's choice (one JSON line:
+requests, k, available, acceptance per depth, expected tokens, predicted and
+measured seconds, reason). Any failure here logs once and leaves vLLM's drafts
+as they were for the rest of the run: never takes vLLM down.
+
+docs/serving.md ("Choosing k each step in vLLM") documents it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from .._schedule import AdaptiveK, KChoice
+
+__all__ = ["VALUES", "install"]
+
+#: ``SPECACCEPT_VLLM_K``'s values.
+VALUES = ("auto",)
+
+#: The speculative methods whose drafts it trims: deterministic proposals that
+#: cost nothing to make (so a trimmed draft costs nothing and is still observed).
+METHODS = ("ngram",)
+
+logger = logging.getLogger("vllm.specaccept")
+
+
+def install(value: str) -> bool:
+    """Wraps vLLM's ``GPUModelRunner`` (every runner of this process) so that its
+    n-gram drafts are chosen by :class:`AdaptiveK`. ``value`` is
+    ``SPECACCEPT_VLLM_K``; a value not in :data:`VALUES` is refused in the log.
+    Returns whether it installed."""
+    if value not in VALUES:
+        logger.warning(
+            "specaccept: SPECACCEPT_VLLM_K=%r is not one of %s; vLLM drafts "
+            "num_speculative_tokens as configured",
+            value,
+            VALUES,
+        )
+        return False
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    if getattr(GPUModelRunner.take_draft_token_ids, "_specaccept", False):
+        return True  # installed twice in this process
+    execute_model = GPUModelRunner.execute_model
+    sample_tokens = GPUModelRunner.sample_tokens
+    take_draft_token_ids = GPUModelRunner.take_draft_token_ids
+
+    def execute(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        trimmer = _trimmer(self)
+        if trimmer is not None:
+            trimmer.guarded("start", trimmer.start, scheduler_output)
+        return execute_model(self, scheduler_output, *args, **kwargs)
+
+    def sample(self: Any, *args: Any, **kwargs: Any) -> Any:
+        output = sample_tokens(self, *args, **kwargs)
+        trimmer = _trimmer(self)
+        if trimmer is not None:
+            trimmer.guarded("observe", trimmer.observe, output)
+        return output
+
+    def take(self: Any) -> Any:
+        drafts = take_draft_token_ids(self)
+        trimmer = _trimmer(self)
+        if trimmer is None or drafts is None:
+            return drafts
+        trimmed = trimmer.guarded("choose", trimmer.trim, drafts)
+        return drafts if trimmed is None else trimmed
+
+    take._specaccept = True  # type: ignore[attr-defined]
+    GPUModelRunner.execute_model = execute  # type: ignore[method-assign]
+    GPUModelRunner.sample_tokens = sample  # type: ignore[method-assign]
+    GPUModelRunner.take_draft_token_ids = take  # type: ignore[method-assign]
+    return True
+
+
+_LOCK = threading.Lock()
+
+
+def _trimmer(runner: Any) -> _Trimmer | None:
+    """The runner's trimmer, made at its first step; ``None`` where it does not
+    apply (no speculative decoding, another method: said once in the log)."""
+    trimmer = runner.__dict__.get("_specaccept_k", False)
+    if trimmer is not False:
+        return trimmer
+    with _LOCK:
+        trimmer = runner.__dict__.get("_specaccept_k", False)
+        if trimmer is False:
+            trimmer = _Trimmer.for_runner(runner)
+            runner._specaccept_k = trimmer
+    return trimmer
+
+
+class _Trimmer:
+    """One model runner's schedule, and what it remembers between the hooks."""
+
+    def __init__(self, max_k: int, record: str | None):
+        self.schedule = AdaptiveK(max_k=max_k)
+        self.ended: float | None = None  # when the previous step's drafts were taken
+        self.scheduled: Any = None  # the step's SchedulerOutput
+        self.proposals: dict[str, list[int]] = {}  # request -> last step's whole proposal
+        self.choice: KChoice | None = None
+        self.broken = False
+        self.record = record
+        self.steps = 0
+
+    @classmethod
+    def for_runner(cls, runner: Any) -> _Trimmer | None:
+        config = getattr(runner, "speculative_config", None)
+        max_k = int(getattr(runner, "num_spec_tokens", 0) or 0)
+        if config is None or max_k <= 0:
+            logger.warning(
+                "specaccept: SPECACCEPT_VLLM_K=auto has no effect: speculative decoding is off"
+            )
+            return None
+        if config.method not in METHODS:
+            logger.warning(
+                "specaccept: SPECACCEPT_VLLM_K=auto has no effect with method=%r (only %s: "
+                "a drafter that runs a model pays for its drafts before they could be "
+                "trimmed); vLLM drafts num_speculative_tokens=%d",
+                config.method,
+                ", ".join(METHODS),
+                max_k,
+            )
+            return None
+        record = os.environ.get("SPECACCEPT_VLLM_K_RECORD") or None
+        logger.info(
+            "specaccept: SPECACCEPT_VLLM_K=auto: each request's n-gram drafts chosen per "
+            "step by AdaptiveK(max_k=%d)%s",
+            max_k,
+            f"; choices recorded to {record}" if record else "",
+        )
+        return cls(max_k, record)
+
+    def guarded(self, what: str, call: Any, *args: Any) -> Any:
+        """``call(*args)``; a failure logs once and stops the trimming (vLLM's
+        drafts stay as proposed), never reaching vLLM."""
+        if self.broken:
+            return None
+        try:
+            return call(*args)
+        except Exception as error:
+            self.broken = True
+            logger.exception(
+                "specaccept: SPECACCEPT_VLLM_K=auto stopped (%s failed: %r); vLLM drafts "
+                "num_speculative_tokens from now on",
+                what,
+                error,
+            )
+            return None
+
+    def start(self, scheduler_output: Any) -> None:
+        self.scheduled = scheduler_output
+        finished = list(getattr(scheduler_output, "finished_req_ids", ()) or ())
+        if finished:
+            self.schedule.finish(finished)
+            for request in finished:
+                self.proposals.pop(request, None)
+
+    def observe(self, output: Any) -> None:
+        """What the step's verification kept, per request that emitted tokens."""
+        scheduled = self.scheduled
+        sampled = getattr(output, "sampled_token_ids", None)
+        if scheduled is None or not isinstance(sampled, list):
+            return
+        drafts = scheduled.scheduled_spec_decode_tokens
+        requests: list[str] = []
+        drafted: list[int] = []
+        accepted: list[int] = []
+        acceptances: list[list[float] | None] = []
+        for request, index in output.req_id_to_index.items():
+            emitted = sampled[index] if index < len(sampled) else []
+            proposal = self.proposals.get(request)
+            count = sum(1 for t in drafts.get(request, ()) if t >= 0)
+            if not emitted or (not count and not proposal):
+                continue  # a prompt's chunk, or nothing drafted or proposed
+            emitted = list(emitted)
+            requests.append(request)
+            drafted.append(count)
+            accepted.append(min(max(len(emitted) - 1, 0), count))
+            if proposal:
+                seen = min(len(proposal), len(emitted))
+                matched = next((j for j in range(seen) if proposal[j] != emitted[j]), seen)
+                acceptances.append([1.0] * matched + [0.0] * (matched < seen))
+            else:
+                acceptances.append(None)
+        if requests:
+            self.schedule.observe(requests, drafted, accepted, acceptances=acceptances)
+
+    def trim(self, drafts: Any) -> Any:
+        """The step's cost observed; the proposals trimmed to the choice."""
+        now, seconds = time.perf_counter(), None
+        scheduled = self.scheduled
+        if self.ended is not None and scheduled is not None and _decode_only(scheduled):
+            # The whole engine step, scheduling and output included: from the
+            # previous step's drafts to this one's (an engine that idled, with no
+            # request, next runs a step that processes a prompt: not measured).
+            seconds = now - self.ended
+            self.schedule.observe_cost(seconds, int(scheduled.total_num_scheduled_tokens))
+        self.ended, self.scheduled = now, None
+        requests = list(drafts.req_ids)
+        proposed = [list(t) for t in drafts.draft_token_ids]
+        if not requests or len(proposed) != len(requests):
+            return None
+        choice = self.schedule.choose(requests, [len(t) for t in proposed], padded=False)
+        self.proposals = {r: t for r, t in zip(requests, proposed, strict=True) if t}
+        self.steps += 1
+        if self.record:
+            self._record(choice, seconds)
+        kept = [t[:k] for t, k in zip(proposed, choice.k.tolist(), strict=True)]
+        return type(drafts)(requests, kept)
+
+    def _record(self, choice: KChoice, seconds: float | None) -> None:
+        line = {
+            "step": self.steps,
+            "requests": list(choice.requests),
+            "k": choice.k.tolist(),
+            "available": choice.available.tolist(),
+            "acceptance": [[round(a, 4) for a in row] for row in choice.acceptance.tolist()],
+            "expected_tokens": _number(choice.expected_tokens),
+            "predicted_seconds": _number(choice.predicted_seconds),
+            "previous_step_seconds": seconds,  # null: not measured
+            "reason": choice.reason,
+        }
+        assert self.record is not None
+        with open(self.record, "a") as file:
+            file.write(json.dumps(line) + "\n")
+
+
+def _decode_only(scheduled: Any) -> bool:
+    """Whether every request of the step computed only its last token and its
+    drafts (a step that also processed prompts is not a decoding step's cost)."""
+    drafts = scheduled.scheduled_spec_decode_tokens
+    return bool(scheduled.num_scheduled_tokens) and all(
+        n == 1 + len(drafts.get(r, ())) for r, n in scheduled.num_scheduled_tokens.items()
+    )
+
+
+def _number(value: float) -> float | None:
+    return None if value != value else float(value)  # NaN: null in JSON

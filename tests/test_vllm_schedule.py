@@ -1,0 +1,210 @@
+"""``SPECACCEPT_VLLM_K=auto`` (specaccept/compat/vllm_schedule.py, docs/serving.md
+"Choosing k each step in vLLM") without vLLM: the trimmer between vLLM's hooks,
+driven with objects of the shapes vLLM 0.32 hands it. vLLM's engine running it
+is tested in tests/test_vllm_plugin.py (the ``vllm`` CI stage)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from specaccept import AdaptiveK
+from specaccept.compat import vllm_plugin, vllm_schedule
+from specaccept.compat.vllm_schedule import _Trimmer
+
+
+@dataclass
+class DraftTokenIds:  # vllm.v1.outputs.DraftTokenIds
+    req_ids: list[str]
+    draft_token_ids: list[list[int]]
+
+
+def scheduled(drafts: dict[str, list[int]], tokens: dict[str, int] | None = None, finished=()):
+    """A ``SchedulerOutput``: ``drafts`` verified per request, ``tokens`` computed
+    (default: each request's last token and its drafts)."""
+    tokens = tokens or {r: 1 + len(d) for r, d in drafts.items()}
+    return SimpleNamespace(
+        scheduled_spec_decode_tokens={r: d for r, d in drafts.items() if d},
+        num_scheduled_tokens=tokens,
+        total_num_scheduled_tokens=sum(tokens.values()),
+        finished_req_ids=set(finished),
+    )
+
+
+def emitted(tokens: dict[str, list[int]]):
+    """A ``ModelRunnerOutput``: the tokens each request emitted this step."""
+    ids = list(tokens)
+    return SimpleNamespace(
+        req_ids=ids,
+        req_id_to_index={r: i for i, r in enumerate(ids)},
+        sampled_token_ids=[tokens[r] for r in ids],
+    )
+
+
+class Spy(AdaptiveK):
+    """An AdaptiveK that keeps what it was told."""
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.told: list[tuple] = []
+        self.costs: list[tuple] = []
+
+    def observe(self, requests, drafted, accepted, *, acceptances=None):
+        self.told.append((list(requests), list(drafted), list(accepted), acceptances))
+        super().observe(requests, drafted, accepted, acceptances=acceptances)
+
+    def observe_cost(self, seconds, target_tokens, draft_forwards=0):
+        self.costs.append((seconds, target_tokens, draft_forwards))
+        super().observe_cost(seconds, target_tokens, draft_forwards)
+
+
+def trimmer(max_k=4, record=None) -> _Trimmer:
+    t = _Trimmer(max_k, record)
+    t.schedule = Spy(max_k=max_k)
+    return t
+
+
+def test_the_proposals_are_trimmed_to_the_choice_and_left_as_they_were():
+    t = trimmer()
+    proposals = [[1, 2, 3, 4], [5], []]
+    drafts = DraftTokenIds(["a", "b", "c"], proposals)
+    out = t.trim(drafts)
+    # The first choice is AdaptiveK's start: max_k // 2 = 2 drafts, capped by each proposal.
+    assert isinstance(out, DraftTokenIds)
+    assert out.req_ids == ["a", "b", "c"]
+    assert out.draft_token_ids == [[1, 2], [5], []]
+    assert proposals == [[1, 2, 3, 4], [5], []]  # vLLM's own lists untouched
+    assert t.proposals == {"a": [1, 2, 3, 4], "b": [5]}
+
+
+def test_the_whole_proposal_is_observed_against_the_emitted_tokens():
+    t = trimmer()
+    t.trim(DraftTokenIds(["a", "b", "c"], [[1, 2, 3, 4], [5, 6], []]))  # kept: [1, 2], [5, 6]
+    t.start(scheduled({"a": [1, 2], "b": [5, 6], "c": []}))
+    # a: both drafts accepted and the bonus token is the proposal's third (3);
+    # b: its first draft rejected; c: nothing drafted or proposed.
+    t.observe(emitted({"a": [1, 2, 3], "b": [7], "c": [9]}))
+    assert t.schedule.told == [(["a", "b"], [2, 2], [2, 0], [[1.0, 1.0, 1.0], [0.0]])]
+    # The same observation spelled out gives the same estimates; the verifier's
+    # counts alone would know nothing of a's third depth.
+    spelled = AdaptiveK(max_k=4)
+    spelled.observe(["a", "b"], [2, 2], [2, 0], acceptances=[[1, 1, 1], [0]])
+    counts = AdaptiveK(max_k=4)
+    counts.observe(["a", "b"], [2, 2], [2, 0])
+    np.testing.assert_array_equal(t.schedule.acceptance("a"), spelled.acceptance("a"))
+    assert t.schedule.acceptance("a")[2] > counts.acceptance("a")[2]
+
+
+def test_a_request_trimmed_to_no_drafts_is_still_observed():
+    t = trimmer()
+    t.schedule.choose = lambda requests, available, **_: SimpleNamespace(  # type: ignore[method-assign]
+        k=np.zeros(len(requests), dtype=np.int64),
+        requests=tuple(requests),
+        available=np.asarray(available),
+    )
+    t.trim(DraftTokenIds(["a"], [[4, 5]]))
+    t.start(scheduled({"a": []}))
+    t.observe(emitted({"a": [4]}))  # the one token emitted is the proposal's first
+    assert t.schedule.told == [(["a"], [0], [0], [[1.0]])]
+
+
+def test_only_whole_decoding_steps_are_timed():
+    t = trimmer()
+    t.start(scheduled({"a": []}, tokens={"a": 40}))  # the prompt
+    t.trim(DraftTokenIds(["a"], [[1, 2, 3]]))  # no step before it: not timed
+    t.start(scheduled({"a": [1, 2]}))
+    t.trim(DraftTokenIds(["a"], [[3]]))
+    t.start(scheduled({"a": [3], "b": []}, tokens={"a": 2, "b": 17}))  # b's prompt joins
+    t.trim(DraftTokenIds(["a", "b"], [[], []]))
+    assert [c[1:] for c in t.schedule.costs] == [(3, 0)]
+    assert 0 < t.schedule.costs[0][0] < 60
+
+
+def test_finished_requests_are_forgotten():
+    t = trimmer()
+    t.trim(DraftTokenIds(["a", "b"], [[1], [2]]))
+    t.start(scheduled({"a": [1], "b": [2]}))
+    t.observe(emitted({"a": [1, 5], "b": [3]}))
+    assert t.schedule.acceptance("a")[0] > t.schedule.pooled()
+    t.start(scheduled({"b": []}, finished={"a"}))
+    assert "a" not in t.proposals
+    np.testing.assert_array_equal(t.schedule.acceptance("a"), np.full(4, t.schedule.pooled()))
+
+
+def test_a_failure_stops_the_trimming_and_leaves_vllm_s_drafts(caplog):
+    t = trimmer()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    t.schedule.choose = broken  # type: ignore[method-assign]
+    drafts = DraftTokenIds(["a"], [[1, 2]])
+    with caplog.at_level(logging.ERROR, logger="vllm.specaccept"):
+        assert t.guarded("choose", t.trim, drafts) is None
+        assert t.guarded("observe", t.observe, emitted({"a": [1]})) is None
+    assert t.broken
+    assert sum("SPECACCEPT_VLLM_K=auto stopped" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_each_choice_is_recorded(tmp_path):
+    path = tmp_path / "k.jsonl"
+    t = trimmer(record=str(path))
+    t.trim(DraftTokenIds(["a", "b"], [[1, 2, 3], []]))
+    t.start(scheduled({"a": [1, 2]}))
+    t.observe(emitted({"a": [1, 9]}))
+    t.trim(DraftTokenIds(["a", "b"], [[4], [5, 6]]))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    assert lines[0]["k"] == [2, 0] and lines[0]["available"] == [3, 0]
+    assert lines[0]["reason"] == "start" and lines[0]["previous_step_seconds"] is None
+    assert lines[1]["requests"] == ["a", "b"] and lines[1]["available"] == [1, 2]
+    assert lines[1]["previous_step_seconds"] > 0
+    assert len(lines[1]["acceptance"]) == 2 and len(lines[1]["acceptance"][0]) == 4
+    first, second = lines[1]["acceptance"][0][:2]
+    assert second < 0.6 < first  # a: its first draft accepted, its second rejected
+
+
+def runner(method="ngram", k=4):
+    config = None if method is None else SimpleNamespace(method=method)
+    return SimpleNamespace(speculative_config=config, num_spec_tokens=k)
+
+
+def test_a_runner_it_cannot_serve_keeps_its_drafts_and_the_log_says_why(caplog):
+    with caplog.at_level(logging.WARNING, logger="vllm.specaccept"):
+        assert _Trimmer.for_runner(runner(None, 0)) is None
+        assert _Trimmer.for_runner(runner("draft_model")) is None
+    text = caplog.text
+    assert "speculative decoding is off" in text
+    assert "method='draft_model'" in text and "num_speculative_tokens=4" in text
+    made = _Trimmer.for_runner(runner("ngram", 8))
+    assert made is not None and made.schedule.max_k == 8
+
+
+def test_a_value_other_than_auto_is_refused_in_the_log(caplog):
+    with caplog.at_level(logging.WARNING, logger="vllm.specaccept"):
+        assert vllm_schedule.install("4") is False
+    assert "SPECACCEPT_VLLM_K='4' is not one of ('auto',)" in caplog.text
+
+
+def test_the_switch_without_the_plugin_is_said(monkeypatch, caplog):
+    monkeypatch.delenv("SPECACCEPT_VLLM", raising=False)
+    monkeypatch.setenv("SPECACCEPT_VLLM_K", "auto")
+    with caplog.at_level(logging.WARNING, logger="vllm.specaccept"):
+        vllm_plugin.register()
+    assert "SPECACCEPT_VLLM_K is set but SPECACCEPT_VLLM is not" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "tokens, drafts, expected",
+    [
+        ({"a": 3, "b": 1}, {"a": [1, 2]}, True),
+        ({"a": 3, "b": 5}, {"a": [1, 2]}, False),  # b processes a prompt chunk
+        ({}, {}, False),
+    ],
+)
+def test_a_decoding_step_is_one_token_and_the_drafts_per_request(tokens, drafts, expected):
+    assert vllm_schedule._decode_only(scheduled(drafts, tokens)) is expected
