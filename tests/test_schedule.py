@@ -369,6 +369,10 @@ def test_k_auto_keeps_one_schedule_per_target_and_drafter():
     assert kept is not auto_schedule(Markov(7, 3, seed=1), "lookup")
     other = specaccept.generate(target, draft, PROMPTS, **options)
     assert other.schedule[0].reason == "start"
+    # A draft model starts at one draft (each costs a forward); lookup at max_k // 2.
+    assert other.schedule[0].k.tolist() == [1] * len(PROMPTS)
+    start = first.schedule[0]
+    assert start.k.tolist() == np.minimum(start.available, 4).tolist() and start.k.max() > 1
 
 
 def test_recorded_steps_carry_each_choice(tmp_path):

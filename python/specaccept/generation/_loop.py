@@ -439,12 +439,14 @@ def auto_schedule(model: Any, drafter: Any, max_k: int = AUTO_MAX_K) -> Adaptive
     time."""
     owner = getattr(model, "model", model)
     key = (drafter, int(max_k))
+    # A draft model's start steps pay for each draft (prompt lookup's cost nothing).
+    start = None if drafter == "lookup" else 1
     try:
         kept = _AUTO.setdefault(owner, {})
     except TypeError:
-        return AdaptiveK(max_k=max_k)
+        return AdaptiveK(max_k=max_k, start=start)
     if key not in kept:
-        kept[key] = AdaptiveK(max_k=max_k)
+        kept[key] = AdaptiveK(max_k=max_k, start=start)
     return kept[key]
 
 
