@@ -497,6 +497,8 @@ fn run_tree<P: FromF64, Q: FromF64>(
                 temperature: FloatView::F64(temperature.view()),
                 top_k: IntView::I64(top_k.view()),
                 top_p: FloatView::F64(top_p.view()),
+                min_p: None,
+                min_p_last: false,
                 uniforms: inputs.uniforms,
                 recovery_uniforms: inputs.recovery_uniforms,
                 method,
@@ -581,6 +583,14 @@ fn run_logits<P: FromF64, Q: FromF64>(
         4 => 0.0,
         _ => f64::NAN,
     });
+    let min_p = Array1::from_shape_fn(batch, |_| match input.below(6) {
+        0 | 1 => 0.0,
+        2 => 0.05,
+        3 => 1.0,
+        4 => -0.5,
+        _ => f64::NAN,
+    });
+    let min_p_last = flags & 64 != 0;
     let uniforms = Array2::from_shape_fn((batch, k), |_| input.float());
     let recovery = Array1::from_shape_fn(batch, |_| input.float());
     let counts_array = Array1::from(counts.to_vec());
@@ -596,6 +606,8 @@ fn run_logits<P: FromF64, Q: FromF64>(
             temperature: FloatView::F64(temperature.view()),
             top_k: IntView::I64(top_k.view()),
             top_p: FloatView::F64(top_p.view()),
+            min_p: Some(FloatView::F64(min_p.view())),
+            min_p_last,
             num_draft_tokens: (flags & 8 == 0).then(|| IntView::I64(counts_array.view())),
             uniforms: (flags & 16 == 0).then(|| FloatView::F64(uniforms.view())),
             recovery_uniforms: (flags & 32 == 0).then(|| FloatView::F64(recovery.view())),

@@ -722,6 +722,52 @@ CASES.update(
             " top_k=w(np.array([0, 1])), top_p=w(np.array([1.0, 0.5])), rng=0))",
             "ok",
         ),
+        "verify_logits: min_p both orders, per row": (
+            f"l = w({_LOGITS}); m = w(np.array([0.0, 0.9]))\n"
+            "ok_ver(sa.verify_logits(w(IDS()), l, temperature=0.7, top_p=0.8, min_p=m, rng=0))\n"
+            "ok_ver(sa.verify_logits(w(IDS()), l, top_k=2, min_p=1.0, min_p_last=True, rng=0))",
+            "ok",
+        ),
+        "verify_logits: min_p NaN": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, min_p=np.nan, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: min_p -0.0 and 1 + eps": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, min_p=np.array([-0.0, 1 + 2**-52]), rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: min_p 2**2000": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, min_p=2**2000, rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: min_p wrong length": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, min_p=np.zeros(3), rng=0)",
+            "ValueError",
+        ),
+        "verify_logits: min_p str": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, min_p='low', rng=0)",
+            "TypeError",
+        ),
+        "verify_logits: min_p_last not a bool": (
+            f"sa.verify_logits(IDS(), {_LOGITS}, min_p=0.1, min_p_last='yes', rng=0)",
+            "TypeError",
+        ),
+        "verify_tree_logits: min_p and traversal": (
+            f"ok_tree(sa.verify_tree_logits(w(np.array([[0, 1, 2, 0]])), {_TREE_PARENTS},"
+            f" w(np.log({_TREE_P})), min_p=w(np.array([0.5])), method='traversal', rng=0), 1, 3)",
+            "ok",
+        ),
+        "verify_tree_logits: min_p out of range": (
+            f"sa.verify_tree_logits(np.array([[0, 1, 2, 0]]), {_TREE_PARENTS},"
+            f" np.log({_TREE_P}), min_p=1.5, rng=0)",
+            "ValueError",
+        ),
+        "vllm.verify_logits: min_p": (
+            "r = vllm.verify_logits(w(np.array([1, 2])), [2, 0], w(np.log(np.eye(4)[[1, 3, 0, 2]]"
+            " + 1e-3)), temperature=0.5, min_p=w(np.array([0.2, 1.0])), rng=0)\n"
+            "assert r.output_token_ids.shape == (2, 3)",
+            "ok",
+        ),
         "verify_logits: -inf masks": (
             "l = np.log(P()); l[:, :, 4] = -np.inf\n"
             "ok_ver(sa.verify_logits(w(np.array([[0, 1, 2], [3, 2, 0]])), w(l), rng=0))",

@@ -10,7 +10,7 @@ import numpy as np
 
 from ._errors import InputError
 
-__all__ = ["check_int"]
+__all__ = ["check_flag", "check_int"]
 
 
 def check_int(value: Any, name: str, minimum: int = 0) -> int:
@@ -20,3 +20,10 @@ def check_int(value: Any, name: str, minimum: int = 0) -> int:
     if value < minimum:
         raise InputError(f"{name} must be an int >= {minimum}, got {value!r}", argument=name)
     return int(value)
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """A ``bool`` (NumPy's included; not an int that could be one)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r:.40}")
+    return bool(value)

@@ -1,4 +1,4 @@
-"""Verification from logits: temperature, top-k and top-p applied only where read."""
+"""Verification from logits: temperature, top-k, top-p and min-p applied only where read."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy.typing as npt
 from . import _native
 from ._api import Method
 from ._arrays import float_array, int_array, like_converter
+from ._checks import check_flag
 from ._errors import InputError
 from ._options import chain_rule, isolating, per_row
 from ._result import Verification, finish
@@ -36,15 +37,20 @@ def verify_logits(
     errors: Literal["raise", "isolate"] = "raise",
     method: Method = "token",
     draft_token_probs: npt.ArrayLike | None = None,
+    min_p: float | npt.ArrayLike = 0.0,
+    min_p_last: bool = False,
 ) -> Verification:
     """Verify drafted tokens from logits, with the engine's sampling transform.
 
     The result is :func:`verify` on ``transform(target_logits)`` and
     ``transform(draft_logits)``, where ``transform`` is, in order: divide by the
-    temperature; softmax; top-k keeps every entry at least the k-th largest (ties
-    kept) and renormalises; top-p keeps, in decreasing order (ties by lower index),
-    the shortest prefix whose mass reaches ``top_p`` plus every entry tied with the
-    last one kept, and renormalises. Only the rows a row reads are transformed
+    temperature; softmax; min-p keeps every entry of probability at least
+    ``min_p`` times the largest; top-k keeps every entry at least the k-th largest
+    (ties kept) and renormalises; top-p keeps, in decreasing order (ties by lower
+    index), the shortest prefix whose mass reaches ``top_p`` plus every entry tied
+    with the last one kept, and renormalises. That is vLLM's order; with
+    ``min_p_last=True`` min-p comes after top-p instead (transformers' order: the
+    two differ only where both min-p and top-p are on). Only the rows a row reads are transformed
     (positions up to its first rejection, and the bonus row), with selection rather
     than a sort, and a vectorised ``exp``. Without filters, a float16/bfloat16/float32
     position is usually proven accepted by a cheaper float32 pass with certified
@@ -79,7 +85,7 @@ def verify_logits(
 
     errors : ``"raise"`` or ``"isolate"``
         As for :func:`verify`: with ``"isolate"`` a row with a bad value (its
-        logits, temperature, top-k, top-p, ids, count or uniforms) is marked in
+        logits, temperature, top-k, top-p, min-p, ids, count or uniforms) is marked in
         ``result.errors`` and the other rows are verified as without it.
     method : ``"token"`` or ``"block"``
         As for :func:`verify`. ``"block"`` needs every position's exact
@@ -100,6 +106,14 @@ def verify_logits(
         :class:`InputError` (a different temperature, filter or position).
         Needs ``draft_logits`` and ``method="token"``. See docs/spec.md
         section 8.7.
+    min_p : float or ``[B]``
+        In ``[0, 1]``; ``0.0`` switches it off. Keeps the tokens whose
+        probability (after the temperature) is at least ``min_p`` times the
+        largest; ``1.0`` keeps only the most likely ones.
+    min_p_last : bool
+        ``False`` (vLLM's order): min-p before top-k and top-p, so top-p reaches
+        ``top_p`` of what min-p kept. ``True`` (transformers' order): min-p after
+        top-p. docs/spec.md section 8.2.
 
     Returns
     -------
@@ -127,6 +141,8 @@ def verify_logits(
     temperatures = per_row(temperature, "temperature", batch, np.float64)
     top_ks = per_row(top_k, "top_k", batch, np.int64)
     top_ps = per_row(top_p, "top_p", batch, np.float64)
+    min_ps = per_row(min_p, "min_p", batch, np.float64)
+    last = check_flag(min_p_last, "min_p_last")
     counts = None if num_draft_tokens is None else int_array(num_draft_tokens, "num_draft_tokens")
     u = None if uniforms is None else float_array(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
@@ -138,6 +154,19 @@ def verify_logits(
         None if draft_token_probs is None else float_array(draft_token_probs, "draft_token_probs")
     )
     result = _native.verify_logits(
-        ids, target, draft, temperatures, top_ks, top_ps, counts, u, ru, isolate, rule, given_q
+        ids,
+        target,
+        draft,
+        temperatures,
+        top_ks,
+        top_ps,
+        counts,
+        u,
+        ru,
+        isolate,
+        rule,
+        given_q,
+        min_ps,
+        last,
     )
     return finish(result, convert)

@@ -159,6 +159,8 @@ def verify_tree_logits(
     method: str = "token",
     out: _TreeOut | None = None,
     isolate: bool = False,
+    min_p: npt.NDArray[np.float64] | None = None,
+    min_p_last: bool = False,
 ) -> _Tree | _TreeIsolated: ...
 def verify_logits(
     draft_token_ids: _In,
@@ -173,6 +175,8 @@ def verify_logits(
     isolate: bool = False,
     method: _Method = None,
     draft_token_probs: _In | None = None,
+    min_p: npt.NDArray[np.float64] | None = None,
+    min_p_last: bool = False,
 ) -> _Chain | _Isolated: ...
 def verify_flat_logits(
     draft_token_ids: _In,
@@ -186,4 +190,6 @@ def verify_flat_logits(
     recovery_uniforms: _In | None,
     isolate: bool = False,
     method: _Method = None,
+    min_p: npt.NDArray[np.float64] | None = None,
+    min_p_last: bool = False,
 ) -> _Chain | _Isolated: ...

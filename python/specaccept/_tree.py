@@ -9,6 +9,7 @@ import numpy.typing as npt
 
 from . import _native
 from ._arrays import float_array, int_array, like_converter
+from ._checks import check_flag
 from ._errors import InputError
 from ._options import TREE_METHODS, as_greedy, as_method, isolating, per_row, tree_out_buffers
 from ._result import TreeVerification, finish_tree
@@ -194,12 +195,14 @@ def verify_tree_logits(
     errors: Literal["raise", "isolate"] = "raise",
     out: TreeVerification | tuple[Any, ...] | None = None,
     like: Any = None,
+    min_p: float | npt.ArrayLike = 0.0,
+    min_p_last: bool = False,
 ) -> TreeVerification:
     """Verify a tree of drafted tokens from logits (EAGLE, Medusa, SpecInfer).
 
     The result is :func:`verify_tree` on the probabilities of
-    :func:`verify_logits`' transform (temperature, softmax, top-k, top-p; per
-    row), in float64: ``p_i = w_i / W`` of docs/spec.md section 8.2. At most the
+    :func:`verify_logits`' transform (temperature, softmax, min-p, top-k, top-p;
+    per row), in float64: ``p_i = w_i / W`` of docs/spec.md section 8.2. At most the
     rows a tree row reads are transformed, the first time they are read: the
     target rows of the nodes its walk visits and the draft rows of the children
     it tries. On float16/bfloat16/float32 logits the token rule accepts a node's
@@ -228,10 +231,12 @@ def verify_tree_logits(
         Row ``c`` scores the distribution child ``c``'s token was drawn from,
         with the same transform (row 0 unused). ``None``: deterministic
         proposals (``q`` one-hot at the token).
-    temperature, top_k, top_p : number or ``[B]``
+    temperature, top_k, top_p, min_p : number or ``[B]``
         As for :func:`verify_logits`; temperature 0 makes the row greedy.
     uniforms, recovery_uniforms, rng, seeds, offsets, method, errors, out, like
         As for :func:`verify_tree`.
+    min_p_last : bool
+        As for :func:`verify_logits`.
 
     Returns
     -------
@@ -257,12 +262,27 @@ def verify_tree_logits(
     temperatures = per_row(temperature, "temperature", batch, np.float64)
     top_ks = per_row(top_k, "top_k", batch, np.int64)
     top_ps = per_row(top_p, "top_p", batch, np.float64)
+    min_ps = per_row(min_p, "min_p", batch, np.float64)
+    last = check_flag(min_p_last, "min_p_last")
     u = None if uniforms is None else float_array(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else float_array(recovery_uniforms, "recovery_uniforms")
     sampled = bool((temperatures != 0).any())
     u, ru = _tree_uniforms(ids, u, ru, rng, seeds, offsets, sampled)
     buffers = tree_out_buffers(out)
     result = _native.verify_tree_logits(
-        ids, parents, target, draft, temperatures, top_ks, top_ps, u, ru, rule, buffers, isolate
+        ids,
+        parents,
+        target,
+        draft,
+        temperatures,
+        top_ks,
+        top_ps,
+        u,
+        ru,
+        rule,
+        buffers,
+        isolate,
+        min_ps,
+        last,
     )
     return finish_tree(result, convert)

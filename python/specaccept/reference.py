@@ -1235,9 +1235,10 @@ class _TransformedRows:
 
     def row(self, b: int, n: int) -> np.ndarray:
         if (b, n) not in self.rows:
-            t, k, p = self.params(b)
+            t, k, p, m, last = self.params(b)
             where = f"{self.arg}[{b}, {n}"
-            self.rows[b, n] = np.array(transform_logits(self.logits[b, n], t, k, p, where))
+            row = transform_logits(self.logits[b, n], t, k, p, where, min_p=m, min_p_last=last)
+            self.rows[b, n] = np.array(row)
         return self.rows[b, n]
 
     def __getitem__(self, index: tuple[int, ...]) -> Any:
@@ -1265,6 +1266,8 @@ def verify_tree_logits(
     errors="raise",
     out=None,
     like=None,
+    min_p=0.0,
+    min_p_last=False,
 ):
     """Reference of :func:`specaccept.verify_tree_logits`: :func:`verify_tree` on
     the rows of :func:`transform_logits`, each transformed when first read; a
@@ -1283,6 +1286,8 @@ def verify_tree_logits(
     temperatures = _per_row(temperature, "temperature", batch, np.float64)
     top_ks = _per_row(top_k, "top_k", batch, np.int64)
     top_ps = _per_row(top_p, "top_p", batch, np.float64)
+    min_ps = _per_row(min_p, "min_p", batch, np.float64)
+    last = _flag(min_p_last, "min_p_last")
     u = None if uniforms is None else _floats(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
     counter = _seeded(seeds, offsets, batch, nodes, u, ru, rng)
@@ -1304,7 +1309,12 @@ def verify_tree_logits(
     _shape(parents, "parent_ids", (batch, nodes))
     _shape(logits, "target_logits", (batch, nodes, vocab))
     _shape(draft, "draft_logits", (batch, nodes, vocab))
-    for values, name in ((temperatures, "temperature"), (top_ks, "top_k"), (top_ps, "top_p")):
+    for values, name in (
+        (temperatures, "temperature"),
+        (top_ks, "top_k"),
+        (top_ps, "top_p"),
+        (min_ps, "min_p"),
+    ):
         _shape(values, name, (batch,))
     _shape(u, "uniforms", (batch, nodes))
     _shape(ru, "recovery_uniforms", (batch,))
@@ -1316,11 +1326,12 @@ def verify_tree_logits(
         _reserve(nodes, "parent_ids")
         _reserve(vocab, "target_logits")
 
-    def params(b: int) -> tuple[float, int, float]:
-        return float(temperatures[b]), int(top_ks[b]), float(top_ps[b])
+    def params(b: int) -> tuple[float, int, float, float, bool]:
+        return float(temperatures[b]), int(top_ks[b]), float(top_ps[b]), float(min_ps[b]), last
 
     def check_row(b: int) -> None:
-        _check_sampling(*params(b), (b,))
+        t, k, p, m, _ = params(b)
+        _check_sampling(t, k, p, (b,), m)
 
     def argmax(b: int, node: int) -> int:
         return _argmax_list(logits[b, node], f"target_logits[{b}, {node}")
@@ -1336,6 +1347,7 @@ def verify_tree_logits(
         "temperature": temperatures,
         "top_k": top_ks,
         "top_p": top_ps,
+        "min_p": min_ps,
         "uniforms": u,
         "recovery_uniforms": ru,
     }
@@ -1574,7 +1586,15 @@ def _per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
     return np.broadcast_to(array, (batch,)) if array.ndim == 0 else array
 
 
-def _check_sampling(temperature: float, top_k: int, top_p: float, index: tuple[int, ...]) -> None:
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r:.40}")
+    return bool(value)
+
+
+def _check_sampling(
+    temperature: float, top_k: int, top_p: float, index: tuple[int, ...], min_p: float = 0.0
+) -> None:
     """The sampling parameters of one row (docs/spec.md section 8.1); ``index`` is
     ``(b,)`` in a batch, ``()`` for one row."""
     at = "".join(f"[{i}]" for i in index)
@@ -1589,21 +1609,41 @@ def _check_sampling(temperature: float, top_k: int, top_p: float, index: tuple[i
         raise _bad(f"top_k{at} = {top_k}: top_k must be >= 0", "top_k", index)
     if not 0 < top_p <= 1:
         raise _bad(f"top_p{at} = {top_p!r}: top_p must lie in (0, 1]", "top_p", index)
+    if not 0 <= min_p <= 1:
+        raise _bad(f"min_p{at} = {min_p!r}: min_p must lie in [0, 1]", "min_p", index)
 
 
-def transform_logits(logits, temperature: float, top_k: int, top_p: float, where: str = "logits"):
+def transform_logits(
+    logits,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    where: str = "logits",
+    *,
+    min_p: float = 0.0,
+    min_p_last: bool = False,
+):
     """The sampling transform of one logits row, as :func:`specaccept.verify_logits`
-    defines it: divide by ``temperature``; softmax; top-k (ties kept), renormalise;
+    defines it: divide by ``temperature``; softmax; min-p (every entry whose
+    softmax weight ``exp((l_i - max l) / T)`` is at least ``min_p``: probability at
+    least ``min_p`` times the largest), renormalise; top-k (ties kept), renormalise;
     top-p (decreasing order, ties by lower index; the shortest prefix reaching
-    ``top_p`` plus every entry tied with the last one kept), renormalise. Temperature
-    0 is a greedy row: one-hot at the first largest logit. Parameters outside
-    section 8.1's domains are an error naming them."""
-    for value, name in ((temperature, "temperature"), (top_k, "top_k"), (top_p, "top_p")):
+    ``top_p`` plus every entry tied with the last one kept), renormalise. With
+    ``min_p_last`` min-p comes after top-p instead. Temperature 0 is a greedy row:
+    one-hot at the first largest logit. Parameters outside section 8.1's domains
+    are an error naming them."""
+    for value, name in (
+        (temperature, "temperature"),
+        (top_k, "top_k"),
+        (top_p, "top_p"),
+        (min_p, "min_p"),
+    ):
         integral = isinstance(value, numbers.Integral)
         if not isinstance(value, numbers.Real) or (name == "top_k" and not integral):
             kind = "an int" if name == "top_k" else "a real number"
             raise TypeError(f"{name} must be {kind}, got {type(value).__name__}")
-    _check_sampling(float(temperature), int(top_k), float(top_p), ())
+    last = _flag(min_p_last, "min_p_last")
+    _check_sampling(float(temperature), int(top_k), float(top_p), (), float(min_p))
     values = [float(v) for v in logits]
     for i, v in enumerate(values):
         if math.isnan(v) or v == math.inf:
@@ -1621,6 +1661,15 @@ def transform_logits(logits, temperature: float, top_k: int, top_p: float, where
     e = [math.exp((v - top) / temperature) if v != -math.inf else 0.0 for v in values]
     total = _canonical_total(e)
     probs = [v / total for v in e]
+
+    def keep_min_p(probs: list[float]) -> list[float]:
+        # The test on e, whose largest is exp(0) = 1: p_i >= min_p * max p.
+        kept = [p if e_i >= min_p else 0.0 for p, e_i in zip(probs, e, strict=True)]
+        total = _canonical_total(kept)
+        return [p / total for p in kept]
+
+    if min_p > 0 and not last:
+        probs = keep_min_p(probs)
     positive = sorted((p for p in probs if p > 0), reverse=True)
     if 0 < top_k < len(positive):
         kth = positive[top_k - 1]
@@ -1629,16 +1678,18 @@ def transform_logits(logits, temperature: float, top_k: int, top_p: float, where
         probs = [p / total for p in probs]
     if top_p < 1.0:
         order = sorted((i for i in range(len(probs)) if probs[i] > 0), key=lambda i: (-probs[i], i))
-        cumulative, last = 0.0, None
+        cumulative, last_kept = 0.0, None
         for i in order:
             cumulative += probs[i]
             if cumulative >= top_p:
-                last = probs[i]
+                last_kept = probs[i]
                 break
-        if last is not None:
-            probs = [p if p >= last else 0.0 for p in probs]
+        if last_kept is not None:
+            probs = [p if p >= last_kept else 0.0 for p in probs]
             total = _canonical_total(probs)
             probs = [p / total for p in probs]
+    if min_p > 0 and last:
+        probs = keep_min_p(probs)
     return probs
 
 
@@ -1660,6 +1711,8 @@ def verify_logits(
     errors="raise",
     method="token",
     draft_token_probs=None,
+    min_p=0.0,
+    min_p_last=False,
 ) -> Verification:
     """Reference of :func:`specaccept.verify_logits`: the transform, row by row, then
     the chain rule, the residual and the bonus exactly as :func:`verify`."""
@@ -1676,6 +1729,8 @@ def verify_logits(
     temperatures = _per_row(temperature, "temperature", batch, np.float64)
     top_ks = _per_row(top_k, "top_k", batch, np.int64)
     top_ps = _per_row(top_p, "top_p", batch, np.float64)
+    min_ps = _per_row(min_p, "min_p", batch, np.float64)
+    last = _flag(min_p_last, "min_p_last")
     counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
     u = None if uniforms is None else _floats(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
@@ -1688,7 +1743,12 @@ def verify_logits(
     vocab = _chain_shapes(
         logits, "target_logits", draft, "draft_logits", counts, u, ru, batch, num_draft
     )
-    for values, name in ((temperatures, "temperature"), (top_ks, "top_k"), (top_ps, "top_p")):
+    for values, name in (
+        (temperatures, "temperature"),
+        (top_ks, "top_k"),
+        (top_ps, "top_p"),
+        (min_ps, "min_p"),
+    ):
         _shape(values, name, (batch,))
     if given_q is not None:
         _shape(given_q, "draft_token_probs", (batch, num_draft))
@@ -1709,12 +1769,17 @@ def verify_logits(
 
     def verify_row(b: int) -> None:
         t_b, k_b, p_b = float(temperatures[b]), int(top_ks[b]), float(top_ps[b])
-        _check_sampling(t_b, k_b, p_b, (b,))
+        m_b = float(min_ps[b])
+        _check_sampling(t_b, k_b, p_b, (b,), m_b)
         drafts = _row_drafts(ids, counts, b, num_draft, vocab)
         k = len(drafts)
 
+        def transform(rows: np.ndarray, name: str, t: int) -> list[float]:
+            where = f"{name}[{b}, {t}"
+            return transform_logits(rows[b, t], t_b, k_b, p_b, where, min_p=m_b, min_p_last=last)
+
         def target(t: int) -> list[float]:
-            return transform_logits(logits[b, t], t_b, k_b, p_b, f"target_logits[{b}, {t}")
+            return transform(logits, "target_logits", t)
 
         if t_b == 0:
             n, next_token = k, None
@@ -1740,7 +1805,7 @@ def verify_logits(
                 def draft_row(t: int) -> list[float] | None:
                     if draft is None:
                         return None
-                    return transform_logits(draft[b, t], t_b, k_b, p_b, f"draft_logits[{b}, {t}")
+                    return transform(draft, "draft_logits", t)
 
                 n, next_token = _block_logits_row(
                     drafts, target, draft_row, draft is not None, row_u, recovery
@@ -1765,7 +1830,7 @@ def verify_logits(
                 q = (
                     None
                     if draft is None
-                    else transform_logits(draft[b, t], t_b, k_b, p_b, f"draft_logits[{b}, {t}")
+                    else transform(draft, "draft_logits", t)
                 )
                 q_x = 1.0 if q is None else q[x]
                 if given_q is not None:

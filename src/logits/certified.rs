@@ -1979,6 +1979,8 @@ mod tests {
                 temperature: FloatView::F64(temperature.view()),
                 top_k: IntView::I64(top_k.view()),
                 top_p: FloatView::F64(top_p.view()),
+                min_p: None,
+                min_p_last: false,
                 num_draft_tokens: None,
                 uniforms: Some(FloatView::F64(uniforms.view())),
                 recovery_uniforms: Some(FloatView::F64(recovery.view())),

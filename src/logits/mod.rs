@@ -6,7 +6,10 @@
 //! without overflow for small `T`); top-k keeps the entries with `e_i` at
 //! least the k-th largest (ties kept); top-p keeps, in decreasing order, the
 //! shortest prefix whose mass reaches `top_p` of what top-k kept, plus every
-//! entry tied with the last one kept. Both filters are thresholds on `e`, so the
+//! entry tied with the last one kept; min-p keeps `e_i >= min_p` (`p_i >= min_p *
+//! max p`), before top-k and top-p (vLLM's order: top-p then reaches `top_p` of
+//! what min-p and top-k kept) or after them (`min_p_last`, transformers' order).
+//! Every filter is a threshold on `e`, so the
 //! result is `w_i = e_i` for `e_i >= theta`, else 0, normalised by `sum(w)`.
 //! `T = 0` makes the row greedy (the argmax of the logits, which every filter keeps).
 //!
@@ -71,6 +74,10 @@ pub struct LogitsInputs<'a, P, Q> {
     pub top_k: IntView<'a, Ix1>,
     /// `[B]` top-p in `(0, 1]` (1: off).
     pub top_p: FloatView<'a, Ix1>,
+    /// `[B]` min-p in `[0, 1]` (0: off); `None`: off for every row.
+    pub min_p: Option<FloatView<'a, Ix1>>,
+    /// Min-p after top-k and top-p (transformers' order), else before (vLLM's).
+    pub min_p_last: bool,
     pub num_draft_tokens: Option<IntView<'a, Ix1>>,
     pub uniforms: Option<FloatView<'a, Ix2>>,
     pub recovery_uniforms: Option<FloatView<'a, Ix1>>,
@@ -197,6 +204,45 @@ struct Params {
     temperature: f64,
     top_k: usize,
     top_p: f64,
+    /// `0` (off) to `1`: keeps `e_i >= min_p`, the largest `e` being 1.
+    min_p: f64,
+    /// Min-p after top-k and top-p (transformers), else before them (vLLM).
+    min_p_last: bool,
+}
+
+impl Params {
+    /// No filter applies: the screens and the certified draws may decide.
+    fn unfiltered(&self) -> bool {
+        self.top_k == 0 && self.top_p >= 1.0 && self.min_p == 0.0
+    }
+
+    /// The weight floor min-p sets before top-k and top-p (0 when it comes last).
+    fn min_p_first(&self) -> f64 {
+        if self.min_p_last {
+            0.0
+        } else {
+            self.min_p
+        }
+    }
+
+    /// The weight floor min-p sets after top-k and top-p (0 when it came first).
+    fn min_p_after(&self) -> f64 {
+        if self.min_p_last {
+            self.min_p
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Row `b`'s sampling parameters, checked (the inputs' `[B]` arrays; `min_p`
+/// `None`: off).
+pub(crate) struct SamplingViews<'v, 'a> {
+    pub temperature: &'v FloatView<'a, Ix1>,
+    pub top_k: &'v IntView<'a, Ix1>,
+    pub top_p: &'v FloatView<'a, Ix1>,
+    pub min_p: Option<&'v FloatView<'a, Ix1>>,
+    pub min_p_last: bool,
 }
 
 /// Scratch space of one thread: block sums and the selection buffer.
@@ -317,11 +363,12 @@ fn transform<L: Prob>(
         ));
     }
     let total = row_exp_sum(values, inverse, max, w);
-    if params.top_k == 0 && params.top_p >= 1.0 {
+    if params.unfiltered() {
         return Ok(total);
     }
-    // Top-k: the k-th largest weight is the first threshold.
-    let mut threshold = 0.0f64;
+    // Min-p first (vLLM's order), then top-k: thresholds, the larger one wins
+    // (both keep a head of the weights in decreasing order).
+    let mut threshold = params.min_p_first();
     if params.top_k > 0 {
         // The k-th largest of the block maxima is a lower bound of the k-th
         // largest weight (k blocks each hold a weight at least that large), so
@@ -337,15 +384,17 @@ fn transform<L: Prob>(
         if floor > 0.0 || params.top_k < scratch.candidates.len() {
             scratch.selection.clear();
             scratch.selection.extend_from_slice(&scratch.candidates);
-            threshold = kth_largest(&mut scratch.selection, params.top_k);
+            threshold = threshold.max(kth_largest(&mut scratch.selection, params.top_k));
         }
     }
     // Top-p over what top-k kept: a growing sorted head until the mass is reached.
     if params.top_p < 1.0 {
-        // What top-k kept, in index order, and its mass: from top-k's
-        // candidates (every weight at least the threshold is one), or without
-        // top-k every positive weight, of mass `total`; of those, only the
-        // weights above a floor from a histogram can be in the top-p set.
+        // What top-k (and min-p, first) kept, in index order, and its mass:
+        // from top-k's candidates (every weight at least the threshold is
+        // one), or without top-k every positive weight at least min-p's floor
+        // (of mass `total` without min-p); of those, only the weights above a
+        // floor from a histogram can be in the top-p set (the kept weights are
+        // a head of the sorted row, so the floor of the whole row holds).
         scratch.selection.clear();
         let kept_total = if params.top_k > 0 {
             let kept = |&e: &f64| e >= threshold;
@@ -358,14 +407,31 @@ fn transform<L: Prob>(
                 &mut scratch.block_sums,
             )?
         } else {
-            let floor = top_p_floor(w, params.top_p * total, &mut scratch.histogram);
+            let kept_total = if threshold > 0.0 {
+                let kept = |&e: &f64| e > 0.0 && e >= threshold;
+                scratch.selection.extend(w.iter().copied().filter(kept));
+                let kept_total = sample::canonical_sum(
+                    &BufferWeights {
+                        w: &scratch.selection,
+                    },
+                    &mut scratch.block_sums,
+                )?;
+                scratch.selection.clear();
+                kept_total
+            } else {
+                total
+            };
+            let floor =
+                top_p_floor(w, params.top_p * kept_total, &mut scratch.histogram).max(threshold);
             let kept = |&e: &f64| e > 0.0 && e >= floor;
             scratch.selection.extend(w.iter().copied().filter(kept));
-            total
+            kept_total
         };
         let target = params.top_p * kept_total;
         threshold = threshold.max(top_p_threshold(&mut scratch.selection, target));
     }
+    // Min-p last (transformers' order): its floor over what top-k and top-p kept.
+    threshold = threshold.max(params.min_p_after());
     if threshold > 0.0 {
         for e in w.iter_mut() {
             *e = if *e < threshold { 0.0 } else { *e }; // branchless: it vectorises
@@ -374,13 +440,8 @@ fn transform<L: Prob>(
     sample::canonical_sum(&BufferWeights { w }, &mut scratch.block_sums)
 }
 
-fn params(
-    inputs_t: &FloatView<'_, Ix1>,
-    k: &IntView<'_, Ix1>,
-    p: &FloatView<'_, Ix1>,
-    b: usize,
-) -> Result<Params, CoreError> {
-    let temperature = inputs_t.get(b);
+fn params(views: &SamplingViews<'_, '_>, b: usize) -> Result<Params, CoreError> {
+    let temperature = views.temperature.get(b);
     // A subnormal temperature is refused: its inverse overflows.
     if !(temperature == 0.0 || (temperature.is_normal() && temperature > 0.0)) {
         return Err(CoreError::value(
@@ -393,7 +454,7 @@ fn params(
             ),
         ));
     }
-    let top_k = k.get(b);
+    let top_k = views.top_k.get(b);
     if top_k < 0 {
         return Err(CoreError::value(
             "top_k",
@@ -401,7 +462,7 @@ fn params(
             format!("= {top_k}: top_k must be >= 0"),
         ));
     }
-    let top_p = p.get(b);
+    let top_p = views.top_p.get(b);
     if !(top_p > 0.0 && top_p <= 1.0) {
         return Err(CoreError::value(
             "top_p",
@@ -409,10 +470,20 @@ fn params(
             format!("= {}: top_p must lie in (0, 1]", show(top_p)),
         ));
     }
+    let min_p = views.min_p.map_or(0.0, |m| m.get(b));
+    if !(0.0..=1.0).contains(&min_p) {
+        return Err(CoreError::value(
+            "min_p",
+            &[b],
+            format!("= {}: min_p must lie in [0, 1]", show(min_p)),
+        ));
+    }
     Ok(Params {
         temperature,
         top_k: usize::try_from(top_k).unwrap_or(usize::MAX),
         top_p,
+        min_p,
+        min_p_last: views.min_p_last,
     })
 }
 
@@ -454,7 +525,18 @@ fn argmax_logits<L: Prob>(
     })
 }
 
-impl<P: Prob, Q: Prob> LogitsInputs<'_, P, Q> {
+impl<'a, P: Prob, Q: Prob> LogitsInputs<'a, P, Q> {
+    /// The per-row sampling parameters, for [`params`].
+    fn sampling(&self) -> SamplingViews<'_, 'a> {
+        SamplingViews {
+            temperature: &self.temperature,
+            top_k: &self.top_k,
+            top_p: &self.top_p,
+            min_p: self.min_p.as_ref(),
+            min_p_last: self.min_p_last,
+        }
+    }
+
     /// Checks every shape against `draft_token_ids [B, K]` and
     /// `target_logits [B, K+1, V]` (or the flat layout's `[R, V]` with
     /// `[B]` starts); returns `(B, K, V)`.
@@ -488,6 +570,9 @@ impl<P: Prob, Q: Prob> LogitsInputs<'_, P, Q> {
             ("top_p", self.top_p.shape()),
         ] {
             expect_shape(arg, shape, &[batch], "a scalar or [B]")?;
+        }
+        if let Some(m) = &self.min_p {
+            expect_shape("min_p", m.shape(), &[batch], "a scalar or [B]")?;
         }
         if let Some(c) = &self.num_draft_tokens {
             expect_shape("num_draft_tokens", c.shape(), &[batch], "[B]")?;
@@ -592,7 +677,7 @@ fn verify_row<P: Prob, Q: Prob>(
 ) -> Result<(Vec<usize>, usize, usize), CoreError> {
     let k_max = inputs.draft_token_ids.shape()[1];
     let vocab = inputs.target_logits.vocab();
-    let params = params(&inputs.temperature, &inputs.top_k, &inputs.top_p, b)?;
+    let params = params(&inputs.sampling(), b)?;
     let k = draft_len(inputs.num_draft_tokens.as_ref(), b, k_max)?;
     inputs.target_logits.check_fits(b, k + 1)?;
     if let Some(rows) = inputs.draft.rows() {
@@ -701,7 +786,7 @@ fn verify_row<P: Prob, Q: Prob>(
         // transform. Without filters a position is a screen of about 0.2 ns a
         // logit, under the 60-70 us a sleeping worker takes to start on the
         // build machine (docs/design.md), so it stays on this thread.
-        let filtered = params.top_k > 0 || params.top_p < 1.0;
+        let filtered = !params.unfiltered();
         let pool = (filtered && inputs.draft_token_ids.shape()[0] == 1)
             .then(|| threads::pool_for(k + 1, (k + 1).saturating_mul(2 * vocab)))
             .flatten();
@@ -776,7 +861,7 @@ fn token_position<P: Prob, Q: Prob>(
         )?),
         _ => given_q,
     };
-    if params.top_k == 0 && params.top_p >= 1.0 {
+    if params.unfiltered() {
         let inverse = 1.0 / params.temperature;
         let found = certified::position(
             target_row,
@@ -889,7 +974,7 @@ fn draw_target_row<P: Prob, Q: Prob>(
     wp: &mut Vec<f64>,
     scratch: &mut Scratch,
 ) -> Result<usize, CoreError> {
-    if params.top_k == 0 && params.top_p >= 1.0 {
+    if params.unfiltered() {
         let row = inputs.target_logits.row(b, t);
         if let Some(token) = certified::bonus(row, 1.0 / params.temperature, u, certified) {
             return Ok(token);

@@ -198,12 +198,13 @@ fn probability<L: Prob>(
     if scratch.candidates.len() < k {
         return None;
     }
-    // Top-k: the k-th largest weight.
+    // Top-k: the k-th largest weight, or min-p's floor where it comes first
+    // and is larger (both keep a head of the sorted row).
     scratch.weights.clear();
     scratch
         .weights
         .extend(scratch.candidates.iter().map(|&(_, w)| w));
-    let mut threshold = kth_largest(&mut scratch.weights, k);
+    let mut threshold = kth_largest(&mut scratch.weights, k).max(params.min_p_first());
     // Top-p over what top-k kept, in index order, as the dense path does.
     if params.top_p < 1.0 {
         scratch.weights.clear();
@@ -219,6 +220,7 @@ fn probability<L: Prob>(
         let target = params.top_p * kept_total;
         threshold = threshold.max(top_p_threshold(&mut scratch.weights, target));
     }
+    threshold = threshold.max(params.min_p_after());
     let kept = scratch
         .candidates
         .iter()
@@ -281,7 +283,7 @@ mod tests {
             state ^= state << 17;
             state
         };
-        let mut compared = 0;
+        let (mut compared, mut bound) = (0, 0);
         for case in 0..240 {
             let len: usize = [300, 1000, 4099, 20_000][case % 4];
             // Spread logits, logits rounded to few values (ties at every
@@ -301,15 +303,23 @@ mod tests {
             let top_k = 1 + (next() as usize) % blocks;
             let top_p = [1.0, 0.9, 0.5, 0.05][case % 4 / 2 + case % 2];
             let temperature = [1.0, 0.3, 2.5][case % 3];
+            // The row's best token, one near the k-th, and a random one.
+            let mut order: Vec<usize> = (0..len).collect();
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+            // Min-p off, or at the weight halfway to top-k's floor (a tie
+            // with it) or just above it: it decides the kept set; applied
+            // before top-k and top-p, or after.
+            let halfway = ((f64::from(row[order[top_k / 2]]) - f64::from(row[order[0]]))
+                / temperature)
+                .exp();
             let params = Params {
                 temperature,
                 top_k,
                 top_p,
+                min_p: [0.0, halfway, (halfway * 1.0001).min(1.0)][case % 5 % 3],
+                min_p_last: case % 7 < 3,
             };
             let mut scratch = SparseScratch::default();
-            // The row's best token, one near the k-th, and a random one.
-            let mut order: Vec<usize> = (0..len).collect();
-            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
             for x in [
                 order[0],
                 order[top_k - 1],
@@ -321,6 +331,8 @@ mod tests {
                 assert_eq!(look.max, Some(row_max(&row).1), "case {case}");
                 if let Some(p) = look.probability {
                     let dense = dense_probability(&row, params, x);
+                    let without = Params { min_p: 0.0, ..params };
+                    bound += usize::from(dense != dense_probability(&row, without, x));
                     assert_eq!(
                         p.to_bits(),
                         dense.to_bits(),
@@ -331,6 +343,7 @@ mod tests {
             }
         }
         assert!(compared > 600, "the sparse path ran: {compared}");
+        assert!(bound > 40, "min-p decided the kept set: {bound}");
     }
 
     #[test]

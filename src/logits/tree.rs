@@ -20,7 +20,7 @@ use ndarray::{s, ArrayView1, ArrayView3, Axis, Ix1, Ix2};
 use super::certified::{self, Certified, CertifiedScratch};
 use super::screen;
 use super::sparse::{top_k_accepts, SparseScratch};
-use super::{argmax_logits, params, transform, LogitsRow, Params, Scratch};
+use super::{argmax_logits, params, transform, LogitsRow, Params, SamplingViews, Scratch};
 use crate::checks::{expect_shape, Pos, RowAt};
 use crate::error::{CoreError, RowErrors};
 use crate::memory;
@@ -49,6 +49,10 @@ pub struct TreeLogitsInputs<'a, P, Q> {
     pub top_k: IntView<'a, Ix1>,
     /// `[B]` top-p in `(0, 1]` (1: off).
     pub top_p: FloatView<'a, Ix1>,
+    /// `[B]` min-p in `[0, 1]` (0: off); `None`: off for every row.
+    pub min_p: Option<FloatView<'a, Ix1>>,
+    /// Min-p after top-k and top-p (transformers' order), else before (vLLM's).
+    pub min_p_last: bool,
     /// `[B, N]`: entry `c` is used when child `c` is tried.
     pub uniforms: Option<FloatView<'a, Ix2>>,
     /// `[B]`: the draw of the replacement or bonus token.
@@ -72,6 +76,9 @@ impl<P: Prob, Q: Prob> TreeLogitsInputs<'_, P, Q> {
             ("top_p", self.top_p.shape()),
         ] {
             expect_shape(arg, shape, &[batch], "a scalar or [B]")?;
+        }
+        if let Some(m) = &self.min_p {
+            expect_shape("min_p", m.shape(), &[batch], "a scalar or [B]")?;
         }
         parts.draws_shape(batch, nodes)?;
         Ok((batch, nodes, vocab))
@@ -110,7 +117,14 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
     }
 
     fn rows(&self, b: usize) -> Result<(Self::Rows<'_>, bool), CoreError> {
-        let params = params(&self.temperature, &self.top_k, &self.top_p, b)?;
+        let views = SamplingViews {
+            temperature: &self.temperature,
+            top_k: &self.top_k,
+            top_p: &self.top_p,
+            min_p: self.min_p.as_ref(),
+            min_p_last: self.min_p_last,
+        };
+        let params = params(&views, b)?;
         let &[_, nodes, vocab] = self.target_logits.shape() else {
             unreachable!("ArrayView3 has three axes")
         };
@@ -131,7 +145,7 @@ impl<'a, P: Prob, Q: Prob> TreeSource<'a> for TreeLogitsInputs<'a, P, Q> {
         memory::reserve(&mut scratch.candidates, vocab, arg)?;
         memory::reserve(&mut scratch.selection, vocab, arg)?;
         let mut looks = LOOKS.with(|s| std::mem::take(&mut *s.borrow_mut()));
-        if params.temperature > 0.0 && params.top_k == 0 && params.top_p >= 1.0 {
+        if params.temperature > 0.0 && params.unfiltered() {
             looks.certified.reserve(vocab)?; // the certified looks apply
         }
         if params.temperature > 0.0 && params.top_k > 0 {
@@ -222,12 +236,9 @@ impl<P, Q> LogitsRows<'_, '_, P, Q> {
     /// `1 / T` for a row without filters (the screens and certified draws
     /// apply), else `None`.
     fn unfiltered_inverse(&self) -> Option<f64> {
-        let Params {
-            temperature,
-            top_k,
-            top_p,
-        } = self.params;
-        (top_k == 0 && top_p >= 1.0).then(|| 1.0 / temperature)
+        self.params
+            .unfiltered()
+            .then(|| 1.0 / self.params.temperature)
     }
 }
 
@@ -464,6 +475,8 @@ mod tests {
             temperature: FloatView::F64(t.view()),
             top_k: IntView::I64(k.view()),
             top_p: FloatView::F64(p.view()),
+            min_p: None,
+            min_p_last: false,
             uniforms: None,
             recovery_uniforms: None,
             method: TreeMethod::Token,

@@ -14,7 +14,7 @@ use crate::view::{FloatView, IntView};
 /// Verification from logits (see `specaccept.verify_logits`); `temperature`,
 /// `top_k`, `top_p` already broadcast to `[B]`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms, isolate=false, method=None, draft_token_probs=None))]
+#[pyo3(signature = (draft_token_ids, target_logits, draft_logits, temperature, top_k, top_p, num_draft_tokens, uniforms, recovery_uniforms, isolate=false, method=None, draft_token_probs=None, min_p=None, min_p_last=false))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn verify_logits<'py>(
     py: Python<'py>,
@@ -30,6 +30,8 @@ pub(super) fn verify_logits<'py>(
     isolate: bool,
     method: Option<&Bound<'py, PyAny>>,
     draft_token_probs: Option<&Bound<'py, PyAny>>,
+    min_p: Option<&Bound<'py, PyAny>>,
+    min_p_last: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let method_arg = MethodArg::extract(method)?;
     let ids = IntArg::<Ix2>::extract(draft_token_ids, "draft_token_ids")?;
@@ -40,7 +42,7 @@ pub(super) fn verify_logits<'py>(
     let draft = optional(draft_logits, |o| {
         FloatArg::<Ix3>::extract(o, "draft_logits")
     })?;
-    let params = Params::extract(temperature, top_k, top_p)?;
+    let params = Params::extract(temperature, top_k, top_p, min_p, min_p_last)?;
     let counts = optional(num_draft_tokens, |o| {
         IntArg::<Ix1>::extract(o, "num_draft_tokens")
     })?;
@@ -77,7 +79,7 @@ pub(super) fn verify_logits<'py>(
 /// drafter's probabilities, read as given), `uniforms [T]`; the per-request
 /// parameters already broadcast to `[B]`.
 #[pyfunction]
-#[pyo3(signature = (draft_token_ids, num_draft_tokens, logits, draft_probs, temperature, top_k, top_p, uniforms, recovery_uniforms, isolate=false, method=None))]
+#[pyo3(signature = (draft_token_ids, num_draft_tokens, logits, draft_probs, temperature, top_k, top_p, uniforms, recovery_uniforms, isolate=false, method=None, min_p=None, min_p_last=false))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn verify_flat_logits<'py>(
     py: Python<'py>,
@@ -92,13 +94,15 @@ pub(super) fn verify_flat_logits<'py>(
     recovery_uniforms: Option<&Bound<'py, PyAny>>,
     isolate: bool,
     method: Option<&Bound<'py, PyAny>>,
+    min_p: Option<&Bound<'py, PyAny>>,
+    min_p_last: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let method_arg = MethodArg::extract(method)?;
     let ids = IntArg::<Ix1>::extract(draft_token_ids, "draft_token_ids")?;
     let counts = IntArg::<Ix1>::extract(num_draft_tokens, "num_draft_tokens")?;
     let target = FloatArg::<Ix2>::extract(logits, "logits")?;
     let draft = optional(draft_probs, |o| FloatArg::<Ix2>::extract(o, "draft_probs"))?;
-    let params = Params::extract(temperature, top_k, top_p)?;
+    let params = Params::extract(temperature, top_k, top_p, min_p, min_p_last)?;
     let u = optional(uniforms, |o| FloatArg::<Ix1>::extract(o, "uniforms"))?;
     let ru = optional(recovery_uniforms, |o| {
         FloatArg::<Ix1>::extract(o, "recovery_uniforms")
@@ -139,11 +143,14 @@ pub(super) fn verify_flat_logits<'py>(
     each_dtype_pair!(&target, &draft, ndarray::ArrayView2<'_, f64>, flat_rows)
 }
 
-/// `temperature`, `top_k`, `top_p`, each `[B]`.
+/// `temperature`, `top_k`, `top_p`, `min_p` (or none), each `[B]`, and
+/// where min-p applies.
 struct Params<'py> {
     temperature: FloatArg<'py, Ix1>,
     top_k: IntArg<'py, Ix1>,
     top_p: FloatArg<'py, Ix1>,
+    min_p: Option<FloatArg<'py, Ix1>>,
+    min_p_last: bool,
 }
 
 impl<'py> Params<'py> {
@@ -151,11 +158,15 @@ impl<'py> Params<'py> {
         temperature: &Bound<'py, PyAny>,
         top_k: &Bound<'py, PyAny>,
         top_p: &Bound<'py, PyAny>,
+        min_p: Option<&Bound<'py, PyAny>>,
+        min_p_last: bool,
     ) -> PyResult<Self> {
         Ok(Params {
             temperature: FloatArg::<Ix1>::extract(temperature, "temperature")?,
             top_k: IntArg::<Ix1>::extract(top_k, "top_k")?,
             top_p: FloatArg::<Ix1>::extract(top_p, "top_p")?,
+            min_p: optional(min_p, |o| FloatArg::<Ix1>::extract(o, "min_p"))?,
+            min_p_last,
         })
     }
 }
@@ -186,6 +197,8 @@ fn run<'py, 'a, P: crate::prob::Prob, Q: crate::prob::Prob>(
         temperature: params.temperature.view(),
         top_k: params.top_k.view(),
         top_p: params.top_p.view(),
+        min_p: params.min_p.as_ref().map(FloatArg::view),
+        min_p_last: params.min_p_last,
         num_draft_tokens: per_row.counts,
         uniforms: per_row.uniforms,
         recovery_uniforms: per_row.recovery_uniforms,

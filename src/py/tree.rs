@@ -93,7 +93,7 @@ pub(super) fn verify_tree<'py>(
 /// `parent_ids` already `[B, N]`, `temperature`, `top_k`, `top_p` already `[B]`;
 /// `out` and the result as for `verify_tree`.
 #[pyfunction]
-#[pyo3(signature = (node_token_ids, parent_ids, target_logits, draft_logits, temperature, top_k, top_p, uniforms, recovery_uniforms, method="token", out=None, isolate=false))]
+#[pyo3(signature = (node_token_ids, parent_ids, target_logits, draft_logits, temperature, top_k, top_p, uniforms, recovery_uniforms, method="token", out=None, isolate=false, min_p=None, min_p_last=false))]
 #[allow(clippy::too_many_arguments)]
 pub(super) fn verify_tree_logits<'py>(
     py: Python<'py>,
@@ -109,6 +109,8 @@ pub(super) fn verify_tree_logits<'py>(
     method: &str,
     out: Option<&Bound<'py, PyAny>>,
     isolate: bool,
+    min_p: Option<&Bound<'py, PyAny>>,
+    min_p_last: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let method = tree_method(method)?;
     let ids = IntArg::<Ix2>::extract(node_token_ids, "node_token_ids")?;
@@ -120,6 +122,7 @@ pub(super) fn verify_tree_logits<'py>(
     let temperature_rows = FloatArg::<Ix1>::extract(temperature, "temperature")?;
     let top_k_rows = IntArg::<Ix1>::extract(top_k, "top_k")?;
     let top_p_rows = FloatArg::<Ix1>::extract(top_p, "top_p")?;
+    let min_p_rows = optional(min_p, |o| FloatArg::<Ix1>::extract(o, "min_p"))?;
     let u = optional(uniforms, |o| FloatArg::<Ix2>::extract(o, "uniforms"))?;
     let ru = optional(recovery_uniforms, |o| {
         FloatArg::<Ix1>::extract(o, "recovery_uniforms")
@@ -135,6 +138,7 @@ pub(super) fn verify_tree_logits<'py>(
                 ("temperature", Some(temperature)),
                 ("top_k", Some(top_k)),
                 ("top_p", Some(top_p)),
+                ("min_p", min_p),
                 ("uniforms", uniforms),
                 ("recovery_uniforms", recovery_uniforms),
             ]
@@ -151,6 +155,8 @@ pub(super) fn verify_tree_logits<'py>(
                 temperature: temperature_rows.view(),
                 top_k: top_k_rows.view(),
                 top_p: top_p_rows.view(),
+                min_p: min_p_rows.as_ref().map(FloatArg::view),
+                min_p_last,
                 uniforms: u.as_ref().map(FloatArg::view),
                 recovery_uniforms: ru.as_ref().map(FloatArg::view),
                 method,

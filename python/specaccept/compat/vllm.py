@@ -244,6 +244,7 @@ def verify_logits(
     like: Any = None,
     errors: Literal["raise", "isolate"] = "raise",
     method: Method = "token",
+    min_p: float | npt.ArrayLike = 0.0,
 ) -> Verification:
     """Verify a step from the target's logits in vLLM's layout, bonus rows included.
 
@@ -254,7 +255,9 @@ def verify_logits(
     :func:`specaccept.verify_logits` on those rows, read in place: temperature,
     top-k and top-p are applied only to the rows a request reads (its positions up
     to its first rejection, and its bonus row when every draft is accepted), and
-    the bonus token is drawn here (no ``bonus_token_ids``).
+    the bonus token is drawn here (no ``bonus_token_ids``). Min-p comes before
+    top-k and top-p, as vLLM's sampler applies it (its ``MinPLogitsProcessor``
+    after the temperature, then top-k and top-p).
 
     Parameters
     ----------
@@ -270,8 +273,9 @@ def verify_logits(
         The drafter's probabilities, read as they are (vLLM's draft model samples
         from ``softmax(draft_logits / T)`` without top-k or top-p). ``None``:
         deterministic drafts (n-gram, greedy drafters), ``q`` one-hot.
-    temperature, top_k, top_p : scalar or ``[B]``
-        As :func:`specaccept.verify_logits` (temperature 0: a greedy request).
+    temperature, top_k, top_p, min_p : scalar or ``[B]``
+        As :func:`specaccept.verify_logits` (temperature 0: a greedy request;
+        ``min_p_last=False``, vLLM's order).
     uniforms : float array ``[T]``, optional
         One acceptance uniform per slot.
     recovery_uniforms : float array ``[B]``, optional
@@ -308,6 +312,7 @@ def verify_logits(
     temperatures = per_row(temperature, "temperature", batch, np.float64)
     top_ks = per_row(top_k, "top_k", batch, np.int64)
     top_ps = per_row(top_p, "top_p", batch, np.float64)
+    min_ps = per_row(min_p, "min_p", batch, np.float64)
     u, ru = _flat_draws(
         ids,
         counts,
@@ -320,7 +325,7 @@ def verify_logits(
         bool(temperatures.any()),
     )
     result = _native.verify_flat_logits(
-        ids, counts, target, draft, temperatures, top_ks, top_ps, u, ru, isolate, rule
+        ids, counts, target, draft, temperatures, top_ks, top_ps, u, ru, isolate, rule, min_ps
     )
     return finish(result, convert)
 

@@ -526,6 +526,8 @@ mod tests {
             temperature: FloatView::F64(t.view()),
             top_k: IntView::I64(k.view()),
             top_p: FloatView::F64(p.view()),
+            min_p: None,
+            min_p_last: false,
             uniforms: Some(FloatView::F64(uniforms.view())),
             recovery_uniforms: Some(FloatView::F64(recovery.view())),
             method: TreeMethod::Traversal,
