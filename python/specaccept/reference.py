@@ -1827,11 +1827,7 @@ def verify_logits(
                     given = _gathered(given_q[b, t], "draft_token_probs", (b, t))
                     if _is_accepted(p[x], given, row_u[t]):
                         continue
-                q = (
-                    None
-                    if draft is None
-                    else transform(draft, "draft_logits", t)
-                )
+                q = None if draft is None else transform(draft, "draft_logits", t)
                 q_x = 1.0 if q is None else q[x]
                 if given_q is not None:
                     _check_draft_prob(given, q_x, b, t)
