@@ -398,7 +398,6 @@ REFUSED = {
     "no_repeat_ngram_size": dict(no_repeat_ngram_size=2),
     "min_length": dict(min_length=5),
     "min_new_tokens": dict(min_new_tokens=3),
-    "min_p": dict(do_sample=True, min_p=0.1),
     "typical_p": dict(do_sample=True, typical_p=0.5),
     "epsilon_cutoff": dict(do_sample=True, epsilon_cutoff=0.001),
     "eta_cutoff": dict(do_sample=True, eta_cutoff=0.001),
@@ -462,6 +461,34 @@ if hasattr(transformers, "TopHLogitsWarper"):  # top_h: transformers 5.x
 def test_an_argument_it_cannot_honour_is_refused_by_name(models, argument):
     name = argument.split(" ")[0]
     refused(models[0], rf"does not support .*\b{name}\b", pad_token_id=PAD, **REFUSED[argument])
+
+
+def test_min_p_is_honoured_in_transformers_order(models, monkeypatch):
+    """min_p reaches the loop as transformers applies it (after top-k and top-p);
+    with it the sampled text is the loop's with the same options (generate's own
+    law with min-p is tested in tests/test_min_p.py)."""
+    target, _draft = models
+    seen = []
+    run = _custom_generate.run
+
+    def spy(target, draft, prompts, options):
+        seen.append(options)
+        return run(target, draft, prompts, options)
+
+    monkeypatch.setattr(_custom_generate, "run", spy)
+    out = target.generate(
+        **left_padded(PROMPTS),
+        do_sample=True,
+        top_p=0.9,
+        min_p=0.2,
+        max_new_tokens=6,
+        pad_token_id=PAD,
+        custom_generate=speculative,
+        prompt_lookup_num_tokens=3,
+    )
+    (options,) = seen
+    assert (options.min_p, options.min_p_last, options.top_p) == (0.2, True, 0.9)
+    assert out.shape[0] == len(PROMPTS)
 
 
 def test_right_padding_is_refused(models):

@@ -196,3 +196,74 @@ def test_a_row_with_a_bad_min_p_is_isolated():
     r = specaccept.verify_logits(ids, logits, min_p=np.array([0.1, 2.0]), errors="isolate", rng=0)
     assert list(r.errors) == [1] and r.errors[1].argument == "min_p"
     assert r.num_emitted[0] >= 1
+
+
+# --------------------------------------------------------------------------
+# generate: the law of sampled continuations with min-p
+# --------------------------------------------------------------------------
+
+
+def continuation_law(target, prompt, length, vocab, **filters) -> np.ndarray:
+    """The target's exact law of ``length`` tokens after ``prompt``, each step's
+    row transformed by the reference (temperature 0.9, top-p 0.8, ``filters``)."""
+    law = np.zeros(vocab**length)
+    for code in range(vocab**length):
+        tokens = [(code // vocab**i) % vocab for i in reversed(range(length))]
+        seq, prob = list(prompt), 1.0
+        for t in tokens:
+            with np.errstate(divide="ignore"):
+                logits = np.log(target.distribution(seq))
+            prob *= reference.transform_logits(logits, 0.9, 0, 0.8, **filters)[t]
+            seq.append(t)
+        law[code] = prob
+    return law
+
+
+@pytest.mark.parametrize("min_p_last", [False, True])
+@pytest.mark.parametrize("shape", [dict(k=2), dict(k=2, method="block"), dict(tree=[2, 1])])
+def test_generate_samples_the_min_p_law(min_p_last, shape):
+    """3-token continuations against the exact law of each order (chi-square,
+    false-failure rate 1e-6); the two orders' laws differ here, so a loop that
+    ignored ``min_p_last`` fails one of them."""
+    from test_generate import Markov
+
+    vocab, rows, length, prompt = 5, 10_000, 3, [1, 2]
+    target, draft = Markov(vocab, 3, seed=5), Markov(vocab, 2, seed=6, concentration=2.0)
+    filters = dict(min_p=0.3, min_p_last=min_p_last)
+    out = specaccept.generate(
+        target,
+        draft,
+        [prompt] * rows,
+        max_new_tokens=length,
+        rng=7,
+        temperature=0.9,
+        top_p=0.8,
+        **filters,
+        **shape,
+    )
+    law = continuation_law(target, prompt, length, vocab, **filters)
+    other = continuation_law(target, prompt, length, vocab, min_p=0.3, min_p_last=not min_p_last)
+    assert np.abs(law - other).sum() > 0.05  # the orders are told apart
+    observed = np.bincount(
+        np.array(out.tokens) @ (vocab ** np.arange(length)[::-1]), minlength=law.size
+    )
+    assert observed[law == 0].sum() == 0
+    kept = law > 0
+    assert stats.chisquare(observed[kept], law[kept] * rows).pvalue > 1e-6
+
+
+def test_generate_checks_min_p():
+    from specaccept.ngram import builtin_models
+
+    target, draft, vocab = builtin_models()
+    prompt = [vocab.encode("Anne Elliot was")]
+    with pytest.raises(ValueError, match="min_p must lie in"):
+        specaccept.generate(target, draft, prompt, min_p=1.5)
+    with pytest.raises(TypeError, match="min_p_last"):
+        specaccept.generate(target, draft, prompt, min_p=0.1, min_p_last="yes")
+    # Greedy rows: min-p keeps the argmax, the text is plain greedy's.
+    greedy = specaccept.generate(target, draft, prompt, greedy=True, max_new_tokens=12)
+    assert (
+        specaccept.generate(target, draft, prompt, greedy=True, min_p=0.9, max_new_tokens=12).tokens
+        == greedy.tokens
+    )

@@ -53,6 +53,19 @@ LAW_REQUESTS = 2000
 #: The chi-square tests' false-failure rate.
 ALPHA = 1e-3
 SEEDED = {"temperature": 0.8, "top_k": 20, "max_tokens": 24, "seed": 1234}
+#: The same position with min-p on (vLLM refuses min_p with speculative decoding;
+#: the plugin lifts that refusal and applies it before top-k, as vLLM's sampler).
+MIN_P_LAW = {**LAW, "min_p": 0.15}
+#: Greedy with a logit bias against the tokens the greedy texts start with.
+BIASED_WORDS = [" 9", " king", " not", " violets"]
+
+
+def biased(model) -> dict:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    bias = {str(tokenizer(w).input_ids[-1]): -100.0 for w in BIASED_WORDS}
+    return {**GREEDY, "logit_bias": bias}
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +136,8 @@ def token_run(model, tmp_path_factory):
             "sampling": [{**SEEDED, "seed": None}] * 2 + [SEEDED] + [{**SEEDED, "seed": None}],
         },
         {"name": "law", "prompts": [LAW_PROMPT] * LAW_REQUESTS, "sampling": LAW},
+        {"name": "min_p_law", "prompts": [LAW_PROMPT] * LAW_REQUESTS, "sampling": MIN_P_LAW},
+        {"name": "logit_bias", "prompts": GREEDY_PROMPTS, "sampling": biased(model)},
         {"name": "logprobs", "prompts": GREEDY_PROMPTS[:2], "sampling": {**GREEDY, "logprobs": 2}},
     ]
     tmp = tmp_path_factory.mktemp("token")
@@ -203,14 +218,14 @@ def test_a_seeded_request_gives_the_same_text_alone_and_in_a_batch(token_run):
     assert alone == batch
 
 
-def _target_law(model, prefix_ids, temperature, top_k):
+def _target_law(model, prefix_ids, temperature, top_k, min_p=0.0):
     import torch
     from transformers import AutoModelForCausalLM
 
     hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
     with torch.no_grad():
         logits = hf_model(torch.tensor([prefix_ids])).logits[0, -1].double().numpy()
-    return np.asarray(reference.transform_logits(logits, temperature, top_k, 1.0))
+    return np.asarray(reference.transform_logits(logits, temperature, top_k, 1.0, min_p=min_p))
 
 
 def _chi_square(counts: dict[int, int], law: np.ndarray) -> tuple[float, int, float]:
@@ -232,34 +247,47 @@ def _chi_square(counts: dict[int, int], law: np.ndarray) -> tuple[float, int, fl
     return statistic, df, float(stats.chi2.sf(statistic, df))
 
 
-def test_sampled_tokens_follow_the_target_law(token_run, model):
+@pytest.mark.parametrize("run, sampling", [("law", LAW), ("min_p_law", MIN_P_LAW)])
+def test_sampled_tokens_follow_the_target_law(token_run, model, run, sampling):
     """The second token (the first emitted by the verification step, accepted draft
     or recovered) after the modal first token, against the target's law at T=0.8,
-    top-k 20. False-failure rate ALPHA. The same sample size has power >= 0.99 at
-    ALPHA against a plugin ignoring the temperature (the law at T=1) and against one
-    accepting every draft (the draft token always)."""
+    top-k 20 (and min-p 0.15). False-failure rate ALPHA. The same sample size has
+    power >= 0.99 at ALPHA against a plugin ignoring the temperature (the law at
+    T=1), one accepting every draft (the draft token always) and one ignoring
+    min-p."""
     from transformers import AutoTokenizer
 
-    results = token_run["runs"]["law"]
+    results = token_run["runs"][run]
     first = Counter(r["token_ids"][0] for r in results).most_common(1)[0][0]
     seconds = Counter(r["token_ids"][1] for r in results if r["token_ids"][0] == first)
     n = sum(seconds.values())
     assert n > LAW_REQUESTS // 2
     prefix = [*AutoTokenizer.from_pretrained(model)(LAW_PROMPT).input_ids, first]
-    law = _target_law(model, prefix, LAW["temperature"], LAW["top_k"])
+    min_p = sampling.get("min_p", 0.0)
+    law = _target_law(model, prefix, sampling["temperature"], sampling["top_k"], min_p)
     statistic, df, p_value = _chi_square(seconds, law)
     assert p_value > ALPHA, (statistic, df, p_value, seconds.most_common(8))
     # Power against the wrong variants, at this n (noncentral chi-square).
     critical = stats.chi2.isf(ALPHA, df)
     cells = np.flatnonzero(law * n >= 5)
-    for name, wrong in [
-        ("temperature ignored", _target_law(model, prefix, 1.0, LAW["top_k"])),
+    wrongs = [
+        ("temperature ignored", _target_law(model, prefix, 1.0, sampling["top_k"], min_p)),
         ("every draft accepted", np.eye(law.size)[prefix[prefix.index(first) + 1]]),
-    ]:
+    ]
+    if min_p:
+        wrongs.append(("min_p ignored", _target_law(model, prefix, 0.8, sampling["top_k"])))
+    for name, wrong in wrongs:
         grouped = np.append(wrong[cells], 1 - wrong[cells].sum())
         expected = np.append(law[cells], 1 - law[cells].sum())
-        noncentrality = n * float(((grouped - expected) ** 2 / expected).sum())
+        # Over the cells the law gives mass; a law with none left over (min-p)
+        # rejects any draw outside its cells (_chi_square's p-value 0).
+        positive = expected > 1e-12
+        noncentrality = n * float(
+            ((grouped[positive] - expected[positive]) ** 2 / expected[positive]).sum()
+        )
         power = stats.ncx2.sf(critical, df, noncentrality)
+        if not positive[-1]:
+            power = max(power, 1 - (1 - max(grouped[-1], 0.0)) ** n)
         assert power >= 0.99, (name, power)
 
 
@@ -355,9 +383,24 @@ def test_without_the_switch_vllm_is_its_own(model, tmp_path, hf_greedy):
 
 
 def test_greedy_equals_vllm_without_speculative_decoding(model, tmp_path, token_run):
-    runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
+    """Also with a logit bias, which vLLM refuses with speculative decoding unless
+    the plugin verifies: the same tokens as vLLM without speculation."""
+    runs = [
+        {"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY},
+        {"name": "logit_bias", "prompts": GREEDY_PROMPTS, "sampling": biased(model)},
+    ]
     out = run_engine(model, tmp_path, "plain", runs, method=None)
     assert texts(out, "greedy") == texts(token_run, "greedy")
+    assert texts(out, "logit_bias") == texts(token_run, "logit_bias")
+    assert texts(out, "logit_bias") != texts(out, "greedy")  # the bias changed the text
+    banned = {int(t) for t in biased(model)["logit_bias"]}
+    assert not banned & {t for ids in texts(token_run, "logit_bias") for t in ids}
+
+
+def test_without_the_plugin_vllm_refuses_min_p_with_speculative_decoding(model, tmp_path):
+    runs = [{"name": "min_p", "prompts": [LAW_PROMPT], "sampling": MIN_P_LAW}]
+    with pytest.raises(AssertionError, match="min_p and logit_bias sampling parameters"):
+        run_engine(model, tmp_path, "refused", runs, method=None, **with_spec())
 
 
 def test_greedy_in_vllm_s_default_process_mode(model, tmp_path, hf_greedy):

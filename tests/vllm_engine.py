@@ -46,6 +46,13 @@ def poison(prompt_token_ids: list[int]) -> None:
     GPUModelRunner._sample = poisoned
 
 
+def _params(sampling: dict) -> dict:
+    """``SamplingParams`` arguments from JSON: ``logit_bias``'s token ids back to ints."""
+    if "logit_bias" in sampling:
+        sampling = {**sampling, "logit_bias": {int(t): b for t, b in sampling["logit_bias"].items()}}
+    return sampling
+
+
 def main(job_path: str, out_path: str) -> None:
     from vllm import LLM, SamplingParams
     from vllm.v1.sample.rejection_sampler import RejectionSampler
@@ -76,9 +83,9 @@ def main(job_path: str, out_path: str) -> None:
         prompts = run["prompts"]
         sampling = run["sampling"]
         if isinstance(sampling, dict):
-            params: Any = SamplingParams(**sampling)
+            params: Any = SamplingParams(**_params(sampling))
         else:
-            params = [SamplingParams(**s) for s in sampling]
+            params = [SamplingParams(**_params(s)) for s in sampling]
         results = llm.generate(prompts, params, use_tqdm=False)
         out["runs"][run["name"]] = [
             {

@@ -13,17 +13,23 @@ on the CPU platform of the vLLM versions in :data:`SUPPORTED_VLLM`, by
   rows are copied and processed by vLLM's own methods, exactly as its forward
   does (the drafted positions by ``RejectionSampler.apply_logits_processors``,
   the bonus rows by ``Sampler.apply_logits_processors``);
-- temperature, top-k and top-p are specaccept's (docs/spec.md section 8.2),
-  applied only to the rows a request reads; the bonus token is drawn here too,
-  from the bonus row, only when every draft is accepted;
+- temperature, min-p, top-k and top-p are specaccept's (docs/spec.md section
+  8.2, min-p first as vLLM's sampler applies it), applied only to the rows a
+  request reads; the bonus token is drawn here too, from the bonus row, only
+  when every draft is accepted;
 - uniforms: a request with a seed draws its ``k + 1`` uniforms of the step from
   its own ``torch.Generator`` (vLLM's ``SamplingParams(seed=...)``), the others
   from torch's global generator, as vLLM does (docs/spec.md section 9.3).
 
+With the plugin on, vLLM's refusal of ``min_p`` and ``logit_bias`` with
+speculative decoding (``SamplingParams._validate_spec_decode``) is lifted: the
+plugin serves both exactly (logit bias through vLLM's own processor, min-p in
+specaccept's transform).
+
 Cases it does not serve keep vLLM's own forward and say why in the log, once:
 logits off the CPU, ``rejection_sample_method="synthetic"``, processed-logprobs
-modes, per-token logprob requests (``logprob_token_ids``), and an active ``min_p``
-or custom argmax-invariant logits processor (specaccept's transform has none).
+modes, per-token logprob requests (``logprob_token_ids``), and a custom
+argmax-invariant logits processor.
 
 ``SPECACCEPT_VLLM_K=auto`` also chooses, each step, how many of the n-gram
 proposer's drafts each request keeps (:mod:`specaccept.compat.vllm_schedule`).
@@ -132,11 +138,50 @@ def _install(method: str) -> None:
         forward._specaccept = verifier  # type: ignore[attr-defined]
         RejectionSampler.__init__ = __init__  # type: ignore[method-assign]
         RejectionSampler.forward = forward  # type: ignore[method-assign]
+        _allow_min_p_and_logit_bias()
     schedule = os.environ.get("SPECACCEPT_VLLM_K", "")
     if schedule:
         from .vllm_schedule import install
 
         install(schedule)
+
+
+def _allow_min_p_and_logit_bias() -> None:
+    """vLLM 0.32 refuses a request with ``min_p`` or ``logit_bias`` when
+    speculative decoding is on (``SamplingParams._validate_spec_decode``, its only
+    check), and its model runner then builds only the min-tokens processor
+    (``build_logitsprocs``). With the plugin verifying both are served exactly:
+    the check accepts them, and the runner builds vLLM's built-in processors as
+    without speculative decoding (min-p applied by specaccept's transform on
+    verified steps, by vLLM's sampler on the others; the logit bias by vLLM's
+    processor, and by :func:`_bias_drafted_rows` on the drafted rows). Custom
+    processors stay refused, as vLLM refuses them."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.v1.sample import logits_processor
+    from vllm.v1.worker import gpu_model_runner
+
+    def _validate_spec_decode(self: Any, speculative_config: Any) -> None:
+        return None
+
+    _validate_spec_decode._specaccept = True  # type: ignore[attr-defined]
+    SamplingParams._validate_spec_decode = _validate_spec_decode  # type: ignore[method-assign]
+    build = gpu_model_runner.build_logitsprocs
+
+    def build_logitsprocs(
+        vllm_config: Any,
+        device: Any,
+        is_pin_memory: bool,
+        is_pooling_model: bool,
+        custom_logitsprocs: Any = (),
+    ) -> Any:
+        if vllm_config.speculative_config and not is_pooling_model and not custom_logitsprocs:
+            return logits_processor.LogitsProcessors(
+                ctor(vllm_config, device, is_pin_memory)
+                for ctor in logits_processor.BUILTIN_LOGITS_PROCESSORS
+            )
+        return build(vllm_config, device, is_pin_memory, is_pooling_model, custom_logitsprocs)
+
+    gpu_model_runner.build_logitsprocs = build_logitsprocs
 
 
 def _log_once(key: str, message: str, *args: Any, level: int = logging.WARNING) -> None:
@@ -202,10 +247,7 @@ class _Verifier:
         if sm.logprob_token_ids:
             return "per-token logprobs (logprob_token_ids)"
         for processor in sm.logitsprocs.argmax_invariant:
-            if isinstance(processor, MinPLogitsProcessor):
-                if processor.min_p_count:
-                    return "min_p, which specaccept's sampling transform does not apply"
-            else:
+            if not isinstance(processor, MinPLogitsProcessor):
                 return f"the argmax-invariant logits processor {type(processor).__name__}"
         return None
 
@@ -224,9 +266,9 @@ class _Verifier:
         counts = metadata.num_draft_tokens
         batch = len(counts)
         rows = _processed_rows(sampler, metadata, logits, sm)
-        temperature, top_k, top_p = _sampling(sm, batch, logits.shape[-1])
+        temperature, top_k, top_p, min_p = _sampling(sm, batch, logits.shape[-1])
         uniforms, recovery = _uniforms(sm, counts, temperature)
-        per_request = _per_request(batch, temperature, top_k, top_p)
+        per_request = _per_request(batch, temperature, top_k, top_p, min_p)
         # compat.vllm.verify_logits's native call, made here with vLLM's own
         # arrays (the serving path: no conversions to check, every value checked
         # natively; docs/spec.md section 9.1.1).
@@ -242,6 +284,7 @@ class _Verifier:
             recovery,
             True,
             self.method,
+            per_request[3],
         )
         ids = result[0]
         for b, error in result[3] if len(result) == 4 else ():
@@ -256,8 +299,7 @@ class _Verifier:
             out = torch.full((batch, metadata.max_spec_len + 1), -1, dtype=torch.int32)
             out[:, : ids.shape[1]] = torch.from_numpy(ids.astype(np.int32))
         if self.recorder is not None:
-            sampling = tuple(np.broadcast_to(a, batch) for a in (temperature, top_k, top_p))
-            self.recorder.add(rows, metadata, draft_probs, sampling)
+            self.recorder.add(rows, metadata, draft_probs, per_request)
         logprobs = None
         if sm.max_num_logprobs is not None:
             logprobs = sampler._get_logprobs_tensors(
@@ -333,15 +375,43 @@ def _processed_rows(sampler: Any, metadata: Any, logits: Any, sm: Any) -> Any:
     target = metadata.target_logits_indices
     if target.numel():
         rows[target] = sampler.apply_logits_processors(rows[target], sm, metadata)
+        _bias_drafted_rows(rows, target, metadata.num_draft_tokens, sm)
     return rows
 
 
-def _sampling(sm: Any, batch: int, vocab: int) -> tuple[Any, Any, Any]:
-    """Per request: temperature (0 for vLLM's greedy requests), top-k (0: off) and
-    top-p (1: off), as specaccept reads them (``[B]`` arrays, or one number for
-    every request)."""
+def _bias_drafted_rows(rows: Any, target: Any, counts: list[int], sm: Any) -> None:
+    """vLLM's logit bias on the drafted positions' rows, which its
+    ``RejectionSampler.apply_logits_processors`` leaves out (vLLM refuses
+    ``logit_bias`` with speculative decoding): each request's biases added to its
+    rows, as ``LogitBiasLogitsProcessor`` adds them to the bonus rows."""
+    import torch
+
+    LogitBiasLogitsProcessor = _vllm().LogitBiasLogitsProcessor
+    for processor in sm.logitsprocs.non_argmax_invariant:
+        if not isinstance(processor, LogitBiasLogitsProcessor) or not processor.biases:
+            continue
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+        where, tokens, values = [], [], []
+        for b, biases in processor.biases.items():
+            if b >= len(counts) or not counts[b]:
+                continue
+            for t in range(counts[b]):
+                for token, bias in biases.items():
+                    where.append(int(target[starts[b] + t]))
+                    tokens.append(int(token))
+                    values.append(float(bias))
+        if where:
+            index = (torch.tensor(where), torch.tensor(tokens))
+            rows.index_put_(index, torch.tensor(values, dtype=rows.dtype), accumulate=True)
+
+
+def _sampling(sm: Any, batch: int, vocab: int) -> tuple[Any, Any, Any, Any]:
+    """Per request: temperature (0 for vLLM's greedy requests), top-k (0: off),
+    top-p (1: off) and min-p (0: off; from vLLM's ``MinPLogitsProcessor``, by the
+    request's index in the batch), as specaccept reads them (``[B]`` arrays, or
+    one number for every request)."""
     if sm.all_greedy or sm.temperature is None:
-        return 0.0, 0, 1.0  # filters do not apply to greedy rows
+        return 0.0, 0, 1.0, 0.0  # filters do not apply to greedy rows
     temperature = sm.temperature.numpy().astype(np.float64)
     temperature[temperature < SAMPLING_EPS] = 0.0
     top_k = np.zeros(batch, dtype=np.int64)
@@ -351,18 +421,24 @@ def _sampling(sm: Any, batch: int, vocab: int) -> tuple[Any, Any, Any]:
     top_p = np.ones(batch)
     if sm.top_p is not None:
         top_p = sm.top_p.numpy().astype(np.float64)
-    return temperature, top_k, top_p
+    min_p: Any = 0.0
+    for processor in sm.logitsprocs.argmax_invariant:
+        if isinstance(processor, _vllm().MinPLogitsProcessor) and processor.min_p_count:
+            # vLLM keeps min-p as float32; widened, as the temperature.
+            min_p = processor.min_p_cpu[:batch].astype(np.float64)
+    return temperature, top_k, top_p, min_p
 
 
 def _per_request(
-    batch: int, temperature: Any, top_k: Any, top_p: Any
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``temperature``, ``top_k``, ``top_p`` as ``[B]`` arrays (one number for
-    every request: a read-only view)."""
+    batch: int, temperature: Any, top_k: Any, top_p: Any, min_p: Any = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``temperature``, ``top_k``, ``top_p``, ``min_p`` as ``[B]`` arrays (one
+    number for every request: a read-only view)."""
     return (
         np.broadcast_to(np.asarray(temperature, dtype=np.float64), batch),
         np.broadcast_to(np.asarray(top_k, dtype=np.int64), batch),
         np.broadcast_to(np.asarray(top_p, dtype=np.float64), batch),
+        np.broadcast_to(np.asarray(min_p, dtype=np.float64), batch),
     )
 
 
@@ -443,8 +519,9 @@ class _Recording:
             ids[i, :k] = flat_ids[draft_starts[b] : draft_starts[b] + k]
             if draft is not None and q is not None:
                 draft[i, :k] = q[draft_starts[b] : draft_starts[b] + k]
-        temperature, top_k, top_p = (a[drafted] for a in sampling)
-        probs, _ = transform(logits, Sampling(temperature, top_k, top_p), list(counts[drafted] + 1))
+        temperature, top_k, top_p, min_p = (a[drafted] for a in sampling)
+        law = Sampling(temperature, top_k, top_p, min_p)  # min-p first, as vLLM
+        probs, _ = transform(logits, law, list(counts[drafted] + 1))
         self.recorder.add(ids, probs, draft, counts[drafted])
         self.rows += drafted.size
         if self.rows >= self.limit:

@@ -45,6 +45,7 @@ _HONOURED_PROCESSORS = {
     "TemperatureLogitsWarper",
     "TopKLogitsWarper",
     "TopPLogitsWarper",
+    "MinPLogitsWarper",
     "LogitNormalization",
 }
 
@@ -54,6 +55,7 @@ _WARPER_VALUE = {
     "TemperatureLogitsWarper": "temperature",
     "TopKLogitsWarper": "top_k",
     "TopPLogitsWarper": "top_p",
+    "MinPLogitsWarper": "min_p",
 }
 
 #: The generate argument behind each processor or stopping criterion it cannot
@@ -63,7 +65,6 @@ _ARGUMENT_OF = {
     "MinNewTokensLengthLogitsProcessor": "min_new_tokens",
     "RepetitionPenaltyLogitsProcessor": "repetition_penalty",
     "NoRepeatNGramLogitsProcessor": "no_repeat_ngram_size",
-    "MinPLogitsWarper": "min_p",
     "TopHLogitsWarper": "top_h",
     "TypicalLogitsWarper": "typical_p",
     "EpsilonLogitsWarper": "epsilon_cutoff",
@@ -377,7 +378,7 @@ def speculative(
     custom_generate=speculative, assistant_model=draft, num_assistant_tokens=4,
     max_new_tokens=64)``: every row of a left-padded batch gets exactly the
     target's greedy decoding (``do_sample=False``) or a sample of the target's
-    distribution after ``temperature``, ``top_k`` and ``top_p``
+    distribution after ``temperature``, ``top_k``, ``top_p`` and ``min_p``
     (``do_sample=True``), as :func:`specaccept.generate` does.
 
     Arguments read from ``generate``: ``assistant_model`` (a draft model with the
@@ -386,8 +387,9 @@ def speculative(
     :class:`~specaccept.HeuristicK`),
     or ``prompt_lookup_num_tokens`` (n-gram lookup with
     ``max_matching_ngram_size``), or ``assistant_early_exit`` (the target's
-    first layers); ``do_sample``, ``temperature``, ``top_k``, ``top_p``
-    (transformers' defaults: ``top_k=50`` when sampling); ``max_new_tokens``
+    first layers); ``do_sample``, ``temperature``, ``top_k``, ``top_p``,
+    ``min_p`` (in transformers' order, min-p last; its defaults: ``top_k=50``
+    when sampling); ``max_new_tokens``
     (or ``max_length``; a run past the model's context is refused);
     ``eos_token_id`` (an int or a list), ``pad_token_id``; ``streamer``;
     ``return_dict_in_generate``. Random draws come from a generator seeded from
@@ -534,6 +536,9 @@ def speculative(
         temperature=1.0 if config.temperature is None else float(config.temperature),
         top_k=int(config.top_k or 0),
         top_p=1.0 if config.top_p is None else float(config.top_p),
+        # transformers' order: MinPLogitsWarper after TopKLogitsWarper and TopPLogitsWarper.
+        min_p=0.0 if config.min_p is None else float(config.min_p),
+        min_p_last=True,
         method=method,
         rng=rng,
         seed=seed,

@@ -370,7 +370,7 @@ class ModelDrafter:
             return law[0], law[0], next(iter(bad.values()))
         if not sampling.greedy[0]:
             return law[0], law[0], None
-        plain = Sampling(np.ones(1), sampling.top_k, sampling.top_p)
+        plain = sampling.with_temperature(np.ones(1))
         rank, _ = transform(scores[None], plain, name="draft")
         return law[0], rank[0], None
 

@@ -212,6 +212,8 @@ def generate(
     record: Any = None,
     progress: Callable[[int, int], None] | None = None,
     on_tokens: OnTokens | None = None,
+    min_p: float | Sequence[float] = 0.0,
+    min_p_last: bool = False,
 ) -> Generation:
     """Generate continuations of ``prompts`` by speculative decoding, batched.
 
@@ -250,10 +252,13 @@ def generate(
         A row ends after emitting this token (any of these tokens).
     greedy : bool
         Greedy decoding (temperature 0 for every row).
-    temperature, top_k, top_p : number, or one per prompt
-        Hugging Face's sampling transform (docs/spec.md section 8.2):
-        temperature 0 is greedy; ``top_k = 0`` and ``top_p = 1`` are off.
+    temperature, top_k, top_p, min_p : number, or one per prompt
+        The sampling transform (docs/spec.md section 8.2): temperature 0 is
+        greedy; ``top_k = 0``, ``top_p = 1`` and ``min_p = 0`` are off.
         Applied to the draft's rows too, which the drafts are drawn from.
+    min_p_last : bool
+        Min-p after top-k and top-p (transformers' order) instead of before
+        them (vLLM's); they differ only where min-p and top-p are both on.
     method : str
         ``"token"`` (default) or ``"block"`` for chains; ``"token"`` or
         ``"traversal"`` for trees.
@@ -315,6 +320,8 @@ def generate(
         temperature=temperature,
         top_k=top_k,
         top_p=top_p,
+        min_p=min_p,
+        min_p_last=min_p_last,
         method=method,
         rng=rng,
         seed=seed,
@@ -929,6 +936,8 @@ def _verify_chains(
             temperature=sampling.temperature,
             top_k=sampling.top_k,
             top_p=sampling.top_p,
+            min_p=sampling.min_p,
+            min_p_last=sampling.min_p_last,
             num_draft_tokens=num,
             uniforms=uniforms,
             recovery_uniforms=recovery,

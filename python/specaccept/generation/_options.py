@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._checks import check_int
+from .._checks import check_flag, check_int
 from .._errors import InputError
 from .._schedule import KSchedule
 from ._record import check_path
@@ -93,6 +93,14 @@ def _top_p(value: Any) -> Any:
     if not ((values > 0) & (values <= 1)).all():
         raise InputError("top_p must lie in (0, 1] (1: off)", argument="top_p")
     return top_p
+
+
+def _min_p(value: Any) -> Any:
+    min_p = _per_request(value, "min_p", integer=False)
+    values = np.atleast_1d(np.asarray(min_p, dtype=np.float64))
+    if not ((values >= 0) & (values <= 1)).all():
+        raise InputError("min_p must lie in [0, 1] (0: off)", argument="min_p")
+    return min_p
 
 
 def _tree(tree: Any) -> tuple[int, ...] | None:
@@ -171,8 +179,8 @@ def _callable(value: Any, name: str) -> Any:
 class Options:
     """A generation run's checked options (see :func:`specaccept.generate` for each).
 
-    ``temperature``, ``top_k`` and ``top_p`` are one value for every prompt, or an
-    array of one per prompt whose length :meth:`sampling` checks. ``eos_token_ids``
+    ``temperature``, ``top_k``, ``top_p`` and ``min_p`` are one value for every
+    prompt, or an array of one per prompt whose length :meth:`sampling` checks. ``eos_token_ids``
     is the set of tokens that end a row; ``isolate`` is ``errors="isolate"``;
     ``record`` the checked path, or ``None``. ``schedule`` chooses each step's
     drafts when ``k`` was ``"auto"`` or a schedule (``k`` is then 0, unused).
@@ -187,6 +195,8 @@ class Options:
     temperature: Any = 1.0
     top_k: Any = 0
     top_p: Any = 1.0
+    min_p: Any = 0.0
+    min_p_last: bool = False
     method: str = "token"
     rng: Any = None
     seed: Any = None
@@ -207,6 +217,8 @@ class Options:
         temperature: Any = 1.0,
         top_k: Any = 0,
         top_p: Any = 1.0,
+        min_p: Any = 0.0,
+        min_p_last: Any = False,
         method: Any = "token",
         rng: Any = None,
         seed: Any = None,
@@ -262,6 +274,8 @@ class Options:
             temperature=_temperature(temperature),
             top_k=_per_request(top_k, "top_k", integer=True),
             top_p=_top_p(top_p),
+            min_p=_min_p(min_p),
+            min_p_last=check_flag(min_p_last, "min_p_last"),
             method=method,
             rng=rng,
             seed=seed,
@@ -272,13 +286,14 @@ class Options:
         )
 
     def sampling(self, batch: int) -> Sampling:
-        """Each of ``batch`` prompts' temperature, top-k and top-p (temperature 0
-        for every row with ``greedy``)."""
+        """Each of ``batch`` prompts' temperature, top-k, top-p and min-p
+        (temperature 0 for every row with ``greedy``)."""
         columns = []
         for name, value, dtype in (
             ("temperature", self.temperature, np.float64),
             ("top_k", self.top_k, np.int64),
             ("top_p", self.top_p, np.float64),
+            ("min_p", self.min_p, np.float64),
         ):
             if isinstance(value, np.ndarray):
                 if len(value) != batch:
@@ -288,7 +303,7 @@ class Options:
                 columns.append(value.copy())
             else:
                 columns.append(np.full(batch, value, dtype=dtype))
-        temperature, top_k, top_p = columns
+        temperature, top_k, top_p, min_p = columns
         if self.greedy:
             temperature = np.zeros(batch)
-        return Sampling(temperature, top_k, top_p)
+        return Sampling(temperature, top_k, top_p, min_p, self.min_p_last)

@@ -32,14 +32,34 @@ def log(probs: np.ndarray) -> np.ndarray:
 
 
 class Sampling:
-    """Per-row temperature, top-k and top-p (``[R]`` arrays) of the rows in a step.
-    Temperature 0 is a greedy row."""
+    """Per-row temperature, top-k, top-p and min-p (``[R]`` arrays) of the rows in
+    a step, and where min-p applies (``min_p_last``: after top-p, transformers'
+    order; else before top-k, vLLM's). Temperature 0 is a greedy row."""
 
-    def __init__(self, temperature: np.ndarray, top_k: np.ndarray, top_p: np.ndarray):
+    def __init__(
+        self,
+        temperature: np.ndarray,
+        top_k: np.ndarray,
+        top_p: np.ndarray,
+        min_p: np.ndarray | None = None,
+        min_p_last: bool = False,
+    ):
         self.temperature, self.top_k, self.top_p = temperature, top_k, top_p
+        self.min_p = np.zeros(len(temperature)) if min_p is None else min_p
+        self.min_p_last = min_p_last
 
     def rows(self, rows: Any) -> Sampling:
-        return Sampling(self.temperature[rows], self.top_k[rows], self.top_p[rows])
+        return Sampling(
+            self.temperature[rows],
+            self.top_k[rows],
+            self.top_p[rows],
+            self.min_p[rows],
+            self.min_p_last,
+        )
+
+    def with_temperature(self, temperature: np.ndarray) -> Sampling:
+        """The same filters at another temperature."""
+        return Sampling(temperature, self.top_k, self.top_p, self.min_p, self.min_p_last)
 
     @property
     def greedy(self) -> np.ndarray:
@@ -54,6 +74,7 @@ class Sampling:
             (self.temperature[sampled] == 1).all()
             and (self.top_k[sampled] == 0).all()
             and (self.top_p[sampled] == 1).all()
+            and (self.min_p[sampled] == 0).all()
         )
 
 
@@ -73,6 +94,8 @@ def sample_logits(
         temperature=sampling.temperature,
         top_k=sampling.top_k,
         top_p=sampling.top_p,
+        min_p=sampling.min_p,
+        min_p_last=sampling.min_p_last,
         uniforms=np.zeros((rows, 0)),
         recovery_uniforms=uniforms,
         errors="isolate",
@@ -91,9 +114,10 @@ def sample_logits(
 def transform(
     logits: np.ndarray, sampling: Sampling, counts: list[int] | None = None, name: str = "target"
 ) -> tuple[np.ndarray, dict[int, InputError]]:
-    """``logits [R, ..., V]`` as float64 probabilities, row by row, with HF's (and
-    :func:`specaccept.verify_logits`'s, docs/spec.md section 8.2) temperature,
-    top-k and top-p; a greedy row becomes one-hot at its first largest logit.
+    """``logits [R, ..., V]`` as float64 probabilities, row by row, with
+    :func:`specaccept.verify_logits`'s (docs/spec.md section 8.2) temperature,
+    min-p (before top-k, or after top-p with ``min_p_last``), top-k and top-p; a
+    greedy row becomes one-hot at its first largest logit.
     With ``counts``, only the first ``counts[r]`` rows of ``r`` are read (the rest
     stay 0). Rows with NaN, ``+inf`` or no finite logit are returned as errors
     (an :class:`InputError` naming ``name``, the model; the row stays zeros)."""
@@ -124,6 +148,10 @@ def transform(
             weights = np.exp((rows - top) * (1.0 / temperature))
         weights[rows == -np.inf] = 0.0
         keep = np.ones(weights.shape, dtype=bool)
+        # Min-p: weights at least min_p (the largest weight is exp(0) = 1).
+        min_p = float(sampling.min_p[b])
+        if min_p > 0 and not sampling.min_p_last:
+            keep &= weights >= min_p
         k = int(sampling.top_k[b])
         if 0 < k < weights.shape[-1]:
             kth = np.partition(weights, -k, axis=-1)[:, -k][:, None]
@@ -136,6 +164,8 @@ def transform(
             reach = cumulative >= p * cumulative[:, -1:]
             last = np.where(reach.any(axis=-1), reach.argmax(axis=-1), ordered.shape[-1] - 1)
             keep &= weights >= ordered[np.arange(len(rows)), last][:, None]
+        if min_p > 0 and sampling.min_p_last:
+            keep &= weights >= min_p
         weights = np.where(keep, weights, 0.0)
         out[b, :used] = weights / weights.sum(axis=-1, keepdims=True)
     return out.reshape(shape), errors
