@@ -49,7 +49,10 @@ def poison(prompt_token_ids: list[int]) -> None:
 def _params(sampling: dict) -> dict:
     """``SamplingParams`` arguments from JSON: ``logit_bias``'s token ids back to ints."""
     if "logit_bias" in sampling:
-        sampling = {**sampling, "logit_bias": {int(t): b for t, b in sampling["logit_bias"].items()}}
+        sampling = {
+            **sampling,
+            "logit_bias": {int(t): b for t, b in sampling["logit_bias"].items()},
+        }
     return sampling
 
 
