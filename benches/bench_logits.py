@@ -19,7 +19,8 @@ every transformed row).
 First, at ``B = 1`` on realistic inputs (the headline): SmolLM2-135M-Instruct's logits
 over text (V = 49152), draft rows the target's plus Gaussian noise (sigma 0.3 and 1) or
 another position's rows (a weak drafter), drafts sampled from the transformed draft rows,
-fresh uniforms at every call, 64 steps a round. Then, as a labelled extra, at ``B = 1``
+fresh uniforms at every call, 64 steps a round; without filters, with top-k 50 / top-p 0.9,
+and with min-p 0.05 (transformers' ``MinPLogitsWarper`` on its side). Then, as a labelled extra, at ``B = 1``
 ``verify_logits`` against Hugging Face transformers' path (its logits warpers position by position,
 then ``_speculative_sampling``, the code of ``generate(assistant_model=...)``), both
 on one thread, ``K = 5``, ``V`` = 32000, 128256 and 151936, in three regimes that
@@ -47,11 +48,14 @@ QUICK_SHAPES = [(8, 5, 32000), (1, 5, 32000)]
 TEMPERATURE = 0.8
 
 
-def numpy_transform(logits: np.ndarray, top_k: int, top_p: float) -> np.ndarray:
+def numpy_transform(logits: np.ndarray, top_k: int, top_p: float, min_p: float = 0.0) -> np.ndarray:
     z = logits / TEMPERATURE
     z = z - z.max(axis=-1, keepdims=True)
     probs = np.exp(z)
     probs /= probs.sum(axis=-1, keepdims=True)
+    if min_p:
+        probs = np.where(probs >= min_p * probs.max(axis=-1, keepdims=True), probs, 0)
+        probs /= probs.sum(axis=-1, keepdims=True)
     if top_k:
         kth = -np.partition(-probs, top_k - 1, axis=-1)[..., top_k - 1 : top_k]
         probs = np.where(probs >= kth, probs, 0)
@@ -300,6 +304,14 @@ SMOLLM2_DRAFTERS = (
     ("target + N(0, 1)", 1.0),
     ("weak: another position's", None),
 )
+#: (top-k, top-p, min-p) of the realistic table's rows.
+SMOLLM2_FILTERS = ((0, 1.0, 0.0), (50, 0.9, 0.0), (0, 1.0, 0.05))
+
+
+def filters_label(top_k: int, top_p: float, min_p: float = 0.0) -> str:
+    parts = [f"top-k {top_k}"] * bool(top_k) + [f"top-p {top_p}"] * (top_p < 1)
+    parts += [f"min-p {min_p}"] * bool(min_p)
+    return ", ".join(parts) or "none"
 
 
 def smollm2_logits(torch) -> np.ndarray | None:
@@ -340,6 +352,7 @@ def smollm2_steps(logits: np.ndarray, sigma: float | None, filters: dict, seed: 
             draft.astype(np.float64) * (TEMPERATURE / filters["temperature"]),
             filters["top_k"],
             filters["top_p"],
+            filters.get("min_p", 0.0),
         )
         ids = np.array([[rng.choice(vocab, p=q[0, t] / q[0, t].sum()) for t in range(HF_K)]])
         given_q = np.take_along_axis(q, ids[..., None], axis=-1)[..., 0]
@@ -352,6 +365,7 @@ def smollm2_table(torch, repeats: int) -> None:
     sampled from the draft rows, fresh uniforms every call (issue 27)."""
     try:
         from transformers.generation.logits_process import (
+            MinPLogitsWarper,
             TemperatureLogitsWarper,
             TopKLogitsWarper,
             TopPLogitsWarper,
@@ -376,11 +390,13 @@ def smollm2_table(torch, repeats: int) -> None:
         f"{f'{threads}t us':>8} {'1t q us':>8} {'HF/1t':>6} {f'HF/{threads}t':>6} {'HF/1t q':>7}"
     )
     for name, sigma in SMOLLM2_DRAFTERS:
-        for top_k, top_p in ((0, 1.0), (50, 0.9)):
-            filters = dict(temperature=TEMPERATURE, top_k=top_k, top_p=top_p)
+        for top_k, top_p, min_p in SMOLLM2_FILTERS:
+            filters = dict(temperature=TEMPERATURE, top_k=top_k, top_p=top_p, min_p=min_p)
             warpers = [TemperatureLogitsWarper(TEMPERATURE)]
             if top_k:
                 warpers += [TopKLogitsWarper(top_k), TopPLogitsWarper(top_p)]
+            if min_p:
+                warpers.append(MinPLogitsWarper(min_p))
             steps = smollm2_steps(logits, sigma, filters, seed=7)
             generator = np.random.default_rng(11)
 
@@ -424,7 +440,7 @@ def smollm2_table(torch, repeats: int) -> None:
                 statistics.median(h / o for h, o in zip(hf_times, t, strict=True))
                 for t in our_times
             ]
-            label = "none" if not top_k else f"top-k {top_k}, top-p {top_p}"
+            label = filters_label(top_k, top_p, min_p)
             print(
                 f"{name:<26} {label:<20} {accepted:>8.2f} {hf * 1e6:>8.0f} {times[0] * 1e6:>8.0f} "
                 f"{times[1] * 1e6:>8.0f} {times[2] * 1e6:>8.0f} {ratios[0]:>6.1f} "
@@ -438,6 +454,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="small shapes")
     parser.add_argument(
         "--hf-only", action="store_true", help="only the B = 1 comparison with transformers"
+    )
+    parser.add_argument(
+        "--smollm2-only", action="store_true", help="only the realistic B = 1 table (SmolLM2)"
     )
     args = parser.parse_args()
     shapes, repeats = (QUICK_SHAPES, 3) if args.quick else (SHAPES, 7)
@@ -454,6 +473,8 @@ def main() -> None:
     )
     if torch is not None and not args.quick:
         smollm2_table(torch, repeats)
+    if args.smollm2_only:
+        return
     if torch is not None:
         print("\nLabelled extra, inputs built so that every decision is made at once (drafted")
         print("logits moved by +-50): the regimes hold for any uniform.")
