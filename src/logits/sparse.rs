@@ -309,9 +309,8 @@ mod tests {
             // Min-p off, or at the weight halfway to top-k's floor (a tie
             // with it) or just above it: it decides the kept set; applied
             // before top-k and top-p, or after.
-            let halfway = ((f64::from(row[order[top_k / 2]]) - f64::from(row[order[0]]))
-                / temperature)
-                .exp();
+            let halfway =
+                ((f64::from(row[order[top_k / 2]]) - f64::from(row[order[0]])) / temperature).exp();
             let params = Params {
                 temperature,
                 top_k,
@@ -331,7 +330,10 @@ mod tests {
                 assert_eq!(look.max, Some(row_max(&row).1), "case {case}");
                 if let Some(p) = look.probability {
                     let dense = dense_probability(&row, params, x);
-                    let without = Params { min_p: 0.0, ..params };
+                    let without = Params {
+                        min_p: 0.0,
+                        ..params
+                    };
                     bound += usize::from(dense != dense_probability(&row, without, x));
                     assert_eq!(
                         p.to_bits(),
