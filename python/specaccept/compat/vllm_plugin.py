@@ -138,7 +138,14 @@ def _install(method: str) -> None:
         forward._specaccept = verifier  # type: ignore[attr-defined]
         RejectionSampler.__init__ = __init__  # type: ignore[method-assign]
         RejectionSampler.forward = forward  # type: ignore[method-assign]
-        _allow_min_p_and_logit_bias()
+        try:
+            _allow_min_p_and_logit_bias()
+        except Exception as error:  # the sampler stays replaced; only this is not
+            logger.warning(
+                "specaccept: min_p and logit_bias stay refused with speculative decoding "
+                "(vLLM's check could not be replaced: %r)",
+                error,
+            )
     schedule = os.environ.get("SPECACCEPT_VLLM_K", "")
     if schedule:
         from .vllm_schedule import install
