@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ._arrays import as_numpy, is_bfloat16, like_converter
+from ._checks import check_flag
 from ._errors import InputError
 from ._options import chain_rule
 from ._result import _NO_ERRORS, TreeVerification, Verification, _verification
@@ -1287,7 +1288,7 @@ def verify_tree_logits(
     top_ks = _per_row(top_k, "top_k", batch, np.int64)
     top_ps = _per_row(top_p, "top_p", batch, np.float64)
     min_ps = _per_row(min_p, "min_p", batch, np.float64)
-    last = _flag(min_p_last, "min_p_last")
+    last = check_flag(min_p_last, "min_p_last")
     u = None if uniforms is None else _floats(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
     counter = _seeded(seeds, offsets, batch, nodes, u, ru, rng)
@@ -1586,12 +1587,6 @@ def _per_row(value: Any, name: str, batch: int, dtype: type) -> np.ndarray:
     return np.broadcast_to(array, (batch,)) if array.ndim == 0 else array
 
 
-def _flag(value: Any, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {value!r:.40}")
-    return bool(value)
-
-
 def _check_sampling(
     temperature: float, top_k: int, top_p: float, index: tuple[int, ...], min_p: float = 0.0
 ) -> None:
@@ -1642,7 +1637,7 @@ def transform_logits(
         if not isinstance(value, numbers.Real) or (name == "top_k" and not integral):
             kind = "an int" if name == "top_k" else "a real number"
             raise TypeError(f"{name} must be {kind}, got {type(value).__name__}")
-    last = _flag(min_p_last, "min_p_last")
+    last = check_flag(min_p_last, "min_p_last")
     _check_sampling(float(temperature), int(top_k), float(top_p), (), float(min_p))
     values = [float(v) for v in logits]
     for i, v in enumerate(values):
@@ -1730,7 +1725,7 @@ def verify_logits(
     top_ks = _per_row(top_k, "top_k", batch, np.int64)
     top_ps = _per_row(top_p, "top_p", batch, np.float64)
     min_ps = _per_row(min_p, "min_p", batch, np.float64)
-    last = _flag(min_p_last, "min_p_last")
+    last = check_flag(min_p_last, "min_p_last")
     counts = None if num_draft_tokens is None else _ints(num_draft_tokens, "num_draft_tokens")
     u = None if uniforms is None else _floats(uniforms, "uniforms")
     ru = None if recovery_uniforms is None else _floats(recovery_uniforms, "recovery_uniforms")
