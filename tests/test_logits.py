@@ -104,17 +104,32 @@ def test_equals_verify_on_the_transformed_rows(seed):
 
 
 # float32 unfiltered rows go through the screen (src/logits/screen.rs); float64 never do.
+# Min-p in both orders (docs/spec.md section 8.2), with top-p.
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize(("top_k", "top_p"), [(0, 1.0), (5, 1.0), (0, 0.8), (6, 0.7)])
-def test_lossless_and_masked_tokens_never_emitted(top_k, top_p, dtype):
-    rng = np.random.default_rng(top_k + int(top_p * 10))
+@pytest.mark.parametrize(
+    ("top_k", "top_p", "min_p", "min_p_last"),
+    [
+        (0, 1.0, 0.0, False),
+        (5, 1.0, 0.0, False),
+        (0, 0.8, 0.0, False),
+        (6, 0.7, 0.0, False),
+        (0, 0.9, 0.2, False),
+        (0, 0.9, 0.2, True),
+    ],
+)
+def test_lossless_and_masked_tokens_never_emitted(top_k, top_p, min_p, min_p_last, dtype):
+    rng = np.random.default_rng(top_k + int(top_p * 10) + int(min_p_last))
     rows, vocab, temperature = 100_000, 12, 0.8
     target = rng.normal(size=vocab) * 1.5
     target[3] = -np.inf  # a masked token
     draft = (target + rng.normal(size=vocab) * 0.7).astype(dtype)
     target = target.astype(dtype)
-    p = np.array(reference.transform_logits(target, temperature, top_k, top_p))
-    q = np.array(reference.transform_logits(draft, temperature, top_k, top_p))
+    filters = dict(min_p=min_p, min_p_last=min_p_last)
+    p = np.array(reference.transform_logits(target, temperature, top_k, top_p, **filters))
+    q = np.array(reference.transform_logits(draft, temperature, top_k, top_p, **filters))
+    if min_p:  # min-p removed tokens that top-p alone keeps
+        alone = np.array(reference.transform_logits(target, temperature, top_k, top_p))
+        assert (p == 0).sum() > (alone == 0).sum()
     drafts = rng.choice(vocab, p=q, size=(rows, 1))
     result = specaccept.verify_logits(
         drafts,
@@ -124,6 +139,7 @@ def test_lossless_and_masked_tokens_never_emitted(top_k, top_p, dtype):
         top_k=top_k,
         top_p=top_p,
         rng=rng,
+        **filters,
     )
     first = result.output_token_ids[:, 0]
     counts = np.bincount(first, minlength=vocab)

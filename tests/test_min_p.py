@@ -1,6 +1,7 @@
 """Min-p in the sampling transform (docs/spec.md section 8.2): by hand, the law of
 the emitted token by exact enumeration in both orders, parity with the reference
-(chains, trees, vLLM's layout), losslessness, and its errors."""
+(chains, trees, vLLM's layout), ``generate``'s law, and its errors. Losslessness with
+min-p is in tests/test_logits.py (test_lossless_and_masked_tokens_never_emitted)."""
 
 from __future__ import annotations
 
@@ -134,34 +135,6 @@ def test_vllm_s_layout_applies_min_p_first(seed):
         padded_ids, padded, num_draft_tokens=counts, uniforms=padded_u, **common
     )
     np.testing.assert_array_equal(flat.output_token_ids[:, : width + 1], want.output_token_ids)
-
-
-@pytest.mark.parametrize("min_p_last", [False, True])
-def test_lossless_with_min_p(min_p_last):
-    """The first emitted token of drafts sampled from the transformed draft row
-    follows the transformed target row (chi-square, false-failure rate 1e-6)."""
-    rng = np.random.default_rng(int(min_p_last))
-    rows, vocab, temperature = 100_000, 12, 0.8
-    target = rng.normal(size=vocab) * 1.5
-    draft = target + rng.normal(size=vocab) * 0.7
-    filters = dict(min_p=0.05, min_p_last=min_p_last)
-    p = np.array(reference.transform_logits(target, temperature, 0, 0.9, **filters))
-    q = np.array(reference.transform_logits(draft, temperature, 0, 0.9, **filters))
-    assert (p == 0).sum() >= 2  # min-p and top-p removed tokens
-    drafts = rng.choice(vocab, p=q, size=(rows, 1))
-    result = specaccept.verify_logits(
-        drafts,
-        np.broadcast_to(target, (rows, 2, vocab)),
-        np.broadcast_to(draft, (rows, 1, vocab)),
-        temperature=temperature,
-        top_p=0.9,
-        rng=rng,
-        **filters,
-    )
-    counts = np.bincount(result.output_token_ids[:, 0], minlength=vocab)
-    assert counts[p == 0].sum() == 0
-    kept = p > 0
-    assert stats.chisquare(counts[kept], p[kept] * rows).pvalue > test_logits.ALPHA
 
 
 @pytest.mark.parametrize(
