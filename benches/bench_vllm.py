@@ -28,11 +28,11 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import date
+
+from vllm_worker import run_worker
 
 NGRAM = {
     "method": "ngram",
@@ -106,28 +106,10 @@ def worker(job: dict) -> dict:
 
 
 def run(job: dict, plugin: bool, record: str | None = None) -> dict:
-    env = {
-        **os.environ,
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_CPU_KVCACHE_SPACE": "2",
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "HF_HUB_OFFLINE": "1",
-    }
-    env.pop("SPECACCEPT_VLLM", None)
-    if plugin:
-        env["SPECACCEPT_VLLM"] = "token"
+    settings = {"SPECACCEPT_VLLM": "token"} if plugin else {}
     if record:
-        env["SPECACCEPT_VLLM_RECORD"] = record
-        env["SPECACCEPT_VLLM_RECORD_ROWS"] = "512"
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
-        json.dump(job, file)
-    done = subprocess.run(
-        [sys.executable, __file__, "--worker", file.name], env=env, capture_output=True, text=True
-    )
-    os.unlink(file.name)
-    if done.returncode:
-        raise RuntimeError(done.stderr[-4000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+        settings |= {"SPECACCEPT_VLLM_RECORD": record, "SPECACCEPT_VLLM_RECORD_ROWS": "512"}
+    return run_worker(__file__, job, settings)[0]
 
 
 def main() -> None:

@@ -39,11 +39,11 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import date
+
+from vllm_worker import run_worker
 
 FIXED = (1, 2, 4, 8)
 NGRAM = {"method": "ngram", "prompt_lookup_max": 3, "prompt_lookup_min": 1}
@@ -114,30 +114,11 @@ def worker(job: dict) -> dict:
 
 
 def run(job: dict, auto: bool) -> dict:
-    env = {
-        **os.environ,
-        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_CPU_KVCACHE_SPACE": "2",
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "HF_HUB_OFFLINE": "1",
-        "SPECACCEPT_VLLM": "token",
-    }
-    env.pop("SPECACCEPT_VLLM_K", None)
-    env.pop("SPECACCEPT_VLLM_RECORD", None)
-    if auto:
-        env["SPECACCEPT_VLLM_K"] = "auto"
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
-        json.dump(job, file)
-    done = subprocess.run(
-        [sys.executable, __file__, "--worker", file.name], env=env, capture_output=True, text=True
-    )
-    os.unlink(file.name)
-    if done.returncode:
-        raise RuntimeError(done.stderr[-4000:])
-    log = done.stdout + done.stderr
+    settings = {"SPECACCEPT_VLLM": "token"} | ({"SPECACCEPT_VLLM_K": "auto"} if auto else {})
+    result, log = run_worker(__file__, job, settings)
     if auto and "SPECACCEPT_VLLM_K=auto: each request's n-gram drafts" not in log:
         raise RuntimeError("the plugin's schedule did not start:\n" + log[-4000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def hand_schedule(results: dict, batches: list[int]) -> list[list[int]]:
