@@ -53,6 +53,22 @@ LAW_REQUESTS = 2000
 #: The chi-square tests' false-failure rate.
 ALPHA = 1e-3
 SEEDED = {"temperature": 0.8, "top_k": 20, "max_tokens": 24, "seed": 1234}
+#: A longer seeded request, and a crowd it is preempted in: CROWD's 8 requests of
+#: up to about 120 tokens in a KV cache of 12 blocks of 32 tokens (384 tokens),
+#: the seeded one last (vLLM preempts the latest request first).
+SEEDED_LONG = {**SEEDED, "max_tokens": 96}
+CROWD = [
+    "Tell me a story about a dragon.",
+    "List three colours:",
+    "What is 2 + 2?",
+    "Write a poem about the sea.",
+    "Explain photosynthesis briefly.",
+    "Name five animals:",
+    "Describe a sunny day in the park.",
+    LAW_PROMPT,
+]
+CROWD_SAMPLING = [{"temperature": 0.8, "max_tokens": 96}] * 7 + [SEEDED_LONG]
+PREEMPTING = {"block_size": 32, "num_gpu_blocks_override": 12, "max_model_len": 256}
 #: The same position with min-p on (vLLM refuses min_p with speculative decoding;
 #: the plugin lifts that refusal and applies it before top-k, as vLLM's sampler).
 MIN_P_LAW = {**LAW, "min_p": 0.15}
@@ -137,6 +153,11 @@ def token_run(model, tmp_path_factory):
         },
         {"name": "law", "prompts": [LAW_PROMPT] * LAW_REQUESTS, "sampling": LAW},
         {"name": "min_p_law", "prompts": [LAW_PROMPT] * LAW_REQUESTS, "sampling": MIN_P_LAW},
+        {
+            "name": "seeded_law",
+            "prompts": [LAW_PROMPT] * LAW_REQUESTS,
+            "sampling": [{**LAW, "seed": s} for s in range(LAW_REQUESTS)],
+        },
         {"name": "logit_bias", "prompts": GREEDY_PROMPTS, "sampling": biased(model)},
         {"name": "logprobs", "prompts": GREEDY_PROMPTS[:2], "sampling": {**GREEDY, "logprobs": 2}},
     ]
@@ -218,6 +239,38 @@ def test_a_seeded_request_gives_the_same_text_alone_and_in_a_batch(token_run):
     assert alone == batch
 
 
+def test_a_seeded_request_s_text_depends_on_neither_k_the_batch_nor_preemption(
+    model, tmp_path, token_run
+):
+    """SEEDED_LONG's text with k = 4 (token_run), with k chosen each step
+    (SPECACCEPT_VLLM_K=auto) alone and in a crowd that vLLM preempts it in, and
+    with the plugin on and no speculative decoding: one text. vLLM's own
+    generator-based draws give another text once preempted (the issue's report)."""
+    runs = [
+        {"name": "alone", "prompts": [LAW_PROMPT], "sampling": SEEDED_LONG},
+        {"name": "crowd", "prompts": CROWD, "sampling": CROWD_SAMPLING},
+    ]
+    auto = run_engine(
+        model,
+        tmp_path,
+        "preempted",
+        runs,
+        env={"SPECACCEPT_VLLM_K": "auto"},
+        **with_spec(**PREEMPTING),
+    )
+    plain = run_engine(model, tmp_path, "no-drafts", runs[:1])
+    alone = auto["runs"]["alone"][0]["token_ids"]
+    assert len(alone) == SEEDED_LONG["max_tokens"]
+    seeded = auto["runs"]["crowd"][-1]
+    assert seeded["preempted"] >= 1, [r["preempted"] for r in auto["runs"]["crowd"]]
+    assert seeded["token_ids"] == alone
+    assert plain["runs"]["alone"][0]["token_ids"] == alone
+    assert token_run["runs"]["seed_alone"][0]["token_ids"] == alone[: SEEDED["max_tokens"]]
+    drafted = [k for step in auto["steps"] for k in step[0]]
+    assert 0 < sum(drafted) and len(set(drafted)) > 1  # verified, with k varying
+    assert not plain["steps"]  # no verification step without speculative decoding
+
+
 def _target_law(model, prefix_ids, temperature, top_k, min_p=0.0):
     import torch
     from transformers import AutoModelForCausalLM
@@ -247,11 +300,14 @@ def _chi_square(counts: dict[int, int], law: np.ndarray) -> tuple[float, int, fl
     return statistic, df, float(stats.chi2.sf(statistic, df))
 
 
-@pytest.mark.parametrize("run, sampling", [("law", LAW), ("min_p_law", MIN_P_LAW)])
+@pytest.mark.parametrize(
+    "run, sampling", [("law", LAW), ("min_p_law", MIN_P_LAW), ("seeded_law", LAW)]
+)
 def test_sampled_tokens_follow_the_target_law(token_run, model, run, sampling):
     """The second token (the first emitted by the verification step, accepted draft
     or recovered) after the modal first token, against the target's law at T=0.8,
-    top-k 20 (and min-p 0.15). False-failure rate ALPHA. The same sample size has
+    top-k 20 (and min-p 0.15; and seeded requests, one seed each, drawn by the
+    position-keyed rule of docs/spec.md section 9.3). False-failure rate ALPHA. The same sample size has
     power >= 0.99 at ALPHA against a plugin ignoring the temperature (the law at
     T=1), one accepting every draft (the draft token always) and one ignoring
     min-p."""
@@ -289,6 +345,40 @@ def test_sampled_tokens_follow_the_target_law(token_run, model, run, sampling):
         if not positive[-1]:
             power = max(power, 1 - (1 - max(grouped[-1], 0.0)) ** n)
         assert power >= 0.99, (name, power)
+
+
+def test_processed_logprobs_are_those_of_the_law_each_token_was_drawn_from(model, tmp_path):
+    """logprobs_mode="processed_logprobs" (vLLM's logprobs of the rows it samples
+    from): with the plugin on, each emitted token's logprob is the log of its
+    probability under the target's law at temperature 0.8, top-k 20 along the
+    emitted text (transformers' logits, the reference's transform), at verified
+    positions too. vLLM's own forward would run its broken CPU path here; raw
+    logprobs (the law at T=1, no top-k) fail this test."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    sampling = {"temperature": 0.8, "top_k": 20, "max_tokens": 12, "logprobs": 1}
+    runs = [{"name": "processed", "prompts": GREEDY_PROMPTS, "sampling": sampling}]
+    options = with_spec(logprobs_mode="processed_logprobs")
+    out = run_engine(model, tmp_path, "processed", runs, **options)
+    assert "vLLM's own rejection sampler" not in out["log"]
+    assert sum(k for step in out["steps"] for k in step[0]) > 0  # drafts verified
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    checked = 0
+    for prompt, result in zip(GREEDY_PROMPTS, out["runs"]["processed"], strict=True):
+        ids = tokenizer(prompt).input_ids + result["token_ids"]
+        with torch.no_grad():
+            logits = hf_model(torch.tensor([ids])).logits[0].double().numpy()
+        start = len(ids) - len(result["token_ids"]) - 1
+        for t, (token, position) in enumerate(
+            zip(result["token_ids"], result["logprobs"], strict=True)
+        ):
+            law = np.asarray(reference.transform_logits(logits[start + t], 0.8, 20, 1.0))
+            assert law[token] > 0
+            np.testing.assert_allclose(position[str(token)][0], np.log(law[token]), atol=2e-3)
+            checked += 1
+    assert checked >= 2 * sampling["max_tokens"]  # (a request may end early)
 
 
 def test_the_recording_holds_the_processed_law_and_compare_reads_it(token_run, tmp_path):
@@ -585,3 +675,201 @@ def test_the_plugin_s_step_reads_bfloat16_logits():
         torch.manual_seed(1)
         want = ours.forward(sampler, metadata, None, half.float(), metadata_of_step)
         assert got.tolist() == want.sampled_token_ids.tolist()
+
+
+# --- seeded requests, keyed by position (no engine; docs/spec.md section 9.3) --------
+
+#: A seeded request's key and the tokens it had generated before the step.
+KEY, OFFSET = 0x9E3779B97F4A7C15, 7
+
+
+def _position_tokens(rows: np.ndarray, temperature: float = 0.8) -> list[int]:
+    """What plain decoding draws at offsets OFFSET, OFFSET + 1, ... from ``rows``:
+    the reference's transform and inverse-CDF draw with the recovery uniform
+    (stream 1, index 0) of KEY at each offset."""
+    return [
+        reference.sample_index(
+            reference.transform_logits(row.astype(np.float64), temperature, 0, 1.0),
+            reference.counter_uniform(KEY, OFFSET + t, 0, 1),
+        )
+        for t, row in enumerate(rows)
+    ]
+
+
+def _seeded_step(rows: np.ndarray, drafts: list[int], monkeypatch) -> list[int]:
+    """The plugin's verification step for one seeded request (batch index 1, after
+    an unseeded one with a draft) with ``drafts`` over ``rows[:k + 1]``: its emitted
+    tokens."""
+    import torch
+    from specaccept.compat import vllm_plugin, vllm_seeds
+    from vllm.v1.sample import rejection_sampler as rs
+    from vllm.v1.sample.sampler import Sampler
+
+    k = len(drafts)
+    metadata, logits, sm = _vllm_inputs(
+        [[1], drafts], None, rows.shape[1], np.random.default_rng(0)
+    )
+    logits[2 : 2 + k + 1] = torch.from_numpy(rows[: k + 1])
+    step = vllm_seeds.SeededRows(
+        np.array([1]), np.array([KEY], np.uint64), np.array([OFFSET], np.uint64), False
+    )
+    ours = vllm_plugin._Verifier("token", rs.RejectionSampler.forward, vllm.__version__)
+    monkeypatch.setattr(vllm_seeds._STEP, "rows", step, raising=False)
+    out = ours.forward(rs.RejectionSampler(Sampler()), metadata, None, logits, sm)
+    return [t for t in out.sampled_token_ids[1].tolist() if t != -1]
+
+
+def test_a_seeded_request_emits_each_position_s_own_draw_whatever_was_drafted(monkeypatch):
+    """Each position's token is the one plain decoding draws there (the reference's
+    draw with the counter uniform of its offset): drafts equal to those draws are
+    kept, the first other one is replaced by the draw, whatever k. Fails for a
+    plugin that decides by the token rule's acceptance uniforms, or draws every
+    position with the step's first offset."""
+    rng = np.random.default_rng(5)
+    rows = (rng.standard_normal((4, 6)) * 0.7).astype(np.float32)
+    y = _position_tokens(rows)
+    other = [(t + 1) % 6 for t in y]
+    cases = {
+        "no drafts": [],
+        "all drafts right": y[:3],
+        "second draft wrong": [y[0], other[1], y[2]],
+        "first draft wrong": [other[0]],
+        "two right of two": y[:2],
+    }
+    for name, drafts in cases.items():
+        kept = 0
+        while kept < len(drafts) and drafts[kept] == y[kept]:
+            kept += 1
+        want = [*drafts[:kept], y[kept]]
+        assert _seeded_step(rows, drafts, monkeypatch) == want, name
+
+
+def test_a_seeded_request_without_drafts_draws_in_vllm_s_sampler(monkeypatch):
+    """A step with no drafts anywhere (vLLM's Sampler): the seeded request's token
+    is the reference's draw at its offset, the same as a verification step's first
+    position; the unseeded request keeps vLLM's own draw (its law untouched)."""
+    import torch
+    from specaccept.compat import vllm_seeds
+    from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    # install() wraps both classes for this process; monkeypatch restores them.
+    monkeypatch.setattr(GPUModelRunner, "_sample", GPUModelRunner._sample)
+    monkeypatch.setattr(Sampler, "sample", Sampler.sample)
+    vllm_seeds.install()
+    rng = np.random.default_rng(11)
+    rows = (rng.standard_normal((2, 6)) * 0.7).astype(np.float32)
+    _, _, sm = _vllm_inputs([[], []], None, 6, rng)
+    step = vllm_seeds.SeededRows(
+        np.array([1]), np.array([KEY], np.uint64), np.array([OFFSET], np.uint64), True
+    )
+    monkeypatch.setattr(vllm_seeds._STEP, "rows", step, raising=False)
+    want = _position_tokens(rows[1:])[0]
+    firsts = Counter()
+    for _ in range(200):
+        sampled, _ = Sampler().sample(torch.from_numpy(rows.copy()), sm)
+        assert int(sampled[1]) == want
+        firsts[int(sampled[0])] += 1
+    assert len(firsts) > 1  # the unseeded request still draws
+    assert _seeded_step(np.concatenate([rows[1:], rows[1:]]), [], monkeypatch) == [want]
+
+
+def test_seeded_requests_follow_the_target_law(monkeypatch):
+    """Over 6000 keys, a seeded request with two deterministic drafts emits each
+    sequence with the target's probability (the token rule's law for one-hot
+    drafts: the product of the rows' probabilities up to and including the first
+    token that differs from its draft). Chi-square, false-failure rate ALPHA;
+    power >= 0.99 against a rule that draws every position with the step's first
+    uniform."""
+    import torch
+    from specaccept.compat import vllm_plugin, vllm_seeds
+    from vllm.v1.sample import rejection_sampler as rs
+    from vllm.v1.sample.sampler import Sampler
+
+    rng = np.random.default_rng(2)
+    vocab, n = 4, 6000
+    rows = (rng.standard_normal((3, vocab)) * 0.8).astype(np.float32)
+    p = [np.asarray(reference.transform_logits(r.astype(np.float64), 0.8, 0, 1.0)) for r in rows]
+    drafts = [int(np.argmax(p[0])), int(np.argmax(p[1]))]
+    law: dict[tuple[int, ...], float] = {}
+    for a in range(vocab):
+        if a != drafts[0]:
+            law[(a,)] = p[0][a]
+        for b in range(vocab):
+            if b != drafts[1]:
+                law[(drafts[0], b)] = p[0][drafts[0]] * p[1][b]
+        law[(*drafts, a)] = p[0][drafts[0]] * p[1][drafts[1]] * p[2][a]
+    metadata, logits, sm = _vllm_inputs([drafts], None, vocab, rng)
+    logits[:] = torch.from_numpy(rows)
+    keys = np.random.default_rng(3).integers(0, 2**63, n, dtype=np.uint64)
+    sampler = rs.RejectionSampler(Sampler())
+    ours = vllm_plugin._Verifier("token", rs.RejectionSampler.forward, vllm.__version__)
+    got = Counter()
+    for key in keys:
+        step = vllm_seeds.SeededRows(
+            np.array([0]), np.array([key]), np.array([5], np.uint64), False
+        )
+        monkeypatch.setattr(vllm_seeds._STEP, "rows", step, raising=False)
+        out = ours.forward(sampler, metadata, None, logits, sm).sampled_token_ids[0].tolist()
+        got[tuple(t for t in out if t != -1)] += 1
+    cells = sorted(law)
+    expected = np.array([law[c] for c in cells]) * n
+    observed = np.array([got[c] for c in cells])
+    assert observed.sum() == n  # nothing outside the law's support
+    big = expected >= 5
+    rest = [observed[~big].sum()] if (~big).any() else []
+    obs = np.append(observed[big], rest)
+    exp = np.append(expected[big], [expected[~big].sum()] if rest else [])
+    statistic = float(((obs - exp) ** 2 / exp).sum())
+    df = len(obs) - 1
+    assert stats.chi2.sf(statistic, df) > ALPHA, (statistic, df, got.most_common(6))
+    # The wrong rule, one uniform for every position: each sequence's probability.
+    u = np.linspace(0, 1, 20001)[:-1] + 0.5 / 20000
+    cdfs = [np.cumsum(q) for q in p]
+    draws = np.stack([np.searchsorted(c, u, side="right").clip(0, vocab - 1) for c in cdfs])
+    wrong = Counter()
+    for column in draws.T:
+        seq = [int(column[0])]
+        if seq[0] == drafts[0]:
+            seq.append(int(column[1]))
+            if seq[1] == drafts[1]:
+                seq.append(int(column[2]))
+        wrong[tuple(seq)] += 1
+    w = np.array([wrong[c] for c in cells]) / 20000
+    w_grouped = np.append(w[big], [w[~big].sum()] if rest else [])
+    e_grouped = exp / n
+    noncentrality = n * float(((w_grouped - e_grouped) ** 2 / e_grouped).sum())
+    power = stats.ncx2.sf(stats.chi2.isf(ALPHA, df), df, noncentrality)
+    assert power >= 0.99, power
+
+
+def test_the_plugin_says_at_start_where_it_cannot_take_effect(caplog):
+    """A worker whose model runner is vLLM's V2 one (no V1 RejectionSampler) gets
+    a warning naming the runner and the way out; a V1 runner none (with
+    speculative decoding off, an info line)."""
+    import logging
+
+    from specaccept.compat import vllm_plugin
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner as V2Runner
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    logger = logging.getLogger("vllm.specaccept")
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger="vllm.specaccept"):
+            assert not vllm_plugin.check_runner(object.__new__(V2Runner), "token")
+            v1 = object.__new__(GPUModelRunner)
+            v1.speculative_config = object()
+            assert vllm_plugin.check_runner(v1, "token")
+    finally:
+        logger.removeHandler(caplog.handler)
+    # (A record may reach caplog twice: through the handler and by propagation.)
+    warnings = {
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and r.name == "vllm.specaccept"
+    }
+    assert len(warnings) == 1, warnings
+    (warning,) = warnings
+    assert "vllm.v1.worker.gpu.model_runner.GPUModelRunner" in warning
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in warning

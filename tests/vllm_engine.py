@@ -12,9 +12,10 @@ its plugins once per process, so ``SPECACCEPT_VLLM`` is fixed there). The job:
 The output: ``forward`` (the qualified name and module of vLLM's
 ``RejectionSampler.forward`` in this process), ``patched`` (whether specaccept
 replaced it), per run the requests' ``text``, ``token_ids``, ``finish_reason`` and
-``logprobs`` (per position, token id to ``[logprob, rank]``), and ``steps``: each verification step's ``[num_draft_tokens,
-tokens emitted per request]`` (one process mode; empty when the worker is
-spawned).
+``logprobs`` (per position, token id to ``[logprob, rank]``) and ``preempted``
+(how many times vLLM's scheduler preempted it; one process mode), and ``steps``:
+each verification step's ``[num_draft_tokens, tokens emitted per request]`` (one
+process mode; empty when the worker is spawned).
 """
 
 from __future__ import annotations
@@ -46,6 +47,22 @@ def poison(prompt_token_ids: list[int]) -> None:
     GPUModelRunner._sample = poisoned
 
 
+def count_preemptions() -> list[tuple[int, ...]]:
+    """The prompt of each request vLLM's scheduler preempts, from now on (one
+    process mode: the scheduler runs in this process)."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    preempted: list[tuple[int, ...]] = []
+    preempt = Scheduler._preempt_request
+
+    def counted(self, request, *args, **kwargs):
+        preempted.append(tuple(request.prompt_token_ids or ()))
+        return preempt(self, request, *args, **kwargs)
+
+    Scheduler._preempt_request = counted
+    return preempted
+
+
 def _params(sampling: dict) -> dict:
     """``SamplingParams`` arguments from JSON: ``logit_bias``'s token ids back to ints."""
     if "logit_bias" in sampling:
@@ -62,6 +79,7 @@ def main(job_path: str, out_path: str) -> None:
 
     with open(job_path) as file:
         job = json.load(file)
+    preempted = count_preemptions()
     llm = LLM(model=job["model"], **job.get("llm", {}))
     if job.get("poison"):
         poison(llm.get_tokenizer()(job["poison"]).input_ids)
@@ -89,6 +107,7 @@ def main(job_path: str, out_path: str) -> None:
             params: Any = SamplingParams(**_params(sampling))
         else:
             params = [SamplingParams(**_params(s)) for s in sampling]
+        preempted.clear()
         results = llm.generate(prompts, params, use_tqdm=False)
         out["runs"][run["name"]] = [
             {
@@ -101,6 +120,7 @@ def main(job_path: str, out_path: str) -> None:
                     {str(t): [p.logprob, p.rank] for t, p in position.items()}
                     for position in r.outputs[0].logprobs
                 ],
+                "preempted": preempted.count(tuple(r.prompt_token_ids or ())),
             }
             for r in results
         ]

@@ -13,6 +13,7 @@ from.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "draw",
     "draw_missing",
     "draw_uniforms",
+    "request_seed",
     "seeded",
 ]
 
@@ -221,6 +223,16 @@ def _as_uint64(arr: Any, name: str) -> np.ndarray:
         raise MemoryError(
             f"{name}: {arr.size} entries ({arr.size * 8} bytes as uint64) cannot be allocated"
         ) from None
+
+
+def request_seed(seed: int, prompt: Sequence[int]) -> int:
+    """A request's 64-bit Philox key from a user's seed and its prompt's tokens:
+    the first 8 bytes (little-endian) of the BLAKE2b digest (``digest_size=8``) of
+    the seed's 8 little-endian bytes followed by the tokens as little-endian
+    uint64 (docs/spec.md sections 9.3 and 12.4). Two prompts with one seed draw
+    unrelated streams."""
+    data = int(seed).to_bytes(8, "little") + np.asarray(prompt, dtype="<u8").tobytes()
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
 def counter_keys(

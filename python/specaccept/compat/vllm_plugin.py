@@ -17,9 +17,10 @@ on the CPU platform of the vLLM versions in :data:`SUPPORTED_VLLM`, by
   8.2, min-p first as vLLM's sampler applies it), applied only to the rows a
   request reads; the bonus token is drawn here too, from the bonus row, only
   when every draft is accepted;
-- uniforms: a request with a seed draws its ``k + 1`` uniforms of the step from
-  its own ``torch.Generator`` (vLLM's ``SamplingParams(seed=...)``), the others
-  from torch's global generator, as vLLM does (docs/spec.md section 9.3).
+- uniforms: from torch's global generator, as vLLM's; a request with a seed
+  (vLLM's ``SamplingParams(seed=...)``) draws by position instead, so that its
+  text does not depend on the batch, preemption or the number of drafts
+  (:mod:`specaccept.compat.vllm_seeds`, docs/spec.md section 9.3).
 
 With the plugin on, vLLM's refusal of ``min_p`` and ``logit_bias`` with
 speculative decoding (``SamplingParams._validate_spec_decode``) is lifted: the
@@ -27,9 +28,10 @@ plugin serves both exactly (logit bias through vLLM's own processor, min-p in
 specaccept's transform).
 
 Cases it does not serve keep vLLM's own forward and say why in the log, once:
-logits off the CPU, ``rejection_sample_method="synthetic"``, processed-logprobs
-modes, per-token logprob requests (``logprob_token_ids``), and a custom
-argmax-invariant logits processor.
+logits off the CPU, ``rejection_sample_method="synthetic"`` (vLLM's own lossy
+method), and a custom argmax-invariant logits processor (which vLLM refuses with
+speculative decoding). Processed-logprobs modes are served, from the rows the
+plugin samples.
 
 ``SPECACCEPT_VLLM_K=auto`` also chooses, each step, how many of the n-gram
 proposer's drafts each request keeps (:mod:`specaccept.compat.vllm_schedule`).
@@ -146,11 +148,67 @@ def _install(method: str) -> None:
                 "(vLLM's check could not be replaced: %r)",
                 error,
             )
+        try:
+            _check_each_worker(method)
+        except Exception as error:  # only the start-up check is lost
+            logger.warning("specaccept: vLLM's CPU worker could not be wrapped: %r", error)
+        try:
+            from .vllm_seeds import install as install_seeds
+
+            install_seeds()
+        except Exception as error:  # seeded requests keep vLLM's generators
+            logger.warning(
+                "specaccept: seeded requests draw from their torch.Generator, as vLLM's "
+                "own (the model runner could not be wrapped: %r)",
+                error,
+            )
     schedule = os.environ.get("SPECACCEPT_VLLM_K", "")
     if schedule:
         from .vllm_schedule import install
 
         install(schedule)
+
+
+def _check_each_worker(method: str) -> None:
+    """At each CPU worker's start (``CPUWorker.init_device``, which builds the
+    model runner), :func:`check_runner` on its runner."""
+    from vllm.v1.worker import cpu_worker
+
+    init_device = cpu_worker.CPUWorker.init_device
+
+    def checked(self: Any) -> None:
+        init_device(self)
+        check_runner(getattr(self, "model_runner", None), method)
+
+    cpu_worker.CPUWorker.init_device = checked  # type: ignore[method-assign]
+
+
+def check_runner(runner: Any, method: str) -> bool:
+    """Whether the plugin acts in ``runner``'s steps; says so at start when not:
+    vLLM's V2 model runner (``VLLM_USE_V2_MODEL_RUNNER=1``, or its default where
+    Triton has a CPU backend) samples without V1's ``RejectionSampler``, so the
+    plugin cannot take effect there (a warning). With speculative decoding off,
+    an info line: only seeded requests' draws are the plugin's."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    if not isinstance(runner, GPUModelRunner):
+        logger.warning(
+            "specaccept: SPECACCEPT_VLLM=%s has no effect in this worker: its model runner "
+            "%s is not vLLM V1's GPUModelRunner (vLLM's V2 model runner samples without "
+            "V1's RejectionSampler); set VLLM_USE_V2_MODEL_RUNNER=0 for the plugin",
+            method,
+            type(runner).__module__ + "." + type(runner).__qualname__,
+        )
+        return False
+    if getattr(runner, "speculative_config", None) is None:
+        _log_once(
+            "no-spec",
+            "specaccept: speculative decoding is off: nothing to verify; seeded requests "
+            "still draw by position (SPECACCEPT_VLLM=%s)",
+            method,
+            level=logging.INFO,
+        )
+    return True
 
 
 def _allow_min_p_and_logit_bias() -> None:
@@ -249,10 +307,6 @@ class _Verifier:
             return f"logits on {logits.device}: specaccept verifies CPU tensors"
         if sampler.synthetic_mode:
             return "rejection_sample_method='synthetic' is vLLM's own (lossy) method"
-        if sampler.is_processed_logprobs_mode and sm.max_num_logprobs is not None:
-            return f"logprobs_mode={sampler.sampler.logprobs_mode!r} (processed logprobs)"
-        if sm.logprob_token_ids:
-            return "per-token logprobs (logprob_token_ids)"
         for processor in sm.logitsprocs.argmax_invariant:
             if not isinstance(processor, MinPLogitsProcessor):
                 return f"the argmax-invariant logits processor {type(processor).__name__}"
@@ -269,20 +323,23 @@ class _Verifier:
         import torch
 
         from .. import _native
+        from . import vllm_seeds
 
         counts = metadata.num_draft_tokens
         batch = len(counts)
         rows = _processed_rows(sampler, metadata, logits, sm)
         temperature, top_k, top_p, min_p = _sampling(sm, batch, logits.shape[-1])
-        uniforms, recovery = _uniforms(sm, counts, temperature)
+        seeded = vllm_seeds.current()
+        uniforms, recovery = _uniforms(sm, counts, temperature, seeded)
         per_request = _per_request(batch, temperature, top_k, top_p, min_p)
+        drafts, flat = _numpy(metadata.draft_token_ids, "draft_token_ids"), _numpy(rows, "logits")
         # compat.vllm.verify_logits's native call, made here with vLLM's own
         # arrays (the serving path: no conversions to check, every value checked
         # natively; docs/spec.md section 9.1.1).
         result = _native.verify_flat_logits(
-            _numpy(metadata.draft_token_ids, "draft_token_ids"),
+            drafts,
             np.asarray(counts, dtype=np.int64),
-            _numpy(rows, "logits"),
+            flat,
             None if draft_probs is None else _numpy(draft_probs, "draft_probs"),
             per_request[0],
             per_request[1],
@@ -294,7 +351,14 @@ class _Verifier:
             per_request[3],
         )
         ids = result[0]
-        for b, error in result[3] if len(result) == 4 else ():
+        failed: dict[int, Exception] = dict(result[3]) if len(result) == 4 else {}
+        if seeded is not None and draft_probs is None and self.method == "token":
+            # Deterministic drafts of seeded requests: docs/spec.md section 9.3, "Seeds".
+            for b, error in vllm_seeds.match_samples(
+                ids, seeded, flat, counts, drafts, per_request
+            ):
+                failed.setdefault(b, error)
+        for b, error in sorted(failed.items()):
             # vLLM's worker cannot finish one request with an error: the closest is
             # its end-of-sequence token (docs/spec.md section 9.3).
             logger.error("specaccept: request %d of this step ended: %s", b, error)
@@ -309,12 +373,17 @@ class _Verifier:
             self.recorder.add(rows, metadata, draft_probs, per_request)
         logprobs = None
         if sm.max_num_logprobs is not None:
+            # vLLM's own gathering (docs/spec.md section 9.3, item 6), from the raw
+            # logits or, in a processed mode, the rows the tokens were drawn from.
+            source = logits
+            if sampler.is_processed_logprobs_mode:
+                source = _processed_logits(rows, per_request, counts)
             logprobs = sampler._get_logprobs_tensors(
                 sm.max_num_logprobs,
                 metadata,
                 logits,
-                logits[metadata.target_logits_indices].to(torch.float32),
-                logits[metadata.bonus_logits_indices].to(torch.float32),
+                source[metadata.target_logits_indices].to(torch.float32),
+                source[metadata.bonus_logits_indices].to(torch.float32),
                 out,
             )
         return _vllm().SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
@@ -412,6 +481,28 @@ def _bias_drafted_rows(rows: Any, target: Any, counts: list[int], sm: Any) -> No
             rows.index_put_(index, torch.tensor(values, dtype=rows.dtype), accumulate=True)
 
 
+def _processed_logits(rows: Any, per_request: tuple[np.ndarray, ...], counts: list[int]) -> Any:
+    """vLLM's ``processed_logits`` of a step, as the plugin samples: each sampled
+    row (vLLM's processors applied) divided by its temperature where section
+    8.2's transform (min-p, top-k, top-p) keeps a token, ``-inf`` elsewhere; greedy
+    rows as they are. ``[T + B, V]`` float32."""
+    import torch
+
+    from ..generation._sampling import Sampling, transform
+
+    values = rows.to(torch.float32).numpy()
+    temperature, top_k, top_p, min_p = (
+        np.repeat(np.asarray(a), np.asarray(counts) + 1) for a in per_request
+    )
+    probs, _ = transform(values[:, None, :], Sampling(temperature, top_k, top_p, min_p))
+    out = values.copy()
+    sampled = temperature > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scaled = values[sampled] / temperature[sampled, None].astype(np.float32)
+    out[sampled] = np.where(probs[sampled, 0] > 0, scaled, -np.inf)
+    return torch.from_numpy(out)
+
+
 def _sampling(sm: Any, batch: int, vocab: int) -> tuple[Any, Any, Any, Any]:
     """Per request: temperature (0 for vLLM's greedy requests), top-k (0: off),
     top-p (1: off) and min-p (0: off; from vLLM's ``MinPLogitsProcessor``, by the
@@ -450,11 +541,13 @@ def _per_request(
 
 
 def _uniforms(
-    sm: Any, counts: list[int], temperature: np.ndarray
+    sm: Any, counts: list[int], temperature: np.ndarray, seeded: Any = None
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """The step's uniforms, ``[T]`` and ``[B]``: a seeded request's ``k + 1`` from
-    its own generator (acceptance, then recovery or bonus), the rest from torch's
-    global generator; none when every request is greedy."""
+    """The step's uniforms, ``[T]`` and ``[B]``, from torch's global generator; a
+    seeded request's from its counter streams at its offset (``seeded``, the
+    step's :class:`~specaccept.compat.vllm_seeds.SeededRows`), or, when the step
+    could not be read, its ``k + 1`` from its own generator (acceptance, then
+    recovery or bonus); none when every request is greedy."""
     import torch
 
     if not np.any(temperature):
@@ -462,7 +555,11 @@ def _uniforms(
     total = sum(counts)
     drawn = torch.rand(total + len(counts), dtype=torch.float64).numpy()
     uniforms, recovery = drawn[:total], drawn[total:]
-    if sm.generators:
+    if seeded is not None:
+        from .vllm_seeds import counter_step_uniforms
+
+        counter_step_uniforms(seeded, counts, temperature, uniforms, recovery)
+    elif sm.generators:
         starts = np.cumsum([0, *counts])
         for b, generator in sm.generators.items():
             if b >= len(counts):

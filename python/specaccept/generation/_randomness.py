@@ -8,7 +8,6 @@ depend on the batch.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +15,13 @@ import numpy as np
 
 from .. import _native
 from .._errors import InputError
-from .._uniforms import DRAFTING_STREAM, as_generator, counter_keys, counter_uniforms
+from .._uniforms import (
+    DRAFTING_STREAM,
+    as_generator,
+    counter_keys,
+    counter_uniforms,
+    request_seed,
+)
 
 __all__ = ["Randomness", "request_seed"]
 
@@ -77,9 +82,3 @@ class Randomness:
         section 12.4)."""
         offsets = keys[1][rows].astype(np.uint64) + positions.astype(np.uint64)
         return counter_uniforms(keys[0][rows].astype(np.uint64), offsets, 0)[1]
-
-
-def request_seed(seed: int, prompt: list[int]) -> int:
-    """A request's 64-bit key: a hash of the run's seed and the prompt's tokens."""
-    data = seed.to_bytes(8, "little") + np.asarray(prompt, dtype="<u8").tobytes()
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
