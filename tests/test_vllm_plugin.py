@@ -10,7 +10,6 @@ computed with transformers and docs/spec.md section 8.2's transform.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -29,15 +28,15 @@ pytestmark = pytest.mark.filterwarnings(
 
 from scipy import stats  # noqa: E402
 from specaccept import reference  # noqa: E402
+from vllm_runs import (  # noqa: E402
+    run_engine,
+    same_until_eos,
+    smollm2_folder,
+    texts,
+    with_spec,
+)
 
 HERE = pathlib.Path(__file__).parent
-NGRAM = {
-    "method": "ngram",
-    "num_speculative_tokens": 4,
-    "prompt_lookup_max": 3,
-    "prompt_lookup_min": 1,
-}
-LLM_ARGS = {"dtype": "float32", "max_model_len": 512, "enforce_eager": True, "seed": 0}
 GREEDY_PROMPTS = [
     "1, 2, 3, 4, 5, 6, 7, 8,",
     "Once upon a time there was a king. Once upon a time there was a",
@@ -76,66 +75,17 @@ MIN_P_LAW = {**LAW, "min_p": 0.15}
 BIASED_WORDS = [" 9", " king", " not", " violets"]
 
 
+@pytest.fixture(scope="module")
+def model() -> str:
+    return smollm2_folder()
+
+
 def biased(model) -> dict:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     bias = {str(tokenizer(w).input_ids[-1]): -100.0 for w in BIASED_WORDS}
     return {**GREEDY, "logit_bias": bias}
-
-
-@pytest.fixture(scope="module")
-def model() -> str:
-    """SmolLM2 as a checkpoint folder vLLM reads (made once, cached)."""
-    from specaccept.generation import hf
-
-    cache = os.environ.get("SPECACCEPT_VLLM_MODEL") or os.path.expanduser(
-        "~/.cache/specaccept/smollm2-135m-instruct-f32"
-    )
-    return str(hf.save_smollm2(cache))
-
-
-def run_engine(model, tmp_path, name, runs, *, method="token", record=False, **options):
-    """Runs tests/vllm_engine.py once; returns its output (and the recording)."""
-    job = {"model": model, "llm": {**LLM_ARGS, **options.get("llm", {})}, "runs": runs}
-    if options.get("poison"):
-        job["poison"] = options["poison"]
-    job_path, out_path = tmp_path / f"{name}.json", tmp_path / f"{name}-out.json"
-    job_path.write_text(json.dumps(job))
-    env = {
-        **os.environ,
-        "VLLM_ENABLE_V1_MULTIPROCESSING": options.get("multiprocessing", "0"),
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        "HF_HUB_OFFLINE": "1",
-    }
-    for name in ("SPECACCEPT_VLLM", "SPECACCEPT_VLLM_RECORD", "SPECACCEPT_VLLM_K"):
-        env.pop(name, None)
-    env.update(options.get("env", {}))
-    if method is not None:
-        env["SPECACCEPT_VLLM"] = method
-    recording = tmp_path / f"{name}.npz"
-    if record:
-        env["SPECACCEPT_VLLM_RECORD"] = str(recording)
-    done = subprocess.run(
-        [sys.executable, str(HERE / "vllm_engine.py"), str(job_path), str(out_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, f"vLLM exited with {done.returncode}:\n{log[-6000:]}"
-    out = json.loads(out_path.read_text())
-    out["log"] = log
-    if record:
-        with np.load(recording) as data:
-            out["recording"] = {k: data[k] for k in data.files}
-    return out
-
-
-def with_spec(**llm):
-    return {"llm": {"speculative_config": NGRAM, **llm}}
 
 
 @pytest.fixture(scope="module")
@@ -186,15 +136,6 @@ def hf_greedy(model):
             )
         out.append(generated[0, ids.shape[1] :].tolist())
     return out
-
-
-def texts(out, run):
-    return [r["token_ids"] for r in out["runs"][run]]
-
-
-def same_until_eos(vllm_ids, hf_ids):
-    """vLLM stops at the end-of-sequence token (HF here runs on): compare up to it."""
-    return hf_ids[: len(vllm_ids)] == vllm_ids
 
 
 def test_the_plugin_replaces_the_sampler_and_says_so(token_run):

@@ -13,7 +13,9 @@ The output: ``forward`` (the qualified name and module of vLLM's
 ``RejectionSampler.forward`` in this process), ``patched`` (whether specaccept
 replaced it), per run the requests' ``text``, ``token_ids``, ``finish_reason`` and
 ``logprobs`` (per position, token id to ``[logprob, rank]``) and ``preempted``
-(how many times vLLM's scheduler preempted it; one process mode), and ``steps``:
+(how many times vLLM's scheduler preempted it; one process mode), ``outputs``
+(every completion's token ids, for ``n > 1``); ``counters`` (vLLM's counters at
+the end, when its statistics are on); and ``steps``:
 each verification step's ``[num_draft_tokens, tokens emitted per request]`` (one
 process mode; empty when the worker is spawned).
 """
@@ -64,13 +66,30 @@ def count_preemptions() -> list[tuple[int, ...]]:
 
 
 def _params(sampling: dict) -> dict:
-    """``SamplingParams`` arguments from JSON: ``logit_bias``'s token ids back to ints."""
+    """``SamplingParams`` arguments from JSON: ``logit_bias``'s token ids back to
+    ints, ``structured_outputs`` (a dict) as vLLM's ``StructuredOutputsParams``."""
     if "logit_bias" in sampling:
         sampling = {
             **sampling,
             "logit_bias": {int(t): b for t, b in sampling["logit_bias"].items()},
         }
+    if "structured_outputs" in sampling:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        sampling = {
+            **sampling,
+            "structured_outputs": StructuredOutputsParams(**sampling["structured_outputs"]),
+        }
     return sampling
+
+
+def counters(llm) -> dict[str, float]:
+    """vLLM's counters now (``LLM.get_metrics``; needs ``disable_log_stats=False``)."""
+    try:
+        metrics = llm.get_metrics()
+    except Exception:
+        return {}
+    return {m.name: float(m.value) for m in metrics if type(m).__name__ == "Counter"}
 
 
 def main(job_path: str, out_path: str) -> None:
@@ -121,10 +140,12 @@ def main(job_path: str, out_path: str) -> None:
                     for position in r.outputs[0].logprobs
                 ],
                 "preempted": preempted.count(tuple(r.prompt_token_ids or ())),
+                "outputs": [list(o.token_ids) for o in r.outputs],
             }
             for r in results
         ]
     out["steps"] = steps
+    out["counters"] = counters(llm)
     with open(out_path, "w") as file:
         json.dump(out, file)
 
