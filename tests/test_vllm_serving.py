@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 vllm = pytest.importorskip("vllm")
@@ -356,3 +357,102 @@ def test_the_openai_server_serves_concurrent_streamed_cut_and_seeded_requests(se
     log = server["log"].read_text()
     assert f"replaced by specaccept's {server['method']} verification" in log
     assert "Traceback" not in log
+
+
+# --- tensor parallelism 2 on the CPU --------------------------------------------
+
+TP_PROMPTS = [
+    "1, 2, 3, 4, 5, 6, 7, 8,",
+    "Once upon a time there was a king. Once upon a time there was a",
+    "The capital of France is Paris. The capital of France is",
+    "Roses are red, violets are blue. Roses are red,",
+    "a b c a b c a b c a b c",
+    "red green blue red green blue red",
+]
+
+
+@pytest.fixture(scope="module")
+def tp_model(tmp_path_factory) -> str:
+    """A small Llama with random weights whose heads divide by 2 (4 query heads, 2
+    key-value heads, head size 64; SmolLM2's 9 do not), SmolLM2's tokenizer, saved
+    as a folder vLLM reads."""
+    import shutil
+
+    import torch
+    import transformers
+
+    folder = tmp_path_factory.mktemp("tp-llama")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=49152,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # sharper rows than the default initialisation
+        for parameter in model.parameters():
+            if parameter.ndim == 2:
+                parameter.mul_(4.0)
+    model.save_pretrained(folder)
+    source = smollm2_folder()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(f"{source}/{name}", folder / name)
+    return str(folder)
+
+
+def test_tensor_parallel_2_gives_tensor_parallel_1_s_text_and_the_ranks_agree(tp_model, tmp_path):
+    """Greedy and seeded sampled requests at tensor parallelism 2 (two CPU workers,
+    each verifying with the plugin) give the texts of tensor parallelism 1. Every
+    rank samples and feeds its own tokens back, so the ranks must draw alike: both
+    ranks' recordings (unseeded sampled requests included, from torch's global
+    generator) hold the same drafts and the same rows at every verified step; a
+    rank that drew another token would draft and score another history."""
+    sampled = {"temperature": 0.8, "max_tokens": 48}
+    runs = [
+        {"name": "greedy", "prompts": TP_PROMPTS, "sampling": {**GREEDY, "max_tokens": 48}},
+        {
+            "name": "seeded",
+            "prompts": TP_PROMPTS[:3],
+            "sampling": [{**sampled, "seed": 21 + i} for i in range(3)],
+        },
+        {"name": "unseeded", "prompts": TP_PROMPTS, "sampling": sampled},
+        {
+            "name": "mixed",
+            "prompts": TP_PROMPTS,
+            "sampling": [{**GREEDY, "max_tokens": 48}, sampled] * 3,
+        },
+    ]
+    one = run_engine(tp_model, tmp_path, "tp1", runs, llm={"speculative_config": NGRAM})
+    two = run_engine(
+        tp_model,
+        tmp_path,
+        "tp2",
+        runs,
+        record=True,
+        llm={
+            "speculative_config": NGRAM,
+            "tensor_parallel_size": 2,
+            "distributed_executor_backend": "mp",
+        },
+    )
+    assert "Worker_TP1" in two["log"]
+    assert texts(two, "greedy") == texts(one, "greedy")
+    assert texts(two, "seeded") == texts(one, "seeded")
+    # Unseeded requests draw from torch's global generator, which vLLM seeds alike
+    # in every worker: the same draws as one worker, if every rank draws alike.
+    assert texts(two, "unseeded") == texts(one, "unseeded")
+    assert texts(two, "mixed") == texts(one, "mixed")
+    rank0 = two["recording"]
+    with np.load(tmp_path / "tp2.rank1.npz") as data:
+        rank1 = {k: data[k] for k in data.files}
+    assert int(rank0["num_draft_tokens"].sum()) >= 20
+    np.testing.assert_array_equal(rank0["num_draft_tokens"], rank1["num_draft_tokens"])
+    np.testing.assert_array_equal(rank0["draft_token_ids"], rank1["draft_token_ids"])
+    np.testing.assert_allclose(rank0["target_probs"], rank1["target_probs"], atol=1e-6)

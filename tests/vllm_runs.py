@@ -46,8 +46,8 @@ def run_engine(model, tmp_path, name, runs, *, method="token", record=False, **o
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "HF_HUB_OFFLINE": "1",
     }
-    for name in ("SPECACCEPT_VLLM", "SPECACCEPT_VLLM_RECORD", "SPECACCEPT_VLLM_K"):
-        env.pop(name, None)
+    for variable in ("SPECACCEPT_VLLM", "SPECACCEPT_VLLM_RECORD", "SPECACCEPT_VLLM_K"):
+        env.pop(variable, None)
     env.update(options.get("env", {}))
     if method is not None:
         env["SPECACCEPT_VLLM"] = method
