@@ -29,6 +29,7 @@ pytestmark = pytest.mark.filterwarnings(
 from scipy import stats  # noqa: E402
 from specaccept import reference  # noqa: E402
 from vllm_runs import (  # noqa: E402
+    NGRAM,
     run_engine,
     same_until_eos,
     smollm2_folder,
@@ -432,6 +433,42 @@ def test_without_the_plugin_vllm_refuses_min_p_with_speculative_decoding(model, 
     runs = [{"name": "min_p", "prompts": [LAW_PROMPT], "sampling": MIN_P_LAW}]
     with pytest.raises(AssertionError, match="min_p and logit_bias sampling parameters"):
         run_engine(model, tmp_path, "refused", runs, method=None, **with_spec())
+
+
+def test_synthetic_acceptance_is_served_at_its_rates(model, tmp_path, hf_greedy):
+    """vLLM's lossy ``rejection_sample_method="synthetic"`` (a load generator),
+    which vLLM's CPU path cannot run (it stops the engine), served by specaccept's
+    ``lossy.Synthetic`` with vLLM's rates: a sampled request with 4 drafts keeps at
+    least j of them with probability ``synthetic_acceptance_rates[j - 1]``
+    (binomial tests at ALPHA; a plugin reading the rates as conditional ones keeps
+    all 4 with probability 0.30, not 0.6: power above 0.99 at this size), and
+    greedy requests stay exact."""
+    rates = [0.9, 0.8, 0.7, 0.6]
+    synthetic = {
+        **NGRAM,
+        "rejection_sample_method": "synthetic",
+        "synthetic_acceptance_rates": rates,
+    }
+    runs = [
+        {"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY},
+        {"name": "sampled", "prompts": [LAW_PROMPT] * 400, "sampling": {**LAW, "max_tokens": 6}},
+    ]
+    out = run_engine(model, tmp_path, "synthetic", runs, llm={"speculative_config": synthetic})
+    assert "vLLM's own rejection sampler" not in out["log"]
+    for got, want in zip(texts(out, "greedy"), hf_greedy, strict=True):
+        assert same_until_eos(got, want), (got, want)
+    kept = [
+        emitted - 1
+        for drafts, emitted_row in out["run_steps"]["sampled"]
+        for k, emitted in zip(drafts, emitted_row, strict=True)
+        if k == 4
+    ]
+    assert len(kept) >= 300, len(kept)
+    for j, rate in enumerate(rates, start=1):
+        hits = sum(1 for a in kept if a >= j)
+        assert stats.binomtest(hits, len(kept), rate).pvalue > ALPHA, (j, hits, len(kept))
+    critical = stats.binom.ppf(ALPHA / 2, len(kept), 0.6)
+    assert stats.binom.cdf(critical, len(kept), float(np.prod(rates))) > 0.99
 
 
 def test_greedy_in_vllm_s_default_process_mode(model, tmp_path, hf_greedy):

@@ -7,7 +7,9 @@ its plugins once per process, so ``SPECACCEPT_VLLM`` is fixed there). The job:
 - ``poison``: a prompt whose requests get NaN logits from their first
   verification step on (:func:`poison`; one process only);
 - ``runs``: a list of ``{"name", "prompts", "sampling"}``, ``sampling`` one dict of
-  ``SamplingParams`` arguments for every prompt or a list of one per prompt.
+  ``SamplingParams`` arguments for every prompt or a list of one per prompt; with
+  ``"expect_error": true`` the run's output is ``{"error": "Type: message"}`` (or
+  ``None`` when vLLM raised nothing).
 
 The output: ``forward`` (the qualified name and module of vLLM's
 ``RejectionSampler.forward`` in this process), ``patched`` (whether specaccept
@@ -17,7 +19,7 @@ replaced it), per run the requests' ``text``, ``token_ids``, ``finish_reason`` a
 (every completion's token ids, for ``n > 1``); ``counters`` (vLLM's counters at
 the end, when its statistics are on); and ``steps``:
 each verification step's ``[num_draft_tokens, tokens emitted per request]`` (one
-process mode; empty when the worker is spawned).
+process mode; empty when the worker is spawned), and ``run_steps`` the same per run.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ def main(job_path: str, out_path: str) -> None:
         "forward": f"{forward.__module__}.{forward.__qualname__}",
         "patched": getattr(forward, "_specaccept", None) is not None,
         "runs": {},
+        "run_steps": {},
     }
     for run in job["runs"]:
         prompts = run["prompts"]
@@ -127,6 +130,15 @@ def main(job_path: str, out_path: str) -> None:
         else:
             params = [SamplingParams(**_params(s)) for s in sampling]
         preempted.clear()
+        first_step = len(steps)
+        if run.get("expect_error"):
+            try:
+                llm.generate(prompts, params, use_tqdm=False)
+            except Exception as error:
+                out["runs"][run["name"]] = {"error": f"{type(error).__name__}: {error}"}
+            else:
+                out["runs"][run["name"]] = {"error": None}
+            continue
         results = llm.generate(prompts, params, use_tqdm=False)
         out["runs"][run["name"]] = [
             {
@@ -144,6 +156,7 @@ def main(job_path: str, out_path: str) -> None:
             }
             for r in results
         ]
+        out["run_steps"][run["name"]] = steps[first_step:]
     out["steps"] = steps
     out["counters"] = counters(llm)
     with open(out_path, "w") as file:

@@ -28,10 +28,10 @@ plugin serves both exactly (logit bias through vLLM's own processor, min-p in
 specaccept's transform).
 
 Cases it does not serve keep vLLM's own forward and say why in the log, once:
-logits off the CPU, ``rejection_sample_method="synthetic"`` (vLLM's own lossy
-method), and a custom argmax-invariant logits processor (which vLLM refuses with
-speculative decoding). Processed-logprobs modes are served, from the rows the
-plugin samples.
+logits off the CPU, and a custom argmax-invariant logits processor (which vLLM
+refuses with speculative decoding). Processed-logprobs modes are served from the
+rows the plugin samples, and ``rejection_sample_method="synthetic"`` (which vLLM's
+CPU path cannot run) by specaccept's ``lossy.Synthetic`` at vLLM's rates.
 
 ``SPECACCEPT_VLLM_K=auto`` also chooses, each step, how many of the n-gram
 proposer's drafts each request keeps (:mod:`specaccept.compat.vllm_schedule`).
@@ -305,8 +305,6 @@ class _Verifier:
 
         if logits.device.type != "cpu":
             return f"logits on {logits.device}: specaccept verifies CPU tensors"
-        if sampler.synthetic_mode:
-            return "rejection_sample_method='synthetic' is vLLM's own (lossy) method"
         for processor in sm.logitsprocs.argmax_invariant:
             if not isinstance(processor, MinPLogitsProcessor):
                 return f"the argmax-invariant logits processor {type(processor).__name__}"
@@ -332,6 +330,7 @@ class _Verifier:
         seeded = vllm_seeds.current()
         uniforms, recovery = _uniforms(sm, counts, temperature, seeded)
         per_request = _per_request(batch, temperature, top_k, top_p, min_p)
+        rule = _rule(sampler, self.method, counts)
         drafts, flat = _numpy(metadata.draft_token_ids, "draft_token_ids"), _numpy(rows, "logits")
         # compat.vllm.verify_logits's native call, made here with vLLM's own
         # arrays (the serving path: no conversions to check, every value checked
@@ -347,12 +346,12 @@ class _Verifier:
             uniforms,
             recovery,
             True,
-            self.method,
+            rule,
             per_request[3],
         )
         ids = result[0]
         failed: dict[int, Exception] = dict(result[3]) if len(result) == 4 else {}
-        if seeded is not None and draft_probs is None and self.method == "token":
+        if seeded is not None and draft_probs is None and rule == "token":
             # Deterministic drafts of seeded requests: docs/spec.md section 9.3, "Seeds".
             for b, error in vllm_seeds.match_samples(
                 ids, seeded, flat, counts, drafts, per_request
@@ -387,6 +386,18 @@ class _Verifier:
                 out,
             )
         return _vllm().SamplerOutput(sampled_token_ids=out, logprobs_tensors=logprobs)
+
+
+def _rule(sampler: Any, method: str, counts: list[int]) -> Any:
+    """The native chain rule of a step: the switch's method, or, when vLLM's
+    ``rejection_sample_method`` is ``"synthetic"`` (vLLM's CPU path has none: it
+    stops the engine), specaccept's ``lossy.Synthetic`` with vLLM's conditional
+    rates of the step's first ``max(num_draft_tokens)`` positions (docs/spec.md
+    sections 2.8 and 9.3)."""
+    if not sampler.synthetic_mode or not counts or max(counts) == 0:
+        return method
+    rates = sampler.synthetic_conditional_rates.to("cpu").double().numpy()
+    return ("synthetic", np.ascontiguousarray(rates[: max(counts)]))
 
 
 def _numpy(tensor: Any, name: str) -> Any:
