@@ -49,6 +49,11 @@ class SeededRows:
     offsets: np.ndarray
     plain: bool
 
+    def sampled(self, batch: int, temperature: np.ndarray) -> list[int]:
+        """The entries whose request is in a batch of ``batch`` at a temperature
+        above 0 (greedy requests draw nothing)."""
+        return [j for j, b in enumerate(self.index.tolist()) if b < batch and temperature[b] > 0]
+
 
 def current() -> SeededRows | None:
     """The step's seeded requests while the model runner samples, else ``None``
@@ -161,7 +166,7 @@ def counter_step_uniforms(
     streams at its offset: the verifier's own ``seeds``/``offsets`` draws."""
     from .._uniforms import counter_uniforms
 
-    pick = [j for j, b in enumerate(step.index.tolist()) if b < len(counts) and temperature[b] > 0]
+    pick = step.sampled(len(counts), temperature)
     if not pick:
         return
     chosen = step.index[pick]
@@ -187,8 +192,7 @@ def match_samples(
     ``y_t`` = :func:`position_draws` of row ``t`` at offset ``o + t``; its row of
     ``ids`` becomes ``x_0 .. x_{n-1}, y_n`` (``n`` the first ``t`` with ``x_t !=
     y_t``, or ``k``), ``-1`` padded. Returns the requests whose rows failed."""
-    temperature = params[0]
-    pick = [j for j, b in enumerate(step.index.tolist()) if b < len(counts) and temperature[b] > 0]
+    pick = step.sampled(len(counts), params[0])
     if not pick:
         return []
     row_starts = np.cumsum([0, *(np.asarray(counts) + 1)])
@@ -221,7 +225,7 @@ def match_samples(
         if b in failed:
             continue
         x = drafts[draft_starts[b] : draft_starts[b] + k]
-        n = int(np.argmin(np.append(x == y[:k], False)))
+        n = int(np.argmin(np.append(x == y[:k], False)))  # the first draft unlike its draw
         ids[b] = -1
         ids[b, :n] = x[:n]
         ids[b, n] = y[n]
@@ -240,7 +244,7 @@ def _redraw_plain(
 
     batch = logits.shape[0]
     params = _per_request(batch, *_sampling(sm, batch, logits.shape[-1]))
-    pick = [j for j, b in enumerate(step.index.tolist()) if b < batch and params[0][b] > 0]
+    pick = step.sampled(batch, params[0])
     if not pick:
         return sample(sampler, logits, sm, mode)
     chosen = step.index[pick]

@@ -23,7 +23,7 @@ from .._uniforms import (
     request_seed,
 )
 
-__all__ = ["Randomness", "request_seed"]
+__all__ = ["Randomness"]
 
 
 @dataclass
