@@ -54,8 +54,10 @@ LAW_REQUESTS = 2000
 ALPHA = 1e-3
 SEEDED = {"temperature": 0.8, "top_k": 20, "max_tokens": 24, "seed": 1234}
 #: A longer seeded request, and a crowd it is preempted in: CROWD's 8 requests of
-#: up to about 120 tokens in a KV cache of 12 blocks of 32 tokens (384 tokens),
-#: the seeded one last (vLLM preempts the latest request first).
+#: about 110 tokens each (96 generated, `ignore_eos`, so that no text ends early and
+#: frees the cache) in a KV cache of 12 blocks of 32 tokens (384 tokens), the seeded
+#: one last (vLLM preempts the latest request first). The others are seeded too, so
+#: that the crowd's run is the same on every machine.
 SEEDED_LONG = {**SEEDED, "max_tokens": 96}
 CROWD = [
     "Tell me a story about a dragon.",
@@ -67,7 +69,9 @@ CROWD = [
     "Describe a sunny day in the park.",
     LAW_PROMPT,
 ]
-CROWD_SAMPLING = [{"temperature": 0.8, "max_tokens": 96}] * 7 + [SEEDED_LONG]
+CROWD_SAMPLING = [
+    {"temperature": 0.8, "max_tokens": 96, "ignore_eos": True, "seed": s} for s in range(7)
+] + [SEEDED_LONG]
 PREEMPTING = {"block_size": 32, "num_gpu_blocks_override": 12, "max_model_len": 256}
 #: The same position with min-p on (vLLM refuses min_p with speculative decoding;
 #: the plugin lifts that refusal and applies it before top-k, as vLLM's sampler).
