@@ -7,6 +7,12 @@ Needs ``torch``, ``transformers``, ``gguf``, ``accelerate`` and the SmolLM2 whee
     python benches/bench_schedule.py                       # every point: about an hour
     python benches/bench_schedule.py --batches 1 8 --prompts 8 --new-tokens 48
     python benches/bench_schedule.py --quick               # the CI smoke run
+    python benches/bench_schedule.py --batches 8 --prompts 8 --repeats 3 --columns auto k=1
+
+``--repeats R`` runs the groups ``R`` times, the column order rotated each time: with
+one group (``--prompts`` equal to the batch) one call per column would carry the
+machine's drift between columns. ``--columns`` keeps only the columns named (plain
+always runs).
 
 The requests are ``bench_generate.py``'s chat prompts. At each batch size the
 prompts run in groups of that size, one ``generate`` call per group; for each
@@ -58,6 +64,19 @@ def main() -> None:
         "--drafters", nargs="+", default=["lookup", "early-exit"], choices=["lookup", "early-exit"]
     )
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run the groups this many times (the column order rotated each time): with few "
+        "groups, one call per column carries the machine's drift between columns",
+    )
+    parser.add_argument(
+        "--columns",
+        nargs="+",
+        choices=["plain", *(f"k={k}" for k in FIXED), "auto", "auto-new", "heuristic"],
+        help="only these columns (plain always runs: every ratio is to it)",
+    )
     parser.add_argument("--out", help="write every number as JSON")
     args = parser.parse_args()
     if args.quick:
@@ -82,6 +101,13 @@ def main() -> None:
         "auto (new)": lambda: specaccept.AdaptiveK(),
         "heuristic": lambda: specaccept.HeuristicK(start=4),
     }
+    if args.columns:
+        wanted = {
+            "plain",
+            *(c.replace("k=", "k = ").replace("-new", " (new)") for c in args.columns),
+        }
+        columns = {c: make for c, make in columns.items() if c in wanted}
+    fixed = [c for c in columns if c.startswith("k = ")]
     # Warm every path up once, and the kept controller with it: the "auto" column is
     # k="auto" warm (its start paid here, as a long-running process pays it once);
     # "auto (new)" pays its start in every call.
@@ -99,10 +125,13 @@ def main() -> None:
                 dict(greedy=True) if temperature == 0 else dict(temperature=temperature, seed=7)
             )
             print(f"\n## {drafter}, temperature {temperature}\n")
-            print("| batch | " + " | ".join(columns) + " | auto / plain | auto / best k |")
-            print("|---" * (len(columns) + 3) + "|")
+            ratios = ["auto / plain", "auto / best k"] if "auto" in columns else []
+            ratios = [r for r in ratios if fixed or r == "auto / plain"]
+            print("| batch | " + " | ".join([*columns, *ratios]) + " |")
+            print("|---" * (len(columns) + len(ratios) + 1) + "|")
             for batch in args.batches:
                 groups = [prompts[i : i + batch] for i in range(0, len(prompts), batch)]
+                groups = groups * args.repeats
                 totals = {
                     c: dict(tokens=0, seconds=0.0, later=0.0, later_tokens=0, calls=0)
                     for c in columns
@@ -130,18 +159,21 @@ def main() -> None:
                 rate = {c: t["tokens"] / t["seconds"] for c, t in totals.items()}
                 later = {c: t["later_tokens"] / t["later"] for c, t in totals.items()}
                 per_call = {c: t["tokens"] / t["calls"] for c, t in totals.items()}
-                best = max((f"k = {k}" for k in FIXED), key=lambda c: rate[c])
+                best = max(fixed, key=lambda c: rate[c]) if fixed else None
                 same = {
                     c: sum(a == b for a, b in zip(texts[c], texts["plain"], strict=True))
                     for c in columns
                 }
                 differ = sum(len(texts["plain"]) - n for n in same.values())
                 cells = [f"{rate[c]:.1f} ({later[c]:.1f}; {per_call[c]:.2f})" for c in columns]
+                if "auto" in rate:
+                    cells.append(f"{rate['auto'] / rate['plain']:.2f}x")
+                    if best is not None:
+                        cells.append(f"{rate['auto'] / rate[best]:.2f}x ({best})")
                 print(
                     f"| {batch} | "
                     + " | ".join(cells)
-                    + f" | {rate['auto'] / rate['plain']:.2f}x"
-                    + f" | {rate['auto'] / rate[best]:.2f}x ({best}) |"
+                    + " |"
                     + (f" {differ} row texts differ from plain" if differ else ""),
                     flush=True,
                 )
