@@ -2,11 +2,16 @@
 schedule and the plugin's ``SPECACCEPT_VLLM_K=auto``, in one run.
 
 SmolLM2-135M-Instruct (float32) in vLLM's CPU build (the environment of
-``.ci/vllm-env``, with specaccept installed), n-gram drafts
-(``prompt_lookup_max=3``, ``prompt_lookup_min=1``), ``bench_generate.py``'s chat
-prompts, ``ignore_eos`` so every request emits ``--tokens`` tokens::
+``.ci/vllm-env``, with specaccept installed), ``bench_generate.py``'s chat
+prompts, ``ignore_eos`` so every request emits ``--tokens`` tokens. The drafter
+(``--drafter``): ``ngram`` (``prompt_lookup_max=3``, ``prompt_lookup_min=1``) or
+``draft-model`` (``method="draft_model"``: SmolLM2's own first ``--draft-layers``
+of 30 layers, its norm and head, saved as a checkpoint by
+``generation.hf.save_smollm2(..., layers=)``: the early exit as vLLM loads a draft
+model)::
 
     python benches/bench_vllm_schedule.py            # about 30 minutes on 2 cores
+    python benches/bench_vllm_schedule.py --drafter draft-model
     python benches/bench_vllm_schedule.py --quick    # the CI smoke run (about 3 minutes)
 
 Every column runs in a process of its own (one engine per configuration; vLLM
@@ -56,7 +61,7 @@ def worker(job: dict) -> dict:
 
     options = {}
     if job["speculative"] is not None:
-        options["speculative_config"] = {**NGRAM, **job["speculative"]}
+        options["speculative_config"] = {**job["drafter"], **job["speculative"]}
     llm = LLM(
         model=job["model"],
         dtype="float32",
@@ -116,7 +121,8 @@ def worker(job: dict) -> dict:
 def run(job: dict, auto: bool) -> dict:
     settings = {"SPECACCEPT_VLLM": "token"} | ({"SPECACCEPT_VLLM_K": "auto"} if auto else {})
     result, log = run_worker(__file__, job, settings)
-    if auto and "SPECACCEPT_VLLM_K=auto: each request's n-gram drafts" not in log:
+    kind = "n-gram" if job["drafter"]["method"] == "ngram" else "draft model's"
+    if auto and f"SPECACCEPT_VLLM_K=auto: each request's {kind} drafts" not in log:
         raise RuntimeError("the plugin's schedule did not start:\n" + log[-4000:])
     return result
 
@@ -148,6 +154,8 @@ def main() -> None:
     parser.add_argument(
         "--model", default=os.path.expanduser("~/.cache/specaccept/smollm2-135m-instruct-f32")
     )
+    parser.add_argument("--drafter", choices=["ngram", "draft-model"], default="ngram")
+    parser.add_argument("--draft-layers", type=int, default=8)
     parser.add_argument("--out", help="write every number as JSON")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -160,6 +168,10 @@ def main() -> None:
     from specaccept.generation import hf
 
     model = str(hf.save_smollm2(args.model))
+    drafter = NGRAM
+    if args.drafter == "draft-model":
+        folder = hf.save_smollm2(f"{args.model}-{args.draft_layers}-layers", args.draft_layers)
+        drafter = {"method": "draft_model", "model": str(folder)}
     if args.quick:
         args.prompts, args.tokens, args.batches, args.temperatures = 4, 16, [2], [0.8]
     messages = [
@@ -171,6 +183,7 @@ def main() -> None:
         "tokens": args.tokens,
         "batches": args.batches,
         "temperatures": args.temperatures,
+        "drafter": drafter,
     }
     columns: list[tuple[str, dict | None, bool]] = [("plain", None, False)]
     fixed = (4,) if args.quick else FIXED
@@ -192,6 +205,7 @@ def main() -> None:
     print(
         f"\n{date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"python benches/bench_vllm_schedule.py{' --quick' if args.quick else ''} "
+        f"--drafter {args.drafter} "
         f"({len(messages)} prompts, {args.tokens} tokens each)"
     )
     if schedule:

@@ -219,6 +219,39 @@ def test_a_schedule_reused_across_runs_keeps_its_cost_fit():
     assert schedule.choose([0, 1], [8, 8]).reason == "model"
 
 
+def fitted(points):
+    """``cost_model()`` after one measured step per ``(seconds, target tokens,
+    draft forwards)``."""
+    schedule = AdaptiveK(cost_memory=math.inf)
+    for seconds, tokens, forwards in points:
+        schedule.observe_cost(seconds, tokens, forwards)
+    return schedule.cost_model()
+
+
+def test_the_cost_fit_recovers_a_line_and_stays_non_negative(monkeypatch):
+    """docs/spec.md section 13.3: the line through exact steps; never a negative
+    coefficient; columns that moved together explained by the target's tokens."""
+    line = [(0.01 + 0.002 * x + 0.005 * f, x, f) for x in (8, 16, 24, 40) for f in (0, 1, 3)]
+    assert fitted(line) == pytest.approx((0.01, 0.002, 0.005), rel=1e-6)
+    # A step that got cheaper with more tokens: no negative slope, the fixed cost.
+    falling = [(0.05 - 0.001 * x, x, 0) for x in (8, 16, 24)]
+    c0, c1, c2 = fitted(falling)
+    assert min(c0, c1, c2) >= 0 and c1 == 0 and c0 == pytest.approx(0.034)
+    # Batch 8, draft forwards f and target tokens 8 (1 + f): the target's tokens.
+    together = [(0.02 + 0.003 * 8 * (1 + f), 8 * (1 + f), f) for f in (0, 1, 2, 4)]
+    assert fitted(together) == pytest.approx((0.02, 0.003, 0.0), abs=1e-9)
+    # The subsets' systems solved one by one where the stacked solve refuses.
+    solve = np.linalg.solve
+
+    def refusing(a, b):
+        if np.ndim(a) == 3:
+            raise np.linalg.LinAlgError("Singular matrix")
+        return solve(a, b)
+
+    monkeypatch.setattr(np.linalg, "solve", refusing)
+    assert fitted(line) == pytest.approx((0.01, 0.002, 0.005), rel=1e-6)
+
+
 # --------------------------------------------------------------------------
 # HeuristicK: transformers' schedule
 # --------------------------------------------------------------------------

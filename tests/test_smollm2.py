@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
 import specaccept  # noqa: E402
-from specaccept.generation.hf import load_smollm2, smollm2_file  # noqa: E402
+from specaccept.generation.hf import load_smollm2, save_smollm2, smollm2_file  # noqa: E402
 
 if smollm2_file() is None:
     # Worded as an import skip: CI's torch stage fails on it (the wheel is installed there).
@@ -70,6 +70,31 @@ def test_greedy_speculative_decoding_is_the_targets_own_text(smollm2, drafter):
     assert model.decode(out.tokens[0]).strip()
     if drafter != "early exit (8 layers)":
         assert out.stats.num_accepted_tokens > 0, "the drafts were used"
+
+
+def test_a_saved_first_layers_checkpoint_is_the_early_exit(smollm2, tmp_path):
+    """save_smollm2(layers=2): a checkpoint transformers loads whose logits are
+    early_exit(2)'s (the draft model vLLM loads in tests/test_vllm_plugin.py)."""
+    from transformers import AutoModelForCausalLM
+
+    model, prompt, _ = smollm2
+    folder = save_smollm2(tmp_path / "two-layers", layers=2)
+    saved = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    assert saved.config.num_hidden_layers == 2
+    x = torch.tensor([prompt])
+    with torch.inference_mode():
+        got, want = saved(x).logits, model.early_exit(2).model(x).logits
+    torch.testing.assert_close(got, want)
+    assert not torch.allclose(got, model.model(x).logits, atol=1e-2)  # not the whole model
+
+
+@pytest.mark.parametrize(
+    "layers, error", [(True, TypeError), ("8", TypeError), (0, ValueError), (31, ValueError)]
+)
+def test_save_smollm2_refuses_layers_it_cannot_keep(tmp_path, layers, error):
+    with pytest.raises(error, match="layers"):
+        save_smollm2(tmp_path / "bad", layers=layers)
+    assert not (tmp_path / "bad").exists()
 
 
 def test_sampling_with_hf_filters_runs_and_is_seeded(smollm2):

@@ -30,10 +30,12 @@ from scipy import stats  # noqa: E402
 from specaccept import reference  # noqa: E402
 from vllm_runs import (  # noqa: E402
     NGRAM,
+    draft_folder,
     run_engine,
     same_until_eos,
     smollm2_folder,
     texts,
+    with_draft_model,
     with_spec,
 )
 
@@ -406,6 +408,29 @@ def test_k_chosen_each_step_keeps_greedy_and_trims_the_drafts(model, tmp_path, h
     verified = sum(sum(step[0]) for step in out["steps"])
     assert sum(k) - 16 <= verified <= sum(k), (verified, sum(k))
     assert max(max(step[0]) for step in out["steps"]) <= 4
+
+
+def test_k_chosen_before_a_draft_model_drafts(model, tmp_path, hf_greedy):
+    """SPECACCEPT_VLLM_K=auto with a draft model (SmolLM2's first 8 of 30 layers,
+    num_speculative_tokens=4): greedy text equal to Hugging Face's; at every step
+    the draft model ran exactly the widest count chosen (not vLLM's 4: a draft not
+    chosen is a forward not paid), and fewer than 4 once the cost was fitted
+    (its drafts are rarely accepted); vLLM verified at most what was kept."""
+    choices = tmp_path / "k.jsonl"
+    runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
+    env = {"SPECACCEPT_VLLM_K": "auto", "SPECACCEPT_VLLM_K_RECORD": str(choices)}
+    draft = with_draft_model(draft_folder(8))
+    out = run_engine(model, tmp_path, "draft-auto", runs, env=env, **draft)
+    assert "draft model's drafts chosen per step by AdaptiveK(max_k=4)" in out["log"]
+    for got, want in zip(texts(out, "greedy"), hf_greedy, strict=True):
+        assert same_until_eos(got, want), (got, want)
+    lines = [json.loads(line) for line in choices.read_text().splitlines()]
+    assert [line["proposed"] for line in lines] == [max(line["k"]) for line in lines]
+    assert {line["reason"] for line in lines} >= {"start", "model"}
+    assert any(max(line["k"]) < 4 for line in lines if line["reason"] == "model")
+    kept = sum(sum(line["k"]) for line in lines)
+    verified = sum(sum(step[0]) for step in out["steps"])
+    assert kept - 16 <= verified <= kept, (verified, kept)
 
 
 def test_without_the_switch_vllm_is_its_own(model, tmp_path, hf_greedy):

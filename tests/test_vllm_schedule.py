@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from specaccept import AdaptiveK
+from specaccept import AdaptiveK, KChoice
 from specaccept.compat import vllm_plugin, vllm_schedule
 from specaccept.compat.vllm_schedule import _Trimmer
 
@@ -62,8 +62,8 @@ class Spy(AdaptiveK):
         super().observe_cost(seconds, target_tokens, draft_forwards)
 
 
-def trimmer(max_k=4, record=None) -> _Trimmer:
-    t = _Trimmer(max_k, record)
+def trimmer(max_k=4, record=None, method="ngram") -> _Trimmer:
+    t = _Trimmer(max_k, record, method)
     t.schedule = Spy(max_k=max_k)
     return t
 
@@ -161,6 +161,7 @@ def test_each_choice_is_recorded(tmp_path):
     assert [line["step"] for line in lines] == [1, 2]
     assert lines[0]["k"] == [2, 0] and lines[0]["available"] == [3, 0]
     assert lines[0]["reason"] == "start" and lines[0]["previous_step_seconds"] is None
+    assert [line["proposed"] for line in lines] == [3, 2]
     assert lines[1]["requests"] == ["a", "b"] and lines[1]["available"] == [1, 2]
     assert lines[1]["previous_step_seconds"] > 0
     assert len(lines[1]["acceptance"]) == 2 and len(lines[1]["acceptance"][0]) == 4
@@ -176,12 +177,51 @@ def runner(method="ngram", k=4):
 def test_a_runner_it_cannot_serve_keeps_its_drafts_and_the_log_says_why(caplog):
     with caplog.at_level(logging.WARNING, logger="vllm.specaccept"):
         assert _Trimmer.for_runner(runner(None, 0)) is None
-        assert _Trimmer.for_runner(runner("draft_model")) is None
+        assert _Trimmer.for_runner(runner("eagle")) is None
     text = caplog.text
     assert "speculative decoding is off" in text
-    assert "method='draft_model'" in text and "num_speculative_tokens=4" in text
+    assert "method='eagle'" in text and "num_speculative_tokens=4" in text
     made = _Trimmer.for_runner(runner("ngram", 8))
-    assert made is not None and made.schedule.max_k == 8
+    assert made is not None and made.schedule.max_k == 8 and not made.before_drafting
+    made = _Trimmer.for_runner(runner("draft_model", 8))
+    assert made is not None and made.schedule.max_k == 8 and made.before_drafting
+
+
+def model_runner(requests):
+    return SimpleNamespace(input_batch=SimpleNamespace(req_ids=list(requests)))
+
+
+def test_a_draft_model_drafts_the_widest_choice_and_each_request_keeps_its_own():
+    """With a draft model the choice comes before drafting: the drafter runs the
+    widest request's count, each request keeps its own, and the step's cost is
+    observed with the draft model's forwards."""
+    t = trimmer(max_k=4, method="draft_model")
+    t.schedule = Spy(max_k=4, start=3)
+    width = t.choose_before(model_runner(["a", "b"]), 4)
+    assert width == 3  # nothing measured: AdaptiveK's start
+    out = t.trim(DraftTokenIds(["a", "b"], [[1, 2, 3], [4, 5, 6]]))
+    assert out.draft_token_ids == [[1, 2, 3], [4, 5, 6]]
+    # The scheduler's width caps the choice; the choice is per request.
+    t.schedule.choose = lambda requests, available, padded=True: KChoice(
+        tuple(requests), np.array([2, 0]), np.array(available), np.zeros((2, 4)), 1.0, 1.0, "model"
+    )
+    t.start(scheduled({"a": [1, 2, 3], "b": [4, 5, 6]}))
+    t.observe(emitted({"a": [1, 2, 7], "b": [4, 9]}))
+    assert t.schedule.told[-1][:3] == (["a", "b"], [3, 3], [2, 1])
+    assert t.choose_before(model_runner(["a", "b"]), 2) == 2
+    out = t.trim(DraftTokenIds(["a", "b"], [[8, 9], [10, 11]]))
+    assert out.draft_token_ids == [[8, 9], []]
+    # The step measured: the target verified 1 + 3 tokens per request, and the
+    # draft model then ran 2 forwards for the next step's drafts.
+    assert t.schedule.costs[-1][1:] == (8, 2)
+
+
+def test_a_draft_model_s_drafts_it_did_not_choose_are_left_as_they_are():
+    t = trimmer(method="draft_model")
+    t.choose_before(model_runner(["a", "b"]), 4)
+    drafts = DraftTokenIds(["b", "a"], [[1, 2], [3, 4]])
+    assert t.trim(drafts) is None  # another order: not the requests it chose for
+    assert t.trim(DraftTokenIds(["a"], [[1]])) is None  # nothing chosen before drafting
 
 
 def test_a_value_other_than_auto_is_refused_in_the_log(caplog):

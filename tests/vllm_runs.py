@@ -32,6 +32,14 @@ def smollm2_folder() -> str:
     return str(hf.save_smollm2(cache))
 
 
+def draft_folder(layers: int = 8) -> str:
+    """SmolLM2's first ``layers`` decoder layers, its norm and head, as a draft
+    model's checkpoint folder beside the model's (made once, cached)."""
+    from specaccept.generation import hf
+
+    return str(hf.save_smollm2(f"{smollm2_folder()}-{layers}-layers", layers))
+
+
 def run_engine(model, tmp_path, name, runs, *, method="token", record=False, **options):
     """Runs tests/vllm_engine.py once; returns its output (and the recording)."""
     job = {"model": model, "llm": {**LLM_ARGS, **options.get("llm", {})}, "runs": runs}
@@ -73,6 +81,12 @@ def run_engine(model, tmp_path, name, runs, *, method="token", record=False, **o
 
 def with_spec(**llm):
     return {"llm": {"speculative_config": NGRAM, **llm}}
+
+
+def with_draft_model(folder, k=4, **llm):
+    """vLLM's ``method="draft_model"`` with the draft model in ``folder``."""
+    spec = {"method": "draft_model", "model": folder, "num_speculative_tokens": k}
+    return {"llm": {"speculative_config": spec, **llm}}
 
 
 def texts(out, run):

@@ -393,13 +393,14 @@ class AdaptiveK:
         # A point's own mean residual (weighted by age only: a point off the line
         # is what this corrects), shrunk toward the line by a weight of 1: a
         # backend's time need not be linear (a kernel picked by the token count).
-        points, where = np.unique(np.stack([x, f], axis=1), axis=0, return_inverse=True)
+        # The points, as one key each (counts are whole numbers: exact in float64).
+        _, first, where = np.unique(x * (f.max() + 1.0) + f, return_index=True, return_inverse=True)
         where = where.reshape(-1)
         with np.errstate(all="ignore"):
             shift = np.bincount(where, recent * residual) / (np.bincount(where, recent) + 1.0)
         cells = {
-            (float(px), float(pf)): float(c)
-            for (px, pf), c in zip(points.tolist(), shift.tolist(), strict=True)
+            (px, pf): c
+            for px, pf, c in zip(x[first].tolist(), f[first].tolist(), shift.tolist(), strict=True)
             if math.isfinite(c)
         }
         self._fitted = _Cost(coef, cells)
@@ -517,6 +518,8 @@ class AdaptiveK:
 
 #: The column subsets :func:`_fit` tries, in its order of preference.
 _SUBSETS = ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2))
+#: The same, as a 0/1 mask per subset over the three columns.
+_SUBSET_MASKS = np.array([[float(i in subset) for i in range(3)] for subset in _SUBSETS])
 
 
 def _fit(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> tuple[float, float, float]:
@@ -526,7 +529,8 @@ def _fit(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> tuple[float, float
     residual, a larger subset only where it fits better (so columns that moved
     together, as target tokens and draft forwards do at a constant batch, are
     explained by the first of them: the target's tokens). From the weighted
-    moments, so each subset costs a 3 x 3 solve."""
+    moments, every subset's 3 x 3 system solved in one call (a subset's unused
+    columns held at 0 by identity rows)."""
     with np.errstate(all="ignore"):
         weighted = design * w[:, None]
         gram = design.T @ weighted
@@ -534,28 +538,37 @@ def _fit(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> tuple[float, float
         total = float((w * t * t).sum())
     if not (np.isfinite(gram).all() and np.isfinite(moment).all() and math.isfinite(total)):
         return 0.0, 0.0, 0.0
+    diagonal = np.diag(gram)
+    usable = (_SUBSET_MASKS @ (diagonal == 0)) == 0  # no column of zeros in the subset
+    if not usable.any():  # every time measured is 0
+        return 0.0, 0.0, 0.0
+    ridged = gram + np.diag(1e-9 * diagonal)
+    on = _SUBSET_MASKS[usable]
+    systems = on[:, :, None] * ridged[None] * on[:, None, :] + np.eye(3)[None] * (1.0 - on)[:, None]
+    with np.errstate(all="ignore"):
+        try:
+            coefs = np.linalg.solve(systems, (on * moment[None])[:, :, None])[:, :, 0]
+        except np.linalg.LinAlgError:
+            rhs = on * moment[None]
+            coefs = np.stack([_solve_or_nan(a, b) for a, b in zip(systems, rhs, strict=True)])
+        coefs *= on
+        residuals = total - 2.0 * coefs @ moment + np.einsum("si,ij,sj->s", coefs, gram, coefs)
+        fits = np.isfinite(coefs).all(axis=1) & np.isfinite(residuals) & (coefs >= 0).all(axis=1)
     better = 1e-9 * total  # what counts as a better fit
-    best: tuple[float, np.ndarray] | None = None
-    for columns in _SUBSETS:
-        index = list(columns)
-        sub = gram[np.ix_(index, index)]
-        if not np.diag(sub).all():
-            continue  # a column of zeros
-        with np.errstate(all="ignore"):
-            try:
-                coef = np.linalg.solve(sub + np.diag(1e-9 * np.diag(sub)), moment[index])
-            except np.linalg.LinAlgError:
-                continue
-            residual = total - 2.0 * float(coef @ moment[index]) + float(coef @ sub @ coef)
-        if not (np.isfinite(coef).all() and math.isfinite(residual)) or (coef < 0).any():
-            continue
-        if best is None or residual < best[0] - better:
-            full = np.zeros(3)
-            full[index] = coef
-            best = (residual, full)
-    if best is None:  # every time measured is 0
+    best: tuple[float, list[float]] | None = None
+    for coef, residual, fit in zip(coefs.tolist(), residuals.tolist(), fits.tolist(), strict=True):
+        if fit and (best is None or residual < best[0] - better):
+            best = (residual, coef)
+    if best is None:
         return 0.0, 0.0, 0.0
     return float(best[1][0]), float(best[1][1]), float(best[1][2])
+
+
+def _solve_or_nan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    try:
+        return np.linalg.solve(a, b)
+    except np.linalg.LinAlgError:
+        return np.full(3, math.nan)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
-"""``SPECACCEPT_VLLM_K=auto``: vLLM's n-gram drafts trimmed each step to :class:`AdaptiveK`'s choice.
+"""``SPECACCEPT_VLLM_K=auto``: vLLM's drafts chosen each step by :class:`AdaptiveK`.
 
 Part of the vLLM plugin (:mod:`specaccept.compat.vllm_plugin` installs it, with
 the plugin on, when ``SPECACCEPT_VLLM_K=auto``; off by default). vLLM's engine
 (V1, no asynchronous scheduling: the CPU platform's) runs per step::
 
     scheduler.schedule -> runner.execute_model -> runner.sample_tokens
-    (verification, then the n-gram proposer) -> runner.take_draft_token_ids
-    -> scheduler.update_draft_token_ids (the next step's drafts)
+    (verification, then runner.propose_draft_token_ids: the proposer)
+    -> runner.take_draft_token_ids -> scheduler.update_draft_token_ids
+    (the next step's drafts)
 
 Here, in the process of vLLM's model runner (``GPUModelRunner``, which the CPU
 runner is):
@@ -18,12 +19,19 @@ runner is):
   (before it was trimmed) compared with the tokens the step emitted (docs/spec.md
   section 13.2: the proposal is deterministic, so a draft trimmed away is still
   observed);
+- with a draft model (``method="draft_model"``), ``propose_draft_token_ids``:
+  ``AdaptiveK`` chooses each request's drafts *before* the draft model runs, and
+  the drafter runs the widest request's count (``num_spec_tokens_to_schedule``,
+  vLLM's own per-step width, lowered for the call): a draft not chosen is a
+  forward not paid;
 - ``take_draft_token_ids``: the step's wall time (from the previous step's
   drafts to this one's: the whole engine step, scheduling included) is observed
   against the tokens the target computed (``total_num_scheduled_tokens``; not for
-  a step that also processed prompts), then ``AdaptiveK(max_k=num_speculative_tokens)`` chooses,
-  per request, how many of the n-gram proposer's drafts are kept (ragged:
-  vLLM computes each request's own positions), and the proposals are trimmed.
+  a step that also processed prompts) and the draft model's forwards; then, with
+  n-gram drafts, ``AdaptiveK(max_k=num_speculative_tokens)`` chooses, per
+  request, how many of the proposer's drafts are kept (ragged: vLLM computes
+  each request's own positions), and the proposals are trimmed; with a draft
+  model, each request's drafts are trimmed to the count chosen before drafting.
 
 ``num_speculative_tokens`` is the most a request drafts; the objective is the
 step's expected emitted tokens per second (continuous batching, docs/spec.md
@@ -52,9 +60,13 @@ __all__ = ["VALUES", "install"]
 #: ``SPECACCEPT_VLLM_K``'s values.
 VALUES = ("auto",)
 
-#: The speculative methods whose drafts it trims: deterministic proposals that
-#: cost nothing to make (so a trimmed draft costs nothing and is still observed).
-METHODS = ("ngram",)
+#: The speculative methods whose drafts it chooses. ``ngram``: deterministic
+#: proposals that cost nothing to make, chosen after proposing (a trimmed draft
+#: costs nothing and is still observed). ``draft_model``: chosen before the draft
+#: model runs (:data:`BEFORE_DRAFTING`).
+METHODS = ("ngram", "draft_model")
+#: The methods whose drafter runs a model per draft: the choice is made before it.
+BEFORE_DRAFTING = ("draft_model",)
 
 logger = logging.getLogger("vllm.specaccept")
 
@@ -78,6 +90,7 @@ def install(value: str) -> bool:
         return True  # installed twice in this process
     execute_model = GPUModelRunner.execute_model
     sample_tokens = GPUModelRunner.sample_tokens
+    propose_draft_token_ids = GPUModelRunner.propose_draft_token_ids
     take_draft_token_ids = GPUModelRunner.take_draft_token_ids
 
     def execute(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
@@ -93,6 +106,21 @@ def install(value: str) -> bool:
             trimmer.guarded("observe", trimmer.observe, output)
         return output
 
+    def propose(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
+        trimmer = _trimmer(self)
+        if trimmer is None or not trimmer.before_drafting:
+            return propose_draft_token_ids(self, scheduler_output, *args, **kwargs)
+        most = scheduler_output.num_spec_tokens_to_schedule
+        width = trimmer.guarded("choose", trimmer.choose_before, self, most)
+        if width is None:
+            return propose_draft_token_ids(self, scheduler_output, *args, **kwargs)
+        # The runner hands this width to the drafter; the scheduler's own is restored.
+        scheduler_output.num_spec_tokens_to_schedule = width
+        try:
+            return propose_draft_token_ids(self, scheduler_output, *args, **kwargs)
+        finally:
+            scheduler_output.num_spec_tokens_to_schedule = most
+
     def take(self: Any) -> Any:
         drafts = take_draft_token_ids(self)
         trimmer = _trimmer(self)
@@ -104,6 +132,7 @@ def install(value: str) -> bool:
     take._specaccept = True  # type: ignore[attr-defined]
     GPUModelRunner.execute_model = execute  # type: ignore[method-assign]
     GPUModelRunner.sample_tokens = sample  # type: ignore[method-assign]
+    GPUModelRunner.propose_draft_token_ids = propose  # type: ignore[method-assign]
     GPUModelRunner.take_draft_token_ids = take  # type: ignore[method-assign]
     return True
 
@@ -128,8 +157,10 @@ def _trimmer(runner: Any) -> _Trimmer | None:
 class _Trimmer:
     """One model runner's schedule, and what it remembers between the hooks."""
 
-    def __init__(self, max_k: int, record: str | None):
+    def __init__(self, max_k: int, record: str | None, method: str = "ngram"):
         self.schedule = AdaptiveK(max_k=max_k)
+        self.before_drafting = method in BEFORE_DRAFTING
+        self.chosen: KChoice | None = None  # a draft model's choice, made before it ran
         self.ended: float | None = None  # when the previous step's drafts were taken
         self.scheduled: Any = None  # the step's SchedulerOutput
         self.proposals: dict[str, list[int]] = {}  # request -> last step's whole proposal
@@ -150,8 +181,8 @@ class _Trimmer:
         if config.method not in METHODS:
             logger.warning(
                 "specaccept: SPECACCEPT_VLLM_K=auto has no effect with method=%r (only %s: "
-                "a drafter that runs a model pays for its drafts before they could be "
-                "trimmed); vLLM drafts num_speculative_tokens=%d",
+                "another drafter's cost per draft is not tested here); vLLM drafts "
+                "num_speculative_tokens=%d",
                 config.method,
                 ", ".join(METHODS),
                 max_k,
@@ -159,12 +190,13 @@ class _Trimmer:
             return None
         record = os.environ.get("SPECACCEPT_VLLM_K_RECORD") or None
         logger.info(
-            "specaccept: SPECACCEPT_VLLM_K=auto: each request's n-gram drafts chosen per "
+            "specaccept: SPECACCEPT_VLLM_K=auto: each request's %s drafts chosen per "
             "step by AdaptiveK(max_k=%d)%s",
+            "draft model's" if config.method in BEFORE_DRAFTING else "n-gram",
             max_k,
             f"; choices recorded to {record}" if record else "",
         )
-        return cls(max_k, record)
+        return cls(max_k, record, config.method)
 
     def guarded(self, what: str, call: Any, *args: Any) -> Any:
         """``call(*args)``; a failure logs once and stops the trimming (vLLM's
@@ -221,30 +253,43 @@ class _Trimmer:
         if requests:
             self.schedule.observe(requests, drafted, accepted, acceptances=acceptances)
 
+    def choose_before(self, runner: Any, most: int) -> int:
+        """A draft model's step: each request's drafts chosen before the drafter
+        runs (at most ``most``, the scheduler's width); the width it runs."""
+        requests = list(runner.input_batch.req_ids)
+        self.chosen = self.schedule.choose(requests, [int(most)] * len(requests), padded=False)
+        return self.chosen.width
+
     def trim(self, drafts: Any) -> Any:
         """The step's cost observed; the proposals trimmed to the choice."""
         now, seconds = time.perf_counter(), None
-        scheduled = self.scheduled
+        scheduled, chosen = self.scheduled, self.chosen
+        forwards = 0 if chosen is None else chosen.width
         if self.ended is not None and scheduled is not None and _decode_only(scheduled):
             # The whole engine step, scheduling and output included: from the
             # previous step's drafts to this one's (an engine that idled, with no
             # request, next runs a step that processes a prompt: not measured).
             seconds = now - self.ended
-            self.schedule.observe_cost(seconds, int(scheduled.total_num_scheduled_tokens))
-        self.ended, self.scheduled = now, None
+            self.schedule.observe_cost(seconds, int(scheduled.total_num_scheduled_tokens), forwards)
+        self.ended, self.scheduled, self.chosen = now, None, None
         requests = list(drafts.req_ids)
         proposed = [list(t) for t in drafts.draft_token_ids]
         if not requests or len(proposed) != len(requests):
             return None
-        choice = self.schedule.choose(requests, [len(t) for t in proposed], padded=False)
-        self.proposals = {r: t for r, t in zip(requests, proposed, strict=True) if t}
+        if self.before_drafting:
+            if chosen is None or list(chosen.requests) != requests:
+                return None  # drafts this trimmer did not choose: left as they are
+            choice = chosen
+        else:
+            choice = self.schedule.choose(requests, [len(t) for t in proposed], padded=False)
+            self.proposals = {r: t for r, t in zip(requests, proposed, strict=True) if t}
         self.steps += 1
         if self.record:
-            self._record(choice, seconds)
+            self._record(choice, seconds, max(map(len, proposed), default=0))
         kept = [t[:k] for t, k in zip(proposed, choice.k.tolist(), strict=True)]
         return type(drafts)(requests, kept)
 
-    def _record(self, choice: KChoice, seconds: float | None) -> None:
+    def _record(self, choice: KChoice, seconds: float | None, proposed: int) -> None:
         line = {
             "step": self.steps,
             "requests": list(choice.requests),
@@ -255,6 +300,7 @@ class _Trimmer:
             "predicted_seconds": _number(choice.predicted_seconds),
             "previous_step_seconds": seconds,  # null: not measured
             "reason": choice.reason,
+            "proposed": proposed,  # the longest proposal (a draft model: its forwards)
         }
         assert self.record is not None
         with open(self.record, "a") as file:

@@ -626,13 +626,28 @@ def load_smollm2(*, dtype: Any = None) -> HFModel:
     return HFModel(model, tokenizer)
 
 
-def save_smollm2(folder: str | pathlib.Path) -> pathlib.Path:
+#: SmolLM2-135M's decoder layers.
+SMOLLM2_LAYERS = 30
+
+
+def save_smollm2(folder: str | pathlib.Path, layers: int | None = None) -> pathlib.Path:
     """SmolLM2-135M-Instruct as a transformers checkpoint folder (float32
     safetensors, config, tokenizer: about 540 MB), made once: a folder that
     already holds one is returned as it is. Engines that cannot read the GGUF
     file on the CPU (vLLM) load this folder. The weights are those of
     :func:`load_smollm2`, copied into a fresh ``LlamaForCausalLM`` (a model
-    loaded from GGUF refuses ``save_pretrained``)."""
+    loaded from GGUF refuses ``save_pretrained``).
+
+    ``layers``: only the first ``layers`` of its 30 decoder layers, then its
+    final norm and head: :meth:`HFModel.early_exit` as a model of its own (a
+    draft model for engines that load one from a folder)."""
+    if layers is not None:
+        if isinstance(layers, (bool, np.bool_)) or not isinstance(layers, (int, np.integer)):
+            raise TypeError(f"layers must be an int, got {type(layers).__name__}")
+        if not 1 <= layers <= SMOLLM2_LAYERS:
+            raise InputError(
+                f"layers must lie in [1, {SMOLLM2_LAYERS}], got {layers}", argument="layers"
+            )
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -646,8 +661,19 @@ def save_smollm2(folder: str | pathlib.Path) -> pathlib.Path:
     # The config read afresh: the loaded model's carries the GGUF file as a
     # quantization_config, which vLLM would take for a quantised checkpoint.
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    weights = loaded.model.state_dict()
+    if layers is not None:
+        config.num_hidden_layers = int(layers)
+        if getattr(config, "layer_types", None):
+            config.layer_types = list(config.layer_types)[: int(layers)]
+        kept = tuple(f"model.layers.{i}." for i in range(layers))
+        weights = {
+            name: w
+            for name, w in weights.items()
+            if not name.startswith("model.layers.") or name.startswith(kept)
+        }
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    fresh.load_state_dict(loaded.model.state_dict())
+    fresh.load_state_dict(weights)
     folder.mkdir(parents=True, exist_ok=True)
     fresh.save_pretrained(folder)
     loaded.tokenizer.save_pretrained(folder)
