@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -459,6 +459,15 @@ def auto_schedule(model: Any, drafter: Any, max_k: int = AUTO_MAX_K) -> Adaptive
 
 def run(target: Any, draft: Any, prompts: Any, options: Options) -> Generation:
     """:func:`generate` with its options checked (the entry points share it)."""
+    *_, result = run_steps(target, draft, prompts, options)
+    return result
+
+
+def run_steps(target: Any, draft: Any, prompts: Any, options: Options) -> Iterator[Generation]:
+    """:func:`run` one step at a time: the run's :class:`Generation` (one object,
+    growing) after each step, and once more when the run is done (its forwards,
+    recording and time then filled in). Stopping early leaves the rows as they
+    are (an engine that streams and stops at a stop string)."""
     start = time.perf_counter()
     models = _models(target, draft, options)
     schedule = options.schedule
@@ -480,7 +489,8 @@ def run(target: Any, draft: Any, prompts: Any, options: Options) -> Generation:
                 options.on_tokens(b, [], True)
     if not live:
         result.seconds = time.perf_counter() - start
-        return result
+        yield result
+        return
 
     prompts_live = [sequences[b] for b in live]
     opened = time.perf_counter()
@@ -530,12 +540,14 @@ def run(target: Any, draft: Any, prompts: Any, options: Options) -> Generation:
         if options.progress is not None:
             done = total - sum(options.max_new_tokens - len(result.tokens[b]) for b in run.live)
             options.progress(done, total)
+        if run.live:
+            yield result
     result.target_forwards = scorer.forwards
     result.draft_forwards = getattr(drafter, "forwards", 0)
     if run.recorder is not None:
         run.recorder.save()
     result.seconds = time.perf_counter() - start
-    return result
+    yield result
 
 
 @dataclass

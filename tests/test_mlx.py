@@ -1,0 +1,369 @@
+"""MLX-LM models as specaccept's target and drafter (specaccept/generation/mlx.py,
+docs/spec.md section 12.2), on MLX's CPU build: tiny mlx-lm Llamas with random
+weights, made from their model arguments (nothing downloaded).
+
+The references are mlx-lm's own: a model's logits for a whole sequence computed
+by the model alone (no cache), and mlx-lm's own greedy generation
+(``mlx_lm.generate.generate_step``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+mx = pytest.importorskip("mlx.core")
+pytest.importorskip("mlx_lm")
+
+import specaccept  # noqa: E402
+from mlx_lm.generate import generate_step  # noqa: E402
+from mlx_lm.models import llama  # noqa: E402
+from specaccept.generation.mlx import MLXModel  # noqa: E402
+
+VOCAB = 61
+
+
+def tiny_llama(seed: int, layers: int = 2, vocab: int = VOCAB):
+    """A random mlx-lm Llama (float32), the same weights for the same seed."""
+    mx.random.seed(seed)
+    args = llama.ModelArgs(
+        model_type="llama",
+        hidden_size=32,
+        num_hidden_layers=layers,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-5,
+        vocab_size=vocab,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    model = llama.Model(args)
+    # Sharper logits than the initialisation's (so that greedy choices are not
+    # near-ties that float rounding flips).
+    model.update(
+        {"lm_head": {"weight": model.lm_head.weight * 8.0}},
+    )
+    mx.eval(model.parameters())
+    return model
+
+
+def alone(model, sequence):
+    """The model's logits after each prefix of ``sequence``, computed by the model
+    alone in one call without a cache: ``[len(sequence), V]``."""
+    return np.array(model(mx.array([sequence]))[0].astype(mx.float32))
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(1, layers=3)
+
+
+def test_session_scores_ragged_rows_as_each_row_alone(target):
+    """Rows of different lengths, drafts rejected (holes), rows dropped and
+    repeated, compaction: every scored position equals the model's logits for
+    that row's sequence computed alone."""
+    rng = np.random.default_rng(0)
+    prefixes = [rng.integers(0, VOCAB, n).tolist() for n in (5, 1, 12)]
+    session = MLXModel(target).session(prefixes)
+    sequences = [list(p) for p in prefixes]
+    for step in range(40):
+        drafts = [rng.integers(0, VOCAB, int(rng.integers(0, 5))).tolist() for _ in sequences]
+        scores = session.extend(drafts)
+        for b, (seq, draft) in enumerate(zip(sequences, drafts, strict=True)):
+            if not draft:
+                continue
+            want = alone(target, seq + draft)[len(seq) : len(seq) + len(draft)]
+            np.testing.assert_allclose(scores[b, : len(draft)], want, rtol=1e-4, atol=1e-4)
+        kept = [int(rng.integers(0, len(d) + 1)) for d in drafts]
+        session.commit([list(range(k)) for k in kept])
+        for b, k in enumerate(kept):
+            sequences[b] += drafts[b][:k]
+        if step == 20:  # drop a row, repeat another
+            session.select([2, 0, 0])
+            sequences = [list(sequences[2]), list(sequences[0]), list(sequences[0])]
+    assert session.lengths == [len(s) for s in sequences]
+    assert session.columns < sum(len(s) for s in sequences)  # holes were cut or compacted
+
+
+def test_the_first_new_token_is_scored_after_the_committed_end(target):
+    """``extend`` scores the token after each new one: the first score of a row
+    is what follows its committed sequence plus its first new token."""
+    session = MLXModel(target).session([[3, 4, 5]])
+    scores = session.extend([[6, 7]])
+    np.testing.assert_allclose(scores[0], alone(target, [3, 4, 5, 6, 7])[3:5], rtol=1e-4, atol=1e-4)
+
+
+def test_tree_drafts_are_refused_by_name(target):
+    session = MLXModel(target).session([[1, 2]])
+    with pytest.raises(ValueError, match="parents"):
+        session.extend([[3, 4]], parents=[[-1, -1]])
+    assert session.lengths == [2] and session.extend([[3]]).shape == (1, 1, VOCAB)
+
+
+def test_a_model_that_is_not_mlx_lm_s_is_refused():
+    with pytest.raises(TypeError, match="mlx-lm model"):
+        MLXModel(object())
+
+
+def mlx_greedy(model, prompt, tokens):
+    """mlx-lm's own greedy generation (generate_step, argmax sampler)."""
+    out = []
+    for token, _ in generate_step(mx.array(prompt), model, max_tokens=tokens):
+        out.append(int(token))
+    return out
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "itself", "other model", "early exit"])
+def test_greedy_generation_equals_mlx_lm_s_own(target, drafter):
+    """Greedy rows, at batch 1 and in a ragged batch, equal mlx-lm's greedy
+    generation of each prompt alone, with every drafter."""
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, VOCAB, n).tolist() for n in (4, 9, 2)]
+    prompts[1] = prompts[1][:4] * 2 + [prompts[1][0]]  # something to look up
+    wrapped = MLXModel(target)
+    draft = {
+        "lookup": specaccept.PromptLookup(),
+        "itself": wrapped,
+        "other model": MLXModel(tiny_llama(2, layers=1)),
+        "early exit": wrapped.early_exit(1),
+    }[drafter]
+    want = [mlx_greedy(target, p, 12) for p in prompts]
+    for batch in ([prompts[0]], prompts):
+        out = specaccept.generate(wrapped, draft, batch, k=3, max_new_tokens=12, greedy=True)
+        assert out.tokens == want[: len(batch)]
+    if drafter == "itself":
+        assert out.stats.mean_emitted_tokens > 3.5  # the target drafting for itself
+
+
+def test_early_exit_shares_the_first_layers_and_leaves_the_model_whole(target):
+    wrapped = MLXModel(target)
+    before = alone(target, [1, 2, 3])
+    shallow = wrapped.early_exit(1)
+    assert len(shallow.model.layers) == 1 and len(target.layers) == 3
+    assert shallow.model.model.layers[0] is target.model.layers[0]
+    np.testing.assert_array_equal(alone(target, [1, 2, 3]), before)
+    assert not np.allclose(alone(shallow.model, [1, 2, 3]), before, atol=1e-3)
+    with pytest.raises(ValueError, match="num_layers"):
+        wrapped.early_exit(4)
+    with pytest.raises(TypeError, match="num_layers"):
+        wrapped.early_exit(1.0)
+
+
+# --------------------------------------------------------------------------
+# The drop-in: specaccept.compat.mlx_lm, called as mlx-lm's own
+# --------------------------------------------------------------------------
+
+from mlx_lm.generate import speculative_generate_step as mlx_speculative  # noqa: E402
+from specaccept.compat import mlx_lm as drop_in  # noqa: E402
+
+
+def test_greedy_drop_in_yields_what_mlx_lm_yields(target):
+    """Greedy: the same tokens, the same from_draft flags (a draft kept exactly
+    when it is the target's argmax, in both) and the same log-probabilities."""
+    draft = tiny_llama(2, layers=1)
+    prompt = mx.array([5, 9, 2, 7, 5, 9])
+    want = list(mlx_speculative(prompt, target, draft, num_draft_tokens=3, max_tokens=20))
+    got = list(
+        drop_in.speculative_generate_step(prompt, target, draft, num_draft_tokens=3, max_tokens=20)
+    )
+    assert [t for t, _, _ in got] == [int(t) for t, _, _ in want]
+    assert [f for _, _, f in got] == [f for _, _, f in want]
+    for (_, mine, _), (_, theirs, _) in zip(got, want, strict=True):
+        np.testing.assert_allclose(
+            np.array(mine), np.array(theirs).reshape(-1), rtol=1e-4, atol=1e-4
+        )
+
+
+#: The chi-square tests' false-failure rate.
+ALPHA = 1e-3
+#: A sampler with every filter on: mlx-lm applies top-p, min-p and top-k to the
+#: log-probabilities at temperature 1, then draws at the temperature.
+FILTERED = dict(temp=0.8, top_p=0.9, min_p=0.05, top_k=12)
+LAW_PROMPT = [5, 9, 2, 7]
+LAW_RUNS = 3000
+
+
+def mlx_law(model, prompt, temp, top_p, min_p, top_k):
+    """The law mlx-lm's ``make_sampler(temp, top_p, min_p, top_k=top_k)`` draws the
+    next token from, by mlx-lm's own filter functions in make_sampler's order."""
+    from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
+
+    logits = model(mx.array([prompt]))[:, -1].astype(mx.float32)
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    logprobs = apply_top_k(apply_min_p(apply_top_p(logprobs, top_p), min_p), top_k)
+    scaled = np.array(logprobs[0], dtype=np.float64) / temp
+    law = np.exp(scaled - scaled.max())
+    return law / law.sum()
+
+
+def temperature_first_law(model, prompt, temp, top_p, min_p, top_k):
+    """A plausibly wrong law: specaccept's own order (temperature first, then
+    top-k, top-p, min-p), as the loop applies its options."""
+    from specaccept import reference
+
+    logits = np.array(model(mx.array([prompt]))[0, -1].astype(mx.float32), dtype=np.float64)
+    return np.asarray(reference.transform_logits(logits, temp, top_k, top_p, min_p=min_p))
+
+
+def chi_square(counts: np.ndarray, law: np.ndarray) -> tuple[float, int]:
+    """The p-value and degrees of freedom of ``counts`` against ``law`` (tokens
+    expected at least 5 times their own cells, the rest pooled; a token the law
+    forbids is a p-value of 0)."""
+    from scipy import stats
+
+    n = counts.sum()
+    expected = law * n
+    if counts[law == 0].sum():
+        return 0.0, 0
+    cells = expected >= 5
+    observed = np.append(counts[cells], counts[~cells].sum())
+    wanted = np.append(expected[cells], expected[~cells].sum())
+    keep = wanted > 0
+    df = int(keep.sum()) - 1
+    statistic = float(((observed[keep] - wanted[keep]) ** 2 / wanted[keep]).sum())
+    return float(stats.chi2.sf(statistic, df)), df
+
+
+def power(law: np.ndarray, wrong: np.ndarray, n: int, df: int) -> float:
+    """The chi-square test's power at ALPHA against ``wrong`` at sample size ``n``
+    (noncentral chi-square over ``law``'s cells; a token ``law`` forbids that
+    ``wrong`` draws fails the test outright)."""
+    from scipy import stats
+
+    forbidden = float(wrong[law == 0].sum())
+    cells = law * n >= 5
+    p = np.append(law[cells], law[~cells].sum())
+    q = np.append(wrong[cells], wrong[~cells & (law > 0)].sum())
+    keep = p > 0
+    noncentrality = n * float(((q[keep] - p[keep]) ** 2 / p[keep]).sum())
+    chi = stats.ncx2.sf(stats.chi2.isf(ALPHA, df), df, noncentrality)
+    return float(1 - (1 - chi) * (1 - forbidden) ** n)
+
+
+def test_sampled_tokens_follow_mlx_lm_s_law_through_the_drop_in(target):
+    """The first token after the prompt, verified against two drafts of another
+    model, through the drop-in as mlx-lm's users call it (one call per seed),
+    against the law of mlx-lm's sampler with every filter on. Chi-square at
+    ALPHA; power >= 0.99 against the temperature ignored, specaccept's own filter
+    order, and every draft accepted (the draft model's law)."""
+    draft = tiny_llama(2, layers=1)
+    sampler = drop_in.make_sampler(**FILTERED)
+    counts = np.zeros(VOCAB)
+    kept = 0
+    for seed in range(LAW_RUNS):
+        first = next(
+            drop_in.speculative_generate_step(
+                mx.array(LAW_PROMPT), target, draft, num_draft_tokens=2, max_tokens=3,
+                sampler=sampler, seed=seed,
+            )
+        )  # fmt: skip
+        counts[first[0]] += 1
+        kept += first[2]
+    law = mlx_law(target, LAW_PROMPT, **FILTERED)
+    p_value, df = chi_square(counts, law)
+    assert p_value > ALPHA, (p_value, df)
+    assert 0.05 * LAW_RUNS < kept < 0.95 * LAW_RUNS  # drafts both kept and rejected
+    wrongs = {
+        "temperature ignored": mlx_law(target, LAW_PROMPT, **{**FILTERED, "temp": 1.0}),
+        "specaccept's order": temperature_first_law(target, LAW_PROMPT, **FILTERED),
+        "every draft accepted": mlx_law(draft, LAW_PROMPT, **FILTERED),
+    }
+    for name, wrong in wrongs.items():
+        assert power(law, wrong, LAW_RUNS, df) >= 0.99, name
+
+
+def test_the_target_drafting_for_itself_keeps_every_draft_where_mlx_lm_keeps_some(target):
+    """At temperature 0.8 a draft from the target's own law is kept by speculative
+    sampling with probability 1 (p = q), by mlx-lm's exact match with
+    probability sum_x p(x)^2: more tokens per target call, same model, same drafts."""
+    from mlx_lm.sample_utils import make_sampler as mlx_make_sampler
+
+    prompt = mx.array(LAW_PROMPT)
+    ours = list(
+        drop_in.speculative_generate_step(
+            prompt, target, target, num_draft_tokens=3, max_tokens=40,
+            sampler=drop_in.make_sampler(temp=0.8), seed=0,
+        )
+    )  # fmt: skip
+    mx.random.seed(0)
+    theirs = list(
+        mlx_speculative(
+            prompt, target, target, num_draft_tokens=3, max_tokens=40,
+            sampler=mlx_make_sampler(temp=0.8),
+        )
+    )  # fmt: skip
+    assert len(ours) == len(theirs) == 40
+    # A target call emits its kept drafts and one token of its own (from_draft False).
+    calls = {
+        name: sum(not f for _, _, f in out) for name, out in (("ours", ours), ("theirs", theirs))
+    }
+    assert calls["ours"] <= 11  # 40 tokens in steps of 3 drafts kept and one more: 10 calls
+    assert calls["theirs"] >= calls["ours"] + 3, calls
+
+
+@pytest.mark.parametrize(
+    "argument, value",
+    [
+        ("logits_processors", [lambda tokens, logits: logits]),
+        ("prompt_cache", [object()]),
+        ("kv_bits", 4),
+        ("sampler", lambda logprobs: mx.argmax(logprobs, axis=-1)),
+    ],
+)
+def test_what_the_drop_in_cannot_keep_exact_is_refused_by_name(target, argument, value):
+    steps = drop_in.speculative_generate_step(
+        mx.array([1, 2]), target, target, max_tokens=4, **{argument: value}
+    )
+    with pytest.raises(ValueError, match=argument):
+        next(steps)
+
+
+def test_xtc_is_refused_and_the_sampler_is_mlx_lm_s():
+    with pytest.raises(ValueError, match="xtc_probability"):
+        drop_in.make_sampler(temp=0.8, xtc_probability=0.5)
+    sampler = drop_in.make_sampler(temp=0.8, top_k=1)
+    logprobs = mx.log(mx.array([[0.1, 0.6, 0.3]]))
+    assert int(sampler(logprobs)[0]) == 1  # top-k 1: the most likely token
+    with pytest.raises(TypeError, match="top_k"):
+        drop_in.make_sampler(temp=0.8, top_k=1.5)
+
+
+def word_tokenizer(eos: int):
+    """A transformers tokenizer for the tiny models: token ``i`` is the word ``w{i}``."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+    from transformers import PreTrainedTokenizerFast
+
+    words = WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0")
+    inner = Tokenizer(words)
+    inner.pre_tokenizer = WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=inner, eos_token=f"w{eos}", unk_token="w0")
+
+
+@pytest.mark.parametrize("ends", ["at max_tokens", "at EOS"])
+def test_stream_generate_greedy_is_mlx_lm_s_own(target, ends):
+    """mlx-lm's stream_generate and the drop-in, greedy, a draft model: the same
+    responses (text, token, from_draft, finish_reason), ending at max_tokens or
+    at an EOS token that greedy decoding reaches."""
+    from mlx_lm.generate import stream_generate as mlx_stream_generate
+
+    draft = tiny_llama(2, layers=1)
+    prompt = "w5 w9 w2 w7 w5 w9"
+    plain = [int(t) for t in mlx_greedy(target, [5, 9, 2, 7, 5, 9], 16)]
+    eos = plain[9] if ends == "at EOS" else next(t for t in range(VOCAB) if t not in plain)
+    tokenizer = word_tokenizer(eos)
+
+    def responses(stream):
+        return [
+            (r.text, r.token, r.from_draft, r.finish_reason, r.generation_tokens)
+            for r in stream(target, tokenizer, prompt, max_tokens=16, draft_model=draft,
+                            num_draft_tokens=3)
+        ]  # fmt: skip
+
+    ours, theirs = responses(drop_in.stream_generate), responses(mlx_stream_generate)
+    assert ours == theirs
+    assert theirs[-1][3] == ("stop" if ends == "at EOS" else "length")
+    assert drop_in.generate(target, tokenizer, prompt, max_tokens=16, draft_model=draft) == "".join(
+        r[0] for r in theirs
+    )
