@@ -367,3 +367,144 @@ def test_stream_generate_greedy_is_mlx_lm_s_own(target, ends):
     assert drop_in.generate(target, tokenizer, prompt, max_tokens=16, draft_model=draft) == "".join(
         r[0] for r in theirs
     )
+
+
+def test_the_readme_mlx_lines_run(target, capsys):
+    """README's MLX-LM block, with a tiny model, its draft and a word tokenizer."""
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("### MLX-LM users") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    scope = {
+        "model": target,
+        "tokenizer": word_tokenizer(eos=0),
+        "prompt": "w5 w9 w2 w7",
+        "draft_model": tiny_llama(2, layers=1),
+    }
+    mx.random.seed(3)
+    exec(code, scope)
+    printed = capsys.readouterr().out
+    assert len(printed.split()) >= 10 and all(w.startswith("w") for w in printed.split())
+
+
+def test_verify_logits_reads_mlx_arrays_in_place():
+    """MLX arrays reach the kernel without a copy (NumPy's view of MLX's buffer):
+    the same tokens as from NumPy copies, and no allocation the size of the input."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    vocab = 250_000  # a copy of both inputs would be 8 MB
+    target = mx.array(rng.normal(size=(2, 4, vocab)).astype(np.float32))
+    draft = mx.array(rng.normal(size=(2, 3, vocab)).astype(np.float32))
+    ids = rng.integers(0, vocab, (2, 3))
+    options = dict(temperature=0.8, seeds=[1, 2], offsets=[0, 0])
+    want = specaccept.verify_logits(ids, np.array(target), np.array(draft), **options)
+    got = specaccept.verify_logits(ids, target, draft, **options)
+    np.testing.assert_array_equal(got.output_token_ids, want.output_token_ids)
+    tracemalloc.start()
+    try:
+        specaccept.verify_logits(ids, target, draft, **options)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, f"peak traced allocation {peak} bytes"
+
+
+# --------------------------------------------------------------------------
+# Hostile inputs: only TypeError or ValueError (InputError), the session as it was
+# --------------------------------------------------------------------------
+
+HOSTILE_MODEL = {
+    "not a model": (lambda m: MLXModel(None), TypeError),
+    "vocab_size 0": (lambda m: MLXModel(m, vocab_size=0), ValueError),
+    "vocab_size str": (lambda m: MLXModel(m, vocab_size="61"), ValueError),
+    "process not callable": (lambda m: MLXModel(m, process=3), TypeError),
+    "prefill 0": (lambda m: MLXModel(m, prefill=0), ValueError),
+    "prefill bool": (lambda m: MLXModel(m, prefill=True), TypeError),
+    "tokenizer without decode": (lambda m: MLXModel(m, tokenizer=object()), TypeError),
+    "early exit 0": (lambda m: MLXModel(m).early_exit(0), ValueError),
+    "early exit bool": (lambda m: MLXModel(m).early_exit(True), TypeError),
+    "encode without tokenizer": (lambda m: MLXModel(m).encode("w1"), ValueError),
+    "prefix outside the vocabulary": (lambda m: MLXModel(m).session([[VOCAB]]), ValueError),
+    "prefix negative": (lambda m: MLXModel(m).session([[-1]]), ValueError),
+    "prefix a string": (lambda m: MLXModel(m).session("abc"), TypeError),
+    "prefix floats": (lambda m: MLXModel(m).session([[1.5]]), TypeError),
+    "make_sampler temp negative": (lambda m: drop_in.make_sampler(temp=-1.0), ValueError),
+    "make_sampler temp str": (lambda m: drop_in.make_sampler(temp="0.5"), TypeError),
+    "make_sampler temp nan": (lambda m: drop_in.make_sampler(temp=float("nan")), ValueError),
+    "make_sampler min_p 2": (lambda m: drop_in.make_sampler(temp=1.0, min_p=2.0), ValueError),
+    "make_sampler top_k -1": (lambda m: drop_in.make_sampler(temp=1.0, top_k=-1), ValueError),
+    "make_sampler keep 0": (
+        lambda m: drop_in.make_sampler(temp=1.0, min_tokens_to_keep=0),
+        ValueError,
+    ),
+}
+
+
+def steps(model, **options):
+    """The drop-in's first yield (its arguments are checked at the first next)."""
+    options = {"max_tokens": 4, **options}
+    return next(drop_in.speculative_generate_step(options.pop("prompt", [1, 2]), model, **options))
+
+
+HOSTILE_STEP = {
+    "num_draft_tokens -1": (dict(draft_model="self", num_draft_tokens=-1), ValueError),
+    "num_draft_tokens str": (dict(draft_model="self", num_draft_tokens="2"), TypeError),
+    "max_tokens -1": (dict(draft_model="self", max_tokens=-1), ValueError),
+    "prompt outside the vocabulary": (dict(draft_model="self", prompt=[1, VOCAB]), ValueError),
+    "prompt nested": (dict(draft_model="self", prompt=[[1, 2]]), TypeError),
+    "no drafter": (dict(), ValueError),
+    "two drafters": (dict(draft_model="self", draft=specaccept.PromptLookup()), ValueError),
+    "draft not a drafter": (dict(draft="lookup"), TypeError),
+    "sampler a number": (dict(draft_model="self", sampler=3), ValueError),
+    "prefill 0": (dict(draft_model="self", prefill_step_size=0), ValueError),
+    "seed str": (dict(draft_model="self", seed="a"), TypeError),
+    "draft vocabulary differs": (dict(draft_model="other vocab"), ValueError),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_MODEL)
+def test_hostile_model_and_sampler_arguments(target, case):
+    call, error = HOSTILE_MODEL[case]
+    with pytest.raises(error):
+        call(target)
+
+
+@pytest.mark.parametrize("case", HOSTILE_STEP)
+def test_hostile_drop_in_arguments(target, case):
+    options, error = HOSTILE_STEP[case]
+    options = dict(options)
+    if options.get("draft_model") == "self":
+        options["draft_model"] = target
+    elif options.get("draft_model") == "other vocab":
+        options["draft_model"] = tiny_llama(3, layers=1, vocab=VOCAB + 3)
+    with pytest.raises(error):
+        steps(target, **options)
+
+
+def test_hostile_session_calls_leave_the_session_as_it_was(target):
+    session = MLXModel(target).session([[1, 2, 3], [4]])
+    session.extend([[5, 6], [7]])
+    bad = [
+        (lambda: session.extend([["a"], []]), TypeError),
+        (lambda: session.extend([[VOCAB], []]), ValueError),
+        (lambda: session.extend([[1, 2], [3]], scored=[3, 0]), ValueError),
+        (lambda: session.extend([[1, 2], [3]], parents=[[0], [-1]]), ValueError),
+        (lambda: session.extend([[1], [3]], parents=[[0], [-1]]), ValueError),  # a branch
+        (lambda: session.extend([[1]]), ValueError),  # one row of two
+        (lambda: session.commit([[1], []]), ValueError),  # not a chain from the end
+        (lambda: session.commit([[0, 1, 2], []]), ValueError),
+        (lambda: session.select([2]), ValueError),
+        (lambda: session.select([-1]), ValueError),
+        (lambda: session.select("a"), TypeError),
+        (lambda: session.rollback([9, 1]), ValueError),
+    ]
+    for call, error in bad:
+        with pytest.raises(error):
+            call()
+    assert session.lengths == [3, 1]
+    scores = session.extend([[8], [9]])
+    np.testing.assert_allclose(scores[0, 0], alone(target, [1, 2, 3, 5, 6, 8])[-1], atol=1e-4)
+    np.testing.assert_allclose(scores[1, 0], alone(target, [4, 7, 9])[-1], atol=1e-4)

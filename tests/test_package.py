@@ -101,13 +101,16 @@ def readme_blocks(language: str) -> list[str]:
 def test_the_readme_python_blocks_run(capsys):
     """Every Python block of the README runs, in order, in one namespace (the
     Hugging Face block, which needs torch and SmolLM2, runs in
-    test_smollm2.py::test_the_readme_example_runs)."""
+    test_smollm2.py::test_the_readme_example_runs; the MLX-LM block, which needs
+    mlx, in test_mlx.py::test_the_readme_mlx_lines_run)."""
     blocks = readme_blocks("python")
     hf = [b for b in blocks if "load_smollm2" in b]
     assert len(hf) == 1, "the Hugging Face block is tested in test_smollm2.py"
+    mlx = [b for b in blocks if "compat.mlx_lm" in b]
+    assert len(mlx) == 1, "the MLX-LM block is tested in test_mlx.py"
     scope: dict = {}
     for block in blocks:
-        if block not in hf:
+        if block not in hf + mlx:
             exec(block, scope)
     result = scope["result"]
     assert result.output_token_ids.shape == (2, 4)

@@ -42,10 +42,12 @@ from typing import Any
 
 import numpy as np
 
+from .._checks import check_int
 from .._errors import InputError
 from ..generation._drafters import PromptLookup
 from ..generation._loop import run_steps
 from ..generation._options import Options
+from ..generation._session import _token_lists
 from ..generation.mlx import MLXModel
 
 __all__ = ["Sampler", "generate", "make_sampler", "speculative_generate_step", "stream_generate"]
@@ -218,13 +220,14 @@ def speculative_generate_step(
                 argument=name,
             )
     settings = _sampler(sampler)
+    num_draft_tokens = check_int(num_draft_tokens, "num_draft_tokens")
+    max_tokens = check_int(max_tokens, "max_tokens")
     if (draft_model is None) == (draft is None):
         raise InputError("give one of draft_model and draft", argument="draft_model")
-    if isinstance(prefill_step_size, bool) or not isinstance(prefill_step_size, int):
-        raise TypeError("prefill_step_size must be an int")
-    if prefill_step_size < 1:
-        raise InputError("prefill_step_size must be >= 1", argument="prefill_step_size")
-    tokens = [int(t) for t in (prompt.tolist() if hasattr(prompt, "tolist") else prompt)]
+    prefill_step_size = check_int(prefill_step_size, "prefill_step_size", 1)
+    tokens = _token_lists([prompt.tolist() if hasattr(prompt, "tolist") else prompt], 1, "prompt")[
+        0
+    ]
     target_process = _Target(settings)
     target = MLXModel(model, process=target_process, prefill=prefill_step_size)
     process = None if settings.greedy else settings.process
