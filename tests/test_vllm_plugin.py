@@ -51,7 +51,7 @@ GREEDY = {"temperature": 0.0, "max_tokens": 32}
 #: n-gram drafts "." and more (from "king. Once"), verified at temperature 0.8, top-k 20.
 LAW_PROMPT = "Once upon a time there was a king. Once upon a time there was a"
 LAW = {"temperature": 0.8, "top_k": 20, "max_tokens": 2}
-LAW_REQUESTS = 2000
+LAW_REQUESTS = 1200
 #: The chi-square tests' false-failure rate.
 ALPHA = 1e-3
 SEEDED = {"temperature": 0.8, "top_k": 20, "max_tokens": 24, "seed": 1234}
