@@ -93,6 +93,20 @@ def test_the_first_new_token_is_scored_after_the_committed_end(target):
     np.testing.assert_allclose(scores[0], alone(target, [3, 4, 5, 6, 7])[3:5], rtol=1e-4, atol=1e-4)
 
 
+def test_a_long_prompt_goes_ahead_in_chunks_of_prefill_tokens(target):
+    """prefill=3: a 10-token prompt and an 8-token extend are fed in calls of at
+    most 3 unscored tokens per row, scored as the model scores them alone."""
+    wrapped = MLXModel(target, prefill=3)
+    prompt = list(range(1, 11))
+    session = wrapped.session([prompt, prompt[:4]])
+    assert wrapped.forwards == 4  # 10 prompt tokens: 3 + 3 + 3, then the last 1
+    scores = session.extend([[11, 12, 13, 14, 15, 16, 17, 18], [5]], scored=[2, 1])
+    assert wrapped.forwards == 4 + 2  # 3 of 6 unscored go ahead; the last call has 3 + 2
+    want = alone(target, prompt + [11, 12, 13, 14, 15, 16, 17, 18])
+    np.testing.assert_allclose(scores[0], want[-2:], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(scores[1, 0], alone(target, prompt[:5])[-1], rtol=1e-4, atol=1e-4)
+
+
 def test_tree_drafts_are_refused_by_name(target):
     session = MLXModel(target).session([[1, 2]])
     with pytest.raises(ValueError, match="parents"):

@@ -109,11 +109,15 @@ class Sampler:
         shape): log-softmax, then top-p, min-p and top-k in ``make_sampler``'s
         order (mlx-lm's own functions), then divided by the temperature."""
         import mlx.core as mx
+
+        return self.filtered(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+
+    def filtered(self, logprobs: Any) -> Any:
+        """:meth:`process` of log-probabilities already normalised."""
         from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p
 
-        shape = logits.shape
-        rows = logits.reshape(-1, shape[-1])
-        rows = rows - mx.logsumexp(rows, axis=-1, keepdims=True)
+        shape = logprobs.shape
+        rows = logprobs.reshape(-1, shape[-1])
         if 0 < self.top_p < 1.0:
             rows = apply_top_p(rows, self.top_p)
         if self.min_p != 0.0:
@@ -174,7 +178,7 @@ class _Target:
         import mlx.core as mx
 
         self.logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        return logits if self.sampler.greedy else self.sampler.process(logits)
+        return logits if self.sampler.greedy else self.sampler.filtered(self.logprobs)
 
 
 def speculative_generate_step(
@@ -304,16 +308,9 @@ def stream_generate(
     prompt_tps = 0.0
     logprobs: Any = None
     n, token, from_draft = 0, 0, False
-    for n, (token, logprobs, from_draft) in enumerate(steps):
-        if n == 0:
-            prompt_tps = len(ids) / max(time.perf_counter() - started, 1e-9)
-            started = time.perf_counter()
-        if token in stops:
-            break
-        detokenizer.add_token(token)
-        if n + 1 == max_tokens:
-            break
-        yield GenerationResponse(
+
+    def response(n: int, token: int, logprobs: Any, from_draft: bool, finish: str | None) -> Any:
+        return GenerationResponse(
             text=detokenizer.last_segment,
             token=token,
             logprobs=logprobs,
@@ -323,21 +320,21 @@ def stream_generate(
             generation_tokens=n + 1,
             generation_tps=(n + 1) / max(time.perf_counter() - started, 1e-9),
             peak_memory=mx.get_peak_memory() / 1e9,
-            finish_reason=None,
+            finish_reason=finish,
         )
+
+    for n, (token, logprobs, from_draft) in enumerate(steps):
+        if n == 0:
+            prompt_tps = len(ids) / max(time.perf_counter() - started, 1e-9)
+            started = time.perf_counter()
+        if token in stops:
+            break
+        detokenizer.add_token(token)
+        if n + 1 == max_tokens:
+            break
+        yield response(n, token, logprobs, from_draft, None)
     detokenizer.finalize()
-    yield GenerationResponse(
-        text=detokenizer.last_segment,
-        token=token,
-        logprobs=logprobs,
-        from_draft=from_draft,
-        prompt_tokens=len(ids),
-        prompt_tps=prompt_tps,
-        generation_tokens=n + 1,
-        generation_tps=(n + 1) / max(time.perf_counter() - started, 1e-9),
-        peak_memory=mx.get_peak_memory() / 1e9,
-        finish_reason="stop" if token in stops else "length",
-    )
+    yield response(n, token, logprobs, from_draft, "stop" if token in stops else "length")
 
 
 def generate(model: Any, tokenizer: Any, prompt: Any, verbose: bool = False, **kwargs: Any) -> str:

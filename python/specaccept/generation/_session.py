@@ -17,7 +17,7 @@ The contract is docs/spec.md section 12.2.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -291,11 +291,53 @@ class Ledger:
                 )
         return selected
 
+    def truncate(self, known: list[int]) -> None:
+        """Forget every row's provisional tokens past its first ``known[b]`` (a call
+        that failed after recording some)."""
+        for b, count in enumerate(known):
+            del self.tokens[b][count:], self.parents[b][count:], self.depths[b][count:]
+
     def select(self, rows: list[int]) -> None:
         self.committed = [self.committed[r] for r in rows]
         self.tokens = [list(self.tokens[r]) for r in rows]
         self.parents = [list(self.parents[r]) for r in rows]
         self.depths = [list(self.depths[r]) for r in rows]
+
+
+def extend_in_chunks(
+    run: Callable[[list[list[int]], list[list[int]], list[list[int]], list[int]], Any],
+    new: list[list[int]],
+    links: list[list[int]],
+    depths: list[list[int]],
+    wanted: list[int],
+    lead: list[int],
+    chunk: int,
+) -> Any:
+    """One ``extend`` of a session on one cache (``HFSession``, ``MLXSession``) as
+    forward calls ``run(new, links, depths, wanted)``: each row's first ``lead[b]``
+    new tokens (unscored, a chain from its end: a prompt) go ahead in calls of at
+    most ``chunk`` tokens per row, scoring nothing; the last call scores."""
+    rows = len(new)
+    while max(lead, default=0) > chunk:
+        take = [min(n, chunk) for n in lead]
+        run(
+            [row[:t] for row, t in zip(new, take, strict=True)],
+            [link[:t] for link, t in zip(links, take, strict=True)],
+            [d[:t] for d, t in zip(depths, take, strict=True)],
+            [0] * rows,
+        )
+        new = [row[t:] for row, t in zip(new, take, strict=True)]
+        links = [link[t:] for link, t in zip(links, take, strict=True)]
+        depths = [d[t:] for d, t in zip(depths, take, strict=True)]
+        lead = [n - t for n, t in zip(lead, take, strict=True)]
+    return run(new, links, depths, wanted)
+
+
+def scored_order(wanted: list[int], keep: int) -> list[list[int]]:
+    """Per row, the indices into a call's last ``keep`` positions that left-align
+    its own last ``wanted[b]`` (rows are right-aligned in a call; a row that
+    scores nothing reads index 0)."""
+    return [[keep - w + min(j, w - 1) if w else 0 for j in range(keep)] for w in wanted]
 
 
 def _path(tokens: list[int], parents: list[int], index: int) -> list[int]:

@@ -54,7 +54,14 @@ import numpy as np
 
 from .._arrays import as_numpy
 from .._errors import InputError
-from ._session import Ledger, LedgerSession, Scores, _token_lists
+from ._session import (
+    Ledger,
+    LedgerSession,
+    Scores,
+    _token_lists,
+    extend_in_chunks,
+    scored_order,
+)
 
 __all__ = [
     "TRANSFORMERS_VERSIONS",
@@ -372,19 +379,7 @@ class HFSession(LedgerSession):
         ]
         columns, known = self.columns, [len(t) for t in ledger.tokens]
         try:
-            while max(lead, default=0) > _PREFILL_CHUNK:
-                take = [min(n, _PREFILL_CHUNK) for n in lead]
-                self._run(
-                    [row[:t] for row, t in zip(new, take, strict=True)],
-                    [link[:t] for link, t in zip(links, take, strict=True)],
-                    [d[:t] for d, t in zip(depths, take, strict=True)],
-                    [0] * self.num_rows,
-                )
-                new = [row[t:] for row, t in zip(new, take, strict=True)]
-                links = [link[t:] for link, t in zip(links, take, strict=True)]
-                depths = [d[t:] for d, t in zip(depths, take, strict=True)]
-                lead = [n - t for n, t in zip(lead, take, strict=True)]
-            return self._run(new, links, depths, wanted)
+            return extend_in_chunks(self._run, new, links, depths, wanted, lead, _PREFILL_CHUNK)
         except BaseException:
             self._forget(columns, known)  # the chunks that went ahead, too
             raise
@@ -394,8 +389,8 @@ class HFSession(LedgerSession):
         ledger = self._ledger
         self._layers.apply(lambda t: t[..., :columns, :] if t.shape[-2] > columns else t)
         self._valid = self._valid[:, :columns]
+        ledger.truncate(known)
         for b, count in enumerate(known):
-            del ledger.tokens[b][count:], ledger.parents[b][count:], ledger.depths[b][count:]
             del self._columns[b][count:]
 
     def _run(
@@ -458,7 +453,7 @@ class HFSession(LedgerSession):
             if any(w != keep for w in wanted):
                 # Left-align each row's scored tokens (the last ones of the call).
                 order = torch.tensor(
-                    [[keep - w + min(j, w - 1) if w else 0 for j in range(keep)] for w in wanted],
+                    scored_order(wanted, keep),
                     device=logits.device,
                 )
                 logits = logits.gather(1, order[:, :, None].expand(-1, -1, logits.shape[2]))

@@ -44,7 +44,14 @@ from typing import Any
 import numpy as np
 
 from .._errors import InputError
-from ._session import Ledger, LedgerSession, Scores, _token_lists
+from ._session import (
+    Ledger,
+    LedgerSession,
+    Scores,
+    _token_lists,
+    extend_in_chunks,
+    scored_order,
+)
 
 __all__ = ["MLX_LM_VERSIONS", "MLXModel", "MLXSession"]
 
@@ -303,20 +310,7 @@ class MLXSession(LedgerSession):
         lead = [len(row) - w for row, w in zip(new, wanted, strict=True)]
         columns, known = self.columns, [len(t) for t in ledger.tokens]
         try:
-            chunk = self.owner.prefill
-            while max(lead, default=0) > chunk:
-                take = [min(n, chunk) for n in lead]
-                self._run(
-                    [row[:t] for row, t in zip(new, take, strict=True)],
-                    [link[:t] for link, t in zip(links, take, strict=True)],
-                    [d[:t] for d, t in zip(depths, take, strict=True)],
-                    [0] * self.num_rows,
-                )
-                new = [row[t:] for row, t in zip(new, take, strict=True)]
-                links = [link[t:] for link, t in zip(links, take, strict=True)]
-                depths = [d[t:] for d, t in zip(depths, take, strict=True)]
-                lead = [n - t for n, t in zip(lead, take, strict=True)]
-            return self._run(new, links, depths, wanted)
+            return extend_in_chunks(self._run, new, links, depths, wanted, lead, self.owner.prefill)
         except BaseException:
             self._forget(columns, known)  # the chunks that went ahead, too
             raise
@@ -328,8 +322,8 @@ class MLXSession(LedgerSession):
             cache.apply(lambda t: t[:, :, :columns] if t.shape[2] > columns else t)
             cache.mask = None
         self._valid = self._valid[:, :columns]
+        ledger.truncate(known)
         for b, count in enumerate(known):
-            del ledger.tokens[b][count:], ledger.parents[b][count:], ledger.depths[b][count:]
             del self._columns[b][count:]
 
     def _run(
@@ -358,10 +352,9 @@ class MLXSession(LedgerSession):
             if row:
                 ids[b, pad:] = row
                 offsets[b] = ledger.committed[b] + depths[b][0] - pad
-        mask = self._mask(new, width)
+        mask, offset = self._mask(new, width), mx.array(offsets)
         for cache in self._caches:
-            cache.offset = mx.array(offsets)
-            cache.mask = mask
+            cache.offset, cache.mask = offset, mask
         # A failure here (even after some layers appended) is undone by extend.
         logits = self.owner.model(mx.array(ids), cache=self._caches)
         self.owner.forwards += 1
@@ -383,10 +376,7 @@ class MLXSession(LedgerSession):
         last = logits[:, -keep:]
         if any(w != keep for w in wanted):
             # Left-align each row's scored tokens (the last ones of the call).
-            order = np.array(
-                [[keep - w + min(j, w - 1) if w else 0 for j in range(keep)] for w in wanted],
-                dtype=np.int32,
-            )
+            order = np.array(scored_order(wanted, keep), dtype=np.int32)
             last = mx.take_along_axis(last, mx.array(order)[:, :, None], axis=1)
         if last.dtype != mx.float32:
             last = last.astype(mx.float32)
