@@ -102,7 +102,7 @@ def test_a_long_prompt_goes_ahead_in_chunks_of_prefill_tokens(target):
     assert wrapped.forwards == 4  # 10 prompt tokens: 3 + 3 + 3, then the last 1
     scores = session.extend([[11, 12, 13, 14, 15, 16, 17, 18], [5]], scored=[2, 1])
     assert wrapped.forwards == 4 + 2  # 3 of 6 unscored go ahead; the last call has 3 + 2
-    want = alone(target, prompt + [11, 12, 13, 14, 15, 16, 17, 18])
+    want = alone(target, [*prompt, 11, 12, 13, 14, 15, 16, 17, 18])
     np.testing.assert_allclose(scores[0], want[-2:], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(scores[1, 0], alone(target, prompt[:5])[-1], rtol=1e-4, atol=1e-4)
 
