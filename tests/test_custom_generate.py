@@ -20,16 +20,16 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import specaccept  # noqa: E402
-from specaccept.generation import _custom_generate  # noqa: E402
-from specaccept.generation.hf import TRANSFORMERS_VERSIONS, speculative  # noqa: E402
-from test_generation_law import (  # noqa: E402
+from enumeration import (  # noqa: E402
     BLOCK,
     HALVES,
     chain_coordinates,
     scripted_rows,
-    target_law,
     weighted_law,
 )
+from specaccept.generation import _custom_generate  # noqa: E402
+from specaccept.generation.hf import TRANSFORMERS_VERSIONS, speculative  # noqa: E402
+from test_generation_law import target_law  # noqa: E402
 from tiny_llama import halves, llama  # noqa: E402
 
 PAD = 63  # a token of the vocabulary: padding with 0 would show

@@ -8,6 +8,9 @@ by the model alone (no cache), and mlx-lm's own greedy generation
 
 from __future__ import annotations
 
+import itertools
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -15,8 +18,10 @@ mx = pytest.importorskip("mlx.core")
 pytest.importorskip("mlx_lm")
 
 import specaccept  # noqa: E402
+from enumeration import HALVES, Scripted, chain_coordinates, sequence_law  # noqa: E402
 from mlx_lm.generate import generate_step  # noqa: E402
 from mlx_lm.models import llama  # noqa: E402
+from specaccept.generation import _loop  # noqa: E402
 from specaccept.generation.mlx import MLXModel  # noqa: E402
 
 VOCAB = 61
@@ -284,6 +289,116 @@ def test_sampled_tokens_follow_mlx_lm_s_law_through_the_drop_in(target):
     }
     for name, wrong in wrongs.items():
         assert power(law, wrong, LAW_RUNS, df) >= 0.99, name
+
+
+class HalvesLlama(llama.Model):
+    """An mlx-lm Llama whose every next-token law is made of halves (as
+    ``tiny_llama.Halves``): logit 0 for the two most likely tokens, or for the
+    most likely alone when it has more than 3/4; ``-inf`` for the rest. Every
+    probability a verifier reads is then 1/2 or 1, exactly, at any temperature."""
+
+    def __call__(self, inputs, cache=None, **kwargs):
+        logits = super().__call__(inputs, cache=cache, **kwargs).astype(mx.float32)
+        probs = mx.softmax(logits, axis=-1)
+        order = mx.argsort(-probs, axis=-1)
+        top = mx.take_along_axis(probs, order[..., :1], axis=-1)
+        rank = mx.argsort(order, axis=-1)  # each token's place in the order
+        kept = (rank == 0) | ((rank == 1) & (top <= 0.75))
+        return mx.where(kept, mx.array(0.0), mx.array(-mx.inf))
+
+
+def halves_llama(seed: int, layers: int = 2) -> HalvesLlama:
+    base = tiny_llama(seed, layers=layers, vocab=4)
+    # The initialisation's own scale (tiny_llama sharpens by 8): flatter rows,
+    # more of them with two tokens at 1/2.
+    base.update({"lm_head": {"weight": base.lm_head.weight / 8.0}})
+    model = HalvesLlama(base.args)
+    model.update(base.parameters())
+    mx.eval(model.parameters())
+    return model
+
+
+def halves_law(model, prefix):
+    """The exact next-token law of a :class:`HalvesLlama` after ``prefix``."""
+    row = alone(model, prefix)[-1]
+    kept = np.isfinite(row)
+    return [Fraction(1, int(kept.sum())) if k else Fraction(0) for k in kept]
+
+
+def drop_in_law(monkeypatch, target, draft, prompt, sampler):
+    """The exact law of the first two tokens out of the drop-in, called as users
+    call it: one call per combination of the cells of every uniform of the first
+    two steps (a chain of two drafts), weighted by the cells' lengths."""
+    coordinates = chain_coordinates(HALVES)
+    law: dict[tuple[int, ...], Fraction] = {}
+    accepted = 0
+    for combo in itertools.product(*[c[3] for c in coordinates]):
+        table = {
+            (s, role, i): [cell[0]]
+            for (s, role, i, _), cell in zip(coordinates, combo, strict=True)
+        }
+        monkeypatch.setattr(
+            _loop.Randomness, "of", classmethod(lambda cls, *a, t=table: Scripted(t))
+        )
+        out = list(
+            drop_in.speculative_generate_step(
+                mx.array(prompt), target, draft, num_draft_tokens=2, max_tokens=2,
+                sampler=sampler, seed=0,
+            )
+        )  # fmt: skip
+        key = tuple(token for token, _, _ in out)
+        weight = Fraction(1)
+        for _, length in combo:
+            weight *= length
+        law[key] = law.get(key, Fraction(0)) + weight
+        accepted += sum(from_draft for _, _, from_draft in out)
+    assert accepted > 0  # drafts were kept (and, the law being exact, rejected)
+    return law
+
+
+HALVES_PROMPT = [1, 2, 3, 0]
+
+
+@pytest.fixture(scope="module")
+def halves_models():
+    return halves_llama(10), halves_llama(11, layers=1)
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [dict(temp=1.0), dict(temp=0.8, top_p=0.9, min_p=0.2, top_k=3)],
+    ids=["plain", "filters"],
+)
+def test_the_first_two_tokens_follow_the_target_exactly_through_the_drop_in(
+    monkeypatch, halves_models, sampler
+):
+    """Exact enumeration (tests/enumeration.py) through speculative_generate_step:
+    the law of the first two tokens equals the target's, in rational arithmetic.
+    With halves, mlx-lm's filters at these settings keep every token the law
+    gives mass to, and the temperature keeps halves halves."""
+    target, draft = halves_models
+    law = drop_in_law(monkeypatch, target, draft, HALVES_PROMPT, drop_in.make_sampler(**sampler))
+    assert law == sequence_law(lambda s: halves_law(target, s), HALVES_PROMPT, 2)
+
+
+def test_the_enumeration_tells_a_stale_cache_entry_apart(monkeypatch, halves_models):
+    """A plausibly wrong session: every provisional column stays attended (the
+    entries of rejected drafts), though the row's length counts only the kept
+    tokens. The enumeration's law differs from the target's."""
+    from specaccept.generation.mlx import MLXSession
+
+    def keep_rejected_entries(self, keep):
+        paths = self._ledger.check_keep(keep)
+        for b in range(len(paths)):
+            self._valid[b, self._columns[b]] = True
+        self._ledger.commit(paths)
+        self._columns = [[] for _ in paths]
+        self._tidy()
+
+    monkeypatch.setattr(MLXSession, "commit", keep_rejected_entries)
+    target, draft = halves_models
+    law = drop_in_law(monkeypatch, target, draft, HALVES_PROMPT, drop_in.make_sampler(temp=1.0))
+    assert law != sequence_law(lambda s: halves_law(target, s), HALVES_PROMPT, 2)
 
 
 def test_the_target_drafting_for_itself_keeps_every_draft_where_mlx_lm_keeps_some(target):
