@@ -498,6 +498,68 @@ def test_stream_generate_greedy_is_mlx_lm_s_own(target, ends):
     )
 
 
+BATCH_PROMPTS = [[5, 9, 2, 7, 5, 9], [3], [8, 1, 8, 1, 8, 1, 8, 1, 40, 2]]
+
+
+def wrapped_tokenizer(eos: int):
+    """:func:`word_tokenizer` in mlx-lm's TokenizerWrapper (what mlx_lm.load gives)."""
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+    return TokenizerWrapper(word_tokenizer(eos))
+
+
+def test_batch_generate_greedy_is_mlx_lm_s_own(target):
+    """Ragged prompts in one call, greedy, a draft model: the same texts and token
+    ids as mlx-lm's own batch_generate (no draft model), a row ending before an
+    EOS token that greedy decoding reaches, each row's own max_tokens."""
+    from mlx_lm.generate import batch_generate as mlx_batch_generate
+
+    draft = tiny_llama(2, layers=1)
+    eos = mlx_greedy(target, BATCH_PROMPTS[0], 16)[6]
+    tokenizer = wrapped_tokenizer(eos)
+    limits = [16, 16, 5]
+    ours = drop_in.batch_generate(
+        target, tokenizer, BATCH_PROMPTS, max_tokens=limits, return_token_ids=True,
+        draft_model=draft, num_draft_tokens=3,
+    )  # fmt: skip
+    theirs = mlx_batch_generate(
+        target, tokenizer, BATCH_PROMPTS, max_tokens=limits, return_token_ids=True
+    )
+    assert ours.token_ids == theirs.token_ids and ours.texts == theirs.texts
+    assert len(ours.token_ids[0]) < 16 and eos not in ours.token_ids[0]  # ended at EOS
+    assert len(ours.token_ids[2]) == 5
+    stats = ours.stats
+    assert stats.prompt_tokens == sum(len(p) for p in BATCH_PROMPTS)
+    assert stats.generation_tokens == sum(len(t) for t in ours.token_ids)
+    assert 0 < stats.generation_steps < stats.generation_tokens  # drafts were kept
+    assert stats.wall_time >= stats.prompt_time + stats.decode_time > 0
+
+
+def test_batch_generate_rows_do_not_depend_on_the_batch(target):
+    """Sampled at temperature 0.8 with a seed: each row's tokens are the same
+    alone, in the batch, and in batches of one row (completion_batch_size=1)."""
+    tokenizer = wrapped_tokenizer(VOCAB - 1)
+    options = dict(
+        max_tokens=12, return_token_ids=True, draft_model=tiny_llama(2, layers=1),
+        sampler=drop_in.make_sampler(temp=0.8), seed=7,
+    )  # fmt: skip
+    together = drop_in.batch_generate(target, tokenizer, BATCH_PROMPTS, **options).token_ids
+    alone = [drop_in.batch_generate(target, tokenizer, [p], **options).token_ids[0]
+             for p in BATCH_PROMPTS]  # fmt: skip
+    ones = drop_in.batch_generate(
+        target, tokenizer, BATCH_PROMPTS, completion_batch_size=1, **options
+    ).token_ids
+    assert together == alone == ones
+    other = drop_in.batch_generate(target, tokenizer, BATCH_PROMPTS, **{**options, "seed": 8})
+    assert other.token_ids != together  # the seed keys the draws
+
+
+def test_batch_generate_without_a_draft_model_is_mlx_lm_s(target):
+    tokenizer = wrapped_tokenizer(VOCAB - 1)
+    ours = drop_in.batch_generate(target, tokenizer, BATCH_PROMPTS, max_tokens=6)
+    assert ours.texts == [tokenizer.decode(mlx_greedy(target, p, 6)) for p in BATCH_PROMPTS]
+
+
 def test_the_readme_mlx_lines_run(target, capsys):
     """README's MLX-LM block, with a tiny model, its draft and a word tokenizer."""
     import pathlib
@@ -611,6 +673,34 @@ def test_hostile_drop_in_arguments(target, case):
         options["draft_model"] = tiny_llama(3, layers=1, vocab=VOCAB + 3)
     with pytest.raises(error):
         steps(target, **options)
+
+
+HOSTILE_BATCH = {
+    "prompt_caches": (dict(prompt_caches=[[object()]]), ValueError),
+    "return_prompt_caches": (dict(return_prompt_caches=True), ValueError),
+    "return_logprobs": (dict(return_logprobs=True), ValueError),
+    "logits_processors": (dict(logits_processors=[lambda tokens, logits: logits]), ValueError),
+    "max_kv_size": (dict(max_kv_size=8), ValueError),
+    "an unknown argument": (dict(top_p=0.9), TypeError),
+    "prompts a string": (dict(prompts="w1 w2"), TypeError),
+    "a prompt of strings": (dict(prompts=[["a"]]), TypeError),
+    "an empty prompt": (dict(prompts=[[1], []]), ValueError),
+    "max_tokens list too short": (dict(max_tokens=[4]), ValueError),
+    "max_tokens float": (dict(max_tokens=4.0), TypeError),
+    "max_tokens -1 in a list": (dict(max_tokens=[4, -1]), ValueError),
+    "completion_batch_size 0": (dict(completion_batch_size=0), ValueError),
+    "num_draft_tokens -1": (dict(num_draft_tokens=-1), ValueError),
+    "sampler a function": (dict(sampler=lambda x: x), ValueError),
+    "two drafters": (dict(draft=specaccept.PromptLookup()), ValueError),
+}
+
+
+@pytest.mark.parametrize("case", HOSTILE_BATCH)
+def test_hostile_batch_generate_arguments(target, case):
+    options, error = HOSTILE_BATCH[case]
+    options = {"prompts": [[1, 2], [3]], "max_tokens": 4, "draft_model": target, **options}
+    with pytest.raises(error):
+        drop_in.batch_generate(target, wrapped_tokenizer(VOCAB - 1), **options)
 
 
 def test_hostile_session_calls_leave_the_session_as_it_was(target):

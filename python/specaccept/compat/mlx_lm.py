@@ -1,6 +1,7 @@
 """mlx-lm's speculative decoding with speculative sampling: drop-ins for
-``mlx_lm.generate``'s ``speculative_generate_step``, ``stream_generate`` and
-``generate``, and for ``mlx_lm.sample_utils.make_sampler``.
+``mlx_lm.generate``'s ``speculative_generate_step``, ``stream_generate``,
+``generate`` and ``batch_generate`` (with a draft model: rows verified
+together), and for ``mlx_lm.sample_utils.make_sampler``.
 
 mlx-lm (0.32, :data:`~specaccept.generation.mlx.MLX_LM_VERSIONS`) keeps a draft
 only when it equals the token the target samples at that position: exact, but a
@@ -28,8 +29,9 @@ that many tokens). What it refuses by name (``ValueError``): ``logits_processors
 function: its law is unknown, so no verifier can keep to it) and XTC sampling
 (a random filter). The randomness is specaccept's counter-based draws keyed by a
 seed taken from MLX's global generator (``mx.random.seed`` makes a run
-reproducible) or given as ``seed=``. Batches (rows of different lengths) are
-:func:`specaccept.generate` over :class:`~specaccept.generation.mlx.MLXModel`.
+reproducible) or given as ``seed=``. :func:`batch_generate` verifies rows of
+different lengths together (:func:`specaccept.generate` over
+:class:`~specaccept.generation.mlx.MLXModel`).
 The contract is docs/spec.md section 12.9.
 """
 
@@ -42,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import generation as _generation
 from .._checks import check_int
 from .._errors import InputError
 from ..generation._drafters import PromptLookup
@@ -50,7 +53,14 @@ from ..generation._options import Options
 from ..generation._session import _token_lists
 from ..generation.mlx import MLXModel
 
-__all__ = ["Sampler", "generate", "make_sampler", "speculative_generate_step", "stream_generate"]
+__all__ = [
+    "Sampler",
+    "batch_generate",
+    "generate",
+    "make_sampler",
+    "speculative_generate_step",
+    "stream_generate",
+]
 
 
 @dataclass(frozen=True)
@@ -181,6 +191,38 @@ class _Target:
         return logits if self.sampler.greedy else self.sampler.filtered(self.logprobs)
 
 
+def _models(
+    model: Any, draft_model: Any, draft: Any, settings: Sampler, prefill: int, target_process: Any
+) -> tuple[MLXModel, Any]:
+    """The target (its logits through ``target_process``) and the drafter: an
+    :class:`MLXModel` of ``draft_model``, or ``draft`` (a ``PromptLookup``, an
+    ``MLXModel``), its scores processed as the sampler draws."""
+    if (draft_model is None) == (draft is None):
+        raise InputError("give one of draft_model and draft", argument="draft_model")
+    target = MLXModel(model, process=target_process, prefill=prefill)
+    process = None if settings.greedy else settings.process
+    if draft is None:
+        drafter: Any = MLXModel(
+            draft_model, vocab_size=target.vocab_size, process=process, prefill=prefill
+        )
+    elif isinstance(draft, PromptLookup):
+        drafter = draft
+    elif isinstance(draft, MLXModel):
+        drafter = draft.with_process(process)
+    else:
+        raise TypeError(f"draft must be a PromptLookup or an MLXModel, got {type(draft).__name__}")
+    return target, drafter
+
+
+def _seed(seed: int | None) -> int:
+    """``seed``, or one drawn from MLX's global generator (``mx.random.seed``)."""
+    import mlx.core as mx
+
+    if seed is None:
+        return int(np.array(mx.random.randint(0, 2**31 - 1, (1,)))[0])
+    return seed
+
+
 def speculative_generate_step(
     prompt: Any,
     model: Any,
@@ -226,30 +268,19 @@ def speculative_generate_step(
     settings = _sampler(sampler)
     num_draft_tokens = check_int(num_draft_tokens, "num_draft_tokens")
     max_tokens = check_int(max_tokens, "max_tokens")
-    if (draft_model is None) == (draft is None):
-        raise InputError("give one of draft_model and draft", argument="draft_model")
     prefill_step_size = check_int(prefill_step_size, "prefill_step_size", 1)
     tokens = _token_lists([prompt.tolist() if hasattr(prompt, "tolist") else prompt], 1, "prompt")[
         0
     ]
     target_process = _Target(settings)
-    target = MLXModel(model, process=target_process, prefill=prefill_step_size)
-    process = None if settings.greedy else settings.process
-    if draft is None:
-        drafter: Any = MLXModel(
-            draft_model, vocab_size=target.vocab_size, process=process, prefill=prefill_step_size
-        )
-    elif isinstance(draft, (PromptLookup, MLXModel)):
-        drafter = draft if not isinstance(draft, MLXModel) else draft.with_process(process)
-    else:
-        raise TypeError(f"draft must be a PromptLookup or an MLXModel, got {type(draft).__name__}")
-    if seed is None:
-        seed = int(np.array(mx.random.randint(0, 2**31 - 1, (1,)))[0])
+    target, drafter = _models(
+        model, draft_model, draft, settings, prefill_step_size, target_process
+    )
     options = Options.check(
         k=num_draft_tokens,
         max_new_tokens=max_tokens,
         greedy=settings.greedy,
-        seed=seed,
+        seed=_seed(seed),
         eos_token_id=None if not eos_token_ids else list(eos_token_ids),
     )
     emitted = 0
@@ -347,3 +378,124 @@ def generate(model: Any, tokenizer: Any, prompt: Any, verbose: bool = False, **k
     if verbose:
         print()
     return text
+
+
+#: mlx-lm's BatchGenerator settings that change no token: accepted, not used
+#: (specaccept runs the prompts of a call in batches of ``completion_batch_size``).
+_BATCH_TUNING = ("prefill_batch_size",)
+
+
+def batch_generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[Sequence[int]],
+    prompt_caches: Any = None,
+    max_tokens: int | Sequence[int] = 128,
+    verbose: bool = False,
+    return_prompt_caches: bool = False,
+    return_token_ids: bool = False,
+    return_logprobs: bool = False,
+    *,
+    draft_model: Any = None,
+    draft: Any = None,
+    num_draft_tokens: int = 2,
+    sampler: Any = None,
+    seed: int | None = None,
+    completion_batch_size: int = 32,
+    prefill_step_size: int = 2048,
+    stream: Any = None,
+    **kwargs: Any,
+) -> Any:
+    """``mlx_lm.generate.batch_generate`` with a draft model (or ``draft=``):
+    rows of different lengths verified together by speculative sampling
+    (:func:`specaccept.generate` over :class:`~specaccept.generation.mlx.MLXModel`,
+    ``completion_batch_size`` prompts at a time), where mlx-lm batches nothing
+    with a draft model. Returns mlx-lm's ``BatchResponse``: each prompt's text
+    and, with ``return_token_ids``, its tokens, ending before an EOS token of the
+    tokenizer's as mlx-lm's do; ``stats`` with the prompts' tokens, the first
+    step's time as ``prompt_time`` (it feeds the prompts), the generated tokens,
+    the steps and the rest as ``decode_time``. Each row's draws are keyed by
+    ``seed`` and its prompt (docs/spec.md section 12.4), so its text does not
+    depend on the batch. Refused by name: ``prompt_caches``,
+    ``return_prompt_caches``, ``return_logprobs``, ``logits_processors`` and
+    ``max_kv_size`` (a rotating cache), as :func:`speculative_generate_step`
+    refuses what it cannot keep exact. Without a draft model it is mlx-lm's own."""
+    import mlx.core as mx
+    from mlx_lm.generate import BatchResponse, BatchStats
+    from mlx_lm.generate import batch_generate as mlx_batch_generate
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+    if draft_model is None and draft is None:
+        return mlx_batch_generate(
+            model, tokenizer, prompts, prompt_caches, max_tokens, verbose,  # type: ignore[arg-type]
+            return_prompt_caches, return_token_ids, return_logprobs, sampler=sampler,
+            completion_batch_size=completion_batch_size, prefill_step_size=prefill_step_size,
+            stream=stream, **kwargs,
+        )  # fmt: skip
+    refused = {
+        "prompt_caches": prompt_caches not in (None, [], ()),
+        "return_prompt_caches": bool(return_prompt_caches),
+        "return_logprobs": bool(return_logprobs),
+        "logits_processors": kwargs.get("logits_processors") not in (None, [], ()),
+        "max_kv_size": kwargs.get("max_kv_size") is not None,
+    }
+    for name, given in refused.items():
+        if given:
+            raise InputError(
+                f"{name}: not supported by specaccept's batch_generate with a draft model",
+                argument=name,
+            )
+    unknown = sorted(set(kwargs) - {"logits_processors", "max_kv_size", *_BATCH_TUNING})
+    if unknown:
+        raise TypeError(f"batch_generate() got an unexpected keyword argument {unknown[0]!r}")
+    settings = _sampler(sampler)
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise TypeError(f"prompts must be a list of token lists, got {type(prompts).__name__}")
+    listed = [p.tolist() if hasattr(p, "tolist") else p for p in prompts]
+    rows = _token_lists(listed, len(listed), "prompts")
+    if isinstance(max_tokens, (int, np.integer)) and not isinstance(max_tokens, bool):
+        limits = [check_int(max_tokens, "max_tokens")] * len(rows)
+    else:
+        if isinstance(max_tokens, (str, bytes)) or not isinstance(max_tokens, Sequence):
+            raise TypeError(
+                f"max_tokens must be an int or a list of ints, got {type(max_tokens).__name__}"
+            )
+        limits = [check_int(m, "max_tokens") for m in max_tokens]
+        if len(limits) != len(rows):
+            raise InputError(
+                f"max_tokens has {len(limits)} entries for {len(rows)} prompts",
+                argument="max_tokens",
+            )
+    completion_batch_size = check_int(completion_batch_size, "completion_batch_size", 1)
+    prefill_step_size = check_int(prefill_step_size, "prefill_step_size", 1)
+    if not isinstance(tokenizer, TokenizerWrapper):
+        tokenizer = TokenizerWrapper(tokenizer)
+    stops = sorted(set(tokenizer.eos_token_ids))
+    process = None if settings.greedy else settings.process
+    target, drafter = _models(model, draft_model, draft, settings, prefill_step_size, process)
+    seed = _seed(seed)
+    k = check_int(num_draft_tokens, "num_draft_tokens")
+    tokens: list[list[int]] = []
+    stats = BatchStats(prompt_tokens=sum(len(r) for r in rows))
+    begun = time.perf_counter()
+    with mx.stream(stream if stream is not None else mx.default_stream(mx.default_device())):
+        for start in range(0, len(rows), completion_batch_size):
+            chunk = slice(start, start + completion_batch_size)
+            out = _generation.generate(
+                target, drafter, rows[chunk], k=k,
+                max_new_tokens=max(limits[chunk], default=1) or 1, greedy=settings.greedy,
+                temperature=1.0, seed=seed, eos_token_id=stops or None,
+            )  # fmt: skip
+            for row, limit in zip(out.tokens, limits[chunk], strict=True):
+                row = row[:limit]
+                tokens.append(row[:-1] if row and row[-1] in stops else row)
+            stats.prompt_time += out.step_seconds[0] if out.step_seconds else 0.0
+            stats.decode_time += sum(out.step_seconds[1:])
+            stats.generation_steps += len(out.step_seconds)
+            if verbose:
+                print(f"[batch_generate] Finished processing {len(tokens)}/{len(rows)} ...")
+    stats.generation_tokens = sum(len(t) for t in tokens)
+    stats.wall_time = time.perf_counter() - begun
+    stats.peak_memory = mx.get_peak_memory() / 1e9
+    texts = [tokenizer.decode(t) for t in tokens]
+    return BatchResponse(texts, stats, None, tokens if return_token_ids else None, None)
