@@ -112,6 +112,29 @@ def test_a_long_prompt_goes_ahead_in_chunks_of_prefill_tokens(target):
     np.testing.assert_allclose(scores[1, 0], alone(target, prompt[:5])[-1], rtol=1e-4, atol=1e-4)
 
 
+def test_a_prompt_goes_ahead_of_the_call_that_scores(target):
+    """A lead of at least 8 unscored tokens goes ahead whole: the scoring call
+    reads the scored tokens alone (the model's head is computed over every
+    position of a call), and scores as the model alone."""
+    wrapped = MLXModel(target)
+    prompts = [list(range(1, 21)), [7, 8, 9]]
+    session = wrapped.session(prompts)
+    assert wrapped.forwards == 1 and wrapped.positions == 2 * 20  # the prompts, unscored
+    scores = session.extend([[21, 22], [10, 11]], scored=[2, 2])
+    assert wrapped.forwards == 2 and wrapped.positions == 40 + 2 * 2  # no lead: one call
+    # 12 tokens of which 2 scored: the 10 unscored go ahead, the scoring call reads 2.
+    chain = list(range(23, 35))
+    scores = session.extend([chain, [12]], scored=[2, 1])
+    assert wrapped.forwards == 4 and wrapped.positions == 44 + 2 * 10 + 2 * 2
+    want = alone(target, [*prompts[0], 21, 22, *chain])
+    np.testing.assert_allclose(scores[0], want[-2:], rtol=1e-4, atol=1e-4)
+    want = alone(target, [*prompts[1], 10, 11, 12])
+    np.testing.assert_allclose(scores[1, 0], want[-1], rtol=1e-4, atol=1e-4)
+    # A short lead (a drafter catching up one token) stays in the scoring call.
+    session.extend([[40, 41], [13, 14]], scored=[1, 1])
+    assert wrapped.forwards == 5
+
+
 def test_tree_drafts_are_refused_by_name(target):
     session = MLXModel(target).session([[1, 2]])
     with pytest.raises(ValueError, match="parents"):

@@ -415,7 +415,9 @@ def test_k_chosen_before_a_draft_model_drafts(model, tmp_path, hf_greedy):
     num_speculative_tokens=4): greedy text equal to Hugging Face's; at every step
     the draft model ran exactly the widest count chosen (not vLLM's 4: a draft not
     chosen is a forward not paid), and fewer than 4 once the cost was fitted
-    (its drafts are rarely accepted); vLLM verified at most what was kept."""
+    (its drafts are rarely accepted); vLLM verified at most what was kept. Its
+    requests were parked (no drafts, steps running), and the steps whose requests
+    were all parked ran no drafter pass at all (counted in vLLM's proposer)."""
     choices = tmp_path / "k.jsonl"
     runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
     env = {"SPECACCEPT_VLLM_K": "auto", "SPECACCEPT_VLLM_K_RECORD": str(choices)}
@@ -431,6 +433,10 @@ def test_k_chosen_before_a_draft_model_drafts(model, tmp_path, hf_greedy):
     kept = sum(sum(line["k"]) for line in lines)
     verified = sum(sum(step[0]) for step in out["steps"])
     assert kept - 16 <= verified <= kept, (verified, kept)
+    skipped = [line["drafter_skipped"] for line in lines]
+    assert any(skipped) and not skipped[0]
+    assert all(line["parked"] == len(line["requests"]) for line in lines if line["drafter_skipped"])
+    assert out["drafter_runs"] == skipped.count(False), (out["drafter_runs"], len(skipped))
 
 
 def test_without_the_switch_vllm_is_its_own(model, tmp_path, hf_greedy):

@@ -216,6 +216,65 @@ def test_a_draft_model_drafts_the_widest_choice_and_each_request_keeps_its_own()
     assert t.schedule.costs[-1][1:] == (8, 2)
 
 
+def scripted_choices(t, script):
+    """``t``'s schedule answering each ``choose`` with the next ``(k, reason)`` of
+    ``script`` (capped by what is available); the available counts it was given."""
+    given = []
+    answers = iter(script)
+
+    def choose(requests, available, padded=True):
+        given.append(list(available))
+        k, reason = next(answers)
+        k = np.minimum(np.array(k), np.array(available))
+        n = len(requests)
+        return KChoice(tuple(requests), k, np.array(available), np.zeros((n, 4)), 1.0, 1.0, reason)
+
+    t.schedule.choose = choose
+    return given
+
+
+def test_a_request_given_no_drafts_is_parked_and_a_step_of_parked_requests_skips_the_drafter():
+    """A request the model gave no drafts PARK_AFTER modelled steps running never
+    drafts again (nothing available to it); the start's alternation does not
+    count; a step whose requests are all parked skips the drafter, and its cost
+    is observed with no draft forward (a step that drafted nothing but ran the
+    drafter's pass: one); a finished request is forgotten, a new one drafts."""
+    park = vllm_schedule.PARK_AFTER
+    t = trimmer(max_k=4, method="draft_model")
+    script = [([0, 0], "start")] * 3 + [([0, 2], "model")] * park + [([3, 0], "model")] * park
+    script += [([1, 1], "model")]
+    given = scripted_choices(t, script)
+    requests = ["a", "b"]
+    costs = []
+    for step in range(len(script) - 1):
+        t.start(scheduled({r: [] for r in requests}))
+        t.observe(emitted({r: [7] for r in requests}))
+        t.choose_before(model_runner(requests), 4)
+        skipped = t.skipped
+        drafts = [[] for _ in requests] if skipped else [[1, 2, 3, 4] for _ in requests]
+        t.trim(DraftTokenIds(requests, drafts))
+        costs.append((step, skipped, t.schedule.costs[-1][2] if t.schedule.costs else None))
+    start, a_idle, b_idle = 3, 3 + park, 3 + 2 * park
+    # Not parked by the start's choices; "a" parked at its park-th idle step.
+    assert given[start] == [4, 4] and given[a_idle - 1] == [4, 4]
+    assert given[a_idle] == [0, 4]
+    assert t.parked == {"a", "b"}
+    skipped_steps = [step for step, skipped, _ in costs if skipped]
+    assert skipped_steps == [b_idle - 1]  # "b" parked there: every request parked
+    # Each step's cost is observed at its take, with the drafter's forwards of
+    # its own choice: none where skipped, one where the widest choice was 0 but
+    # the drafter ran its pass, else the width.
+    forwards = {step: f for step, _, f in costs}
+    assert forwards[b_idle - 1] == 0
+    assert forwards[1] == 1  # the start's [0, 0]: the drafter's pass alone
+    assert forwards[start] == 2  # [0, 2]
+    # "b" finishes; "c" joins: not parked, so the drafter runs for its prompt.
+    t.start(scheduled({"a": []}, finished=["b"]))
+    assert t.parked == {"a"}
+    t.choose_before(model_runner(["a", "c"]), 4)
+    assert given[-1] == [0, 4] and not t.skipped
+
+
 def test_a_draft_model_s_drafts_it_did_not_choose_are_left_as_they_are():
     t = trimmer(method="draft_model")
     t.choose_before(model_runner(["a", "b"]), 4)

@@ -16,7 +16,8 @@ The output: ``forward`` (the qualified name and module of vLLM's
 replaced it), per run the requests' ``text``, ``token_ids``, ``finish_reason`` and
 ``logprobs`` (per position, token id to ``[logprob, rank]``) and ``preempted``
 (how many times vLLM's scheduler preempted it; one process mode), ``outputs``
-(every completion's token ids, for ``n > 1``); ``counters`` (vLLM's counters at
+(every completion's token ids, for ``n > 1``); ``drafter_runs`` (how many times
+a model drafter ran its pass; one process mode); ``counters`` (vLLM's counters at
 the end, when its statistics are on); and ``steps``:
 each verification step's ``[num_draft_tokens, tokens emitted per request]`` (one
 process mode; empty when the worker is spawned), and ``run_steps`` the same per run.
@@ -65,6 +66,23 @@ def count_preemptions() -> list[tuple[int, ...]]:
 
     Scheduler._preempt_request = counted
     return preempted
+
+
+def count_drafter_runs() -> list[int]:
+    """The tokens of each first pass of vLLM's model drafters (draft model,
+    EAGLE: ``SpecDecodeBaseProposer.propose``), from now on (one process mode)."""
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    runs: list[int] = []
+    propose = SpecDecodeBaseProposer.propose
+
+    def counted(self, *args, **kwargs):
+        tokens = kwargs.get("target_token_ids", args[1] if len(args) > 1 else None)
+        runs.append(0 if tokens is None else int(tokens.shape[0]))
+        return propose(self, *args, **kwargs)
+
+    SpecDecodeBaseProposer.propose = counted
+    return runs
 
 
 def _params(sampling: dict) -> dict:
@@ -116,6 +134,7 @@ def main(job_path: str, out_path: str) -> None:
     # In this process's worker (one process mode): each verification step's
     # drafts and emitted tokens per request.
     RejectionSampler.forward = counted
+    drafter_runs = count_drafter_runs()
     out: dict[str, Any] = {
         "forward": f"{forward.__module__}.{forward.__qualname__}",
         "patched": getattr(forward, "_specaccept", None) is not None,
@@ -158,6 +177,7 @@ def main(job_path: str, out_path: str) -> None:
         ]
         out["run_steps"][run["name"]] = steps[first_step:]
     out["steps"] = steps
+    out["drafter_runs"] = len(drafter_runs)
     out["counters"] = counters(llm)
     with open(out_path, "w") as file:
         json.dump(out, file)

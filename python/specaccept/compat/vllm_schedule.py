@@ -23,7 +23,13 @@ runner is):
   ``AdaptiveK`` chooses each request's drafts *before* the draft model runs, and
   the drafter runs the widest request's count (``num_spec_tokens_to_schedule``,
   vLLM's own per-step width, lowered for the call): a draft not chosen is a
-  forward not paid;
+  forward not paid. vLLM's drafter still runs one forward over the step's tokens
+  when nothing is drafted (its cache kept in step), so a request the model gives
+  no drafts (:data:`PARK_AFTER` steps running) is *parked*: it drafts nothing until
+  it finishes, and a step whose requests are all parked skips the drafter (no
+  forward at all: plain decoding's cost). A parked request's drafter cache falls
+  behind, which is why it never drafts again; every other request was in every
+  step the drafter ran since its prompt, so its drafter cache is whole;
 - ``take_draft_token_ids``: the step's wall time (from the previous step's
   drafts to this one's: the whole engine step, scheduling included) is observed
   against the tokens the target computed (``total_num_scheduled_tokens``; not for
@@ -67,6 +73,12 @@ VALUES = ("auto",)
 METHODS = ("ngram", "draft_model")
 #: The methods whose drafter runs a model per draft: the choice is made before it.
 BEFORE_DRAFTING = ("draft_model",)
+#: A draft model's request given no drafts this many modelled steps running is
+#: parked (never drafts again; the drafter is skipped where every request is).
+#: While it drafts nothing its acceptance is not observed, so a later step decides
+#: from the same estimate: 1 parks it at once, its prompt's drafter pass included
+#: when the prior already says drafts cannot pay.
+PARK_AFTER = 1
 
 logger = logging.getLogger("vllm.specaccept")
 
@@ -114,6 +126,11 @@ def install(value: str) -> bool:
         width = trimmer.guarded("choose", trimmer.choose_before, self, most)
         if width is None:
             return propose_draft_token_ids(self, scheduler_output, *args, **kwargs)
+        if trimmer.skipped:  # every request parked: no drafter forward
+            none = trimmer.guarded("park", _no_drafts, self)
+            if none is not None:
+                return none
+            trimmer.skipped = False  # (broken now: vLLM's drafter runs)
         # The runner hands this width to the drafter; the scheduler's own is restored.
         scheduler_output.num_spec_tokens_to_schedule = width
         try:
@@ -165,6 +182,9 @@ class _Trimmer:
         self.scheduled: Any = None  # the step's SchedulerOutput
         self.proposals: dict[str, list[int]] = {}  # request -> last step's whole proposal
         self.choice: KChoice | None = None
+        self.parked: set[str] = set()  # requests that never draft again
+        self.idle: dict[str, int] = {}  # request -> modelled steps running with no drafts
+        self.skipped = False  # this step's drafter skipped (every request parked)
         self.broken = False
         self.record = record
         self.steps = 0
@@ -222,6 +242,8 @@ class _Trimmer:
             self.schedule.finish(finished)
             for request in finished:
                 self.proposals.pop(request, None)
+                self.parked.discard(request)
+                self.idle.pop(request, None)
 
     def observe(self, output: Any) -> None:
         """What the step's verification kept, per request that emitted tokens."""
@@ -255,23 +277,38 @@ class _Trimmer:
 
     def choose_before(self, runner: Any, most: int) -> int:
         """A draft model's step: each request's drafts chosen before the drafter
-        runs (at most ``most``, the scheduler's width); the width it runs."""
+        runs (at most ``most``, the scheduler's width; none for a parked request);
+        requests parked; the width the drafter runs (``skipped``: not at all)."""
         requests = list(runner.input_batch.req_ids)
-        self.chosen = self.schedule.choose(requests, [int(most)] * len(requests), padded=False)
-        return self.chosen.width
+        available = [0 if r in self.parked else int(most) for r in requests]
+        chosen = self.schedule.choose(requests, available, padded=False)
+        if chosen.reason != "start":  # the first steps alternate to fit the cost
+            for request, k in zip(requests, chosen.k.tolist(), strict=True):
+                if k or request in self.parked:
+                    self.idle.pop(request, None)
+                    continue
+                self.idle[request] = self.idle.get(request, 0) + 1
+                if self.idle[request] >= PARK_AFTER:
+                    self.parked.add(request)
+                    del self.idle[request]
+        self.skipped = bool(requests) and all(r in self.parked for r in requests)
+        self.chosen = chosen
+        return chosen.width
 
     def trim(self, drafts: Any) -> Any:
         """The step's cost observed; the proposals trimmed to the choice."""
         now, seconds = time.perf_counter(), None
-        scheduled, chosen = self.scheduled, self.chosen
-        forwards = 0 if chosen is None else chosen.width
+        scheduled, chosen, skipped = self.scheduled, self.chosen, self.skipped
+        # The drafter's forwards: its first pass (over the step's tokens, drafting
+        # the first token) and one per further draft; none when it was skipped.
+        forwards = 0 if chosen is None or skipped else max(chosen.width, 1)
         if self.ended is not None and scheduled is not None and _decode_only(scheduled):
             # The whole engine step, scheduling and output included: from the
             # previous step's drafts to this one's (an engine that idled, with no
             # request, next runs a step that processes a prompt: not measured).
             seconds = now - self.ended
             self.schedule.observe_cost(seconds, int(scheduled.total_num_scheduled_tokens), forwards)
-        self.ended, self.scheduled, self.chosen = now, None, None
+        self.ended, self.scheduled, self.chosen, self.skipped = now, None, None, False
         requests = list(drafts.req_ids)
         proposed = [list(t) for t in drafts.draft_token_ids]
         if not requests or len(proposed) != len(requests):
@@ -285,11 +322,11 @@ class _Trimmer:
             self.proposals = {r: t for r, t in zip(requests, proposed, strict=True) if t}
         self.steps += 1
         if self.record:
-            self._record(choice, seconds, max(map(len, proposed), default=0))
+            self._record(choice, seconds, max(map(len, proposed), default=0), skipped)
         kept = [t[:k] for t, k in zip(proposed, choice.k.tolist(), strict=True)]
         return type(drafts)(requests, kept)
 
-    def _record(self, choice: KChoice, seconds: float | None, proposed: int) -> None:
+    def _record(self, choice: KChoice, seconds: float | None, proposed: int, skipped: bool) -> None:
         line = {
             "step": self.steps,
             "requests": list(choice.requests),
@@ -301,10 +338,24 @@ class _Trimmer:
             "previous_step_seconds": seconds,  # null: not measured
             "reason": choice.reason,
             "proposed": proposed,  # the longest proposal (a draft model: its forwards)
+            "parked": sum(r in self.parked for r in choice.requests),
+            "drafter_skipped": skipped,
         }
         assert self.record is not None
         with open(self.record, "a") as file:
             file.write(json.dumps(line) + "\n")
+
+
+def _no_drafts(runner: Any) -> Any:
+    """What vLLM's ``propose_draft_token_ids`` returns when its drafter drafts
+    nothing (``[requests, 0]``), without the drafter's forward."""
+    import torch
+
+    runner._draft_probs = None
+    runner._draft_prob_req_ids = None
+    return torch.empty(
+        (len(runner.input_batch.req_ids), 0), dtype=torch.int64, device=runner.device
+    )
 
 
 def _decode_only(scheduled: Any) -> bool:

@@ -312,13 +312,17 @@ def extend_in_chunks(
     wanted: list[int],
     lead: list[int],
     chunk: int,
+    ahead: int | None = None,
 ) -> Any:
     """One ``extend`` of a session on one cache (``HFSession``, ``MLXSession``) as
     forward calls ``run(new, links, depths, wanted)``: each row's first ``lead[b]``
     new tokens (unscored, a chain from its end: a prompt) go ahead in calls of at
-    most ``chunk`` tokens per row, scoring nothing; the last call scores."""
+    most ``chunk`` tokens per row, scoring nothing; the last call scores. With
+    ``ahead``: a lead of at least ``ahead`` tokens in some row goes ahead whole, so
+    that the scoring call holds the scored tokens alone (for a model that computes
+    its head over every position of a call)."""
     rows = len(new)
-    while max(lead, default=0) > chunk:
+    while max(lead, default=0) > chunk or (ahead is not None and max(lead, default=0) >= ahead):
         take = [min(n, chunk) for n in lead]
         run(
             [row[:t] for row, t in zip(new, take, strict=True)],

@@ -63,6 +63,12 @@ _COMPACT_SHARE = 0.5
 _COMPACT_MIN_COLUMNS = 32
 #: Unscored chain tokens (a prompt) per forward call.
 _PREFILL_CHUNK = 256
+#: A row's unscored lead of at least this many tokens goes ahead of the scoring
+#: call: mlx-lm's models compute their head (``[tokens, V]``, a fifth of
+#: SmolLM2-135M's work per token) over every position of a call, so a prompt's
+#: scoring call would pay it for every prompt token. Shorter leads (a drafter
+#: catching up one or two tokens) stay in the call: a call costs more than that.
+_AHEAD = 8
 
 
 def _mlx() -> Any:
@@ -310,7 +316,9 @@ class MLXSession(LedgerSession):
         lead = [len(row) - w for row, w in zip(new, wanted, strict=True)]
         columns, known = self.columns, [len(t) for t in ledger.tokens]
         try:
-            return extend_in_chunks(self._run, new, links, depths, wanted, lead, self.owner.prefill)
+            return extend_in_chunks(
+                self._run, new, links, depths, wanted, lead, self.owner.prefill, _AHEAD
+            )
         except BaseException:
             self._forget(columns, known)  # the chunks that went ahead, too
             raise
