@@ -188,7 +188,7 @@ def positions_from_columns(original):
     def run(self, new, links, depths, wanted):
         committed = self._ledger.committed
         saved = list(committed)
-        holes = (~self._valid).sum(dim=1).tolist() if self._valid.numel() else [0] * len(saved)
+        holes = (~self._valid).sum(axis=1).tolist() if self._valid.size else [0] * len(saved)
         self._ledger.committed = [c + int(h) for c, h in zip(saved, holes, strict=True)]
         try:
             return original(self, new, links, depths, wanted)

@@ -26,6 +26,7 @@ from .._errors import InputError
 from ._answers import model_probs
 
 __all__ = [
+    "ColumnSession",
     "LanguageModel",
     "Ledger",
     "LedgerSession",
@@ -374,6 +375,110 @@ class LedgerSession:
     def rollback(self, lengths: Any) -> None:
         """Roll each row back to ``lengths[b]`` tokens (committed and the first provisional ones)."""
         self.commit(self._ledger.chain_keep(lengths))
+
+
+#: A session on one cache compacts it when holes are more than this share of its
+#: columns (and there are at least ``COMPACT_MIN_COLUMNS``).
+COMPACT_SHARE = 0.5
+COMPACT_MIN_COLUMNS = 32
+
+
+class ColumnSession(LedgerSession):
+    """What the sessions on one key-value cache share (``HFSession``,
+    ``MLXSession``; docs/spec.md section 12.2): every row's tokens sit in the
+    columns of one key and value array per layer. ``_columns[b]`` are the columns
+    of row ``b``'s provisional tokens, in order; ``_valid`` (host booleans
+    ``[B, columns]``) marks the columns that hold a row's committed tokens; any
+    other column of a row is a hole. This class keeps that bookkeeping (commit,
+    row selection, the trailing cut, compaction, the undo of a failed extend);
+    a subclass runs the forward calls and changes its arrays through
+    :meth:`_cut`, :meth:`_take_rows` and :meth:`_gather`."""
+
+    _columns: list[list[int]]
+    _valid: np.ndarray
+
+    def _open(self, rows: int) -> None:
+        self._columns = [[] for _ in range(rows)]
+        self._valid = np.zeros((rows, 0), dtype=bool)
+
+    @property
+    def columns(self) -> int:
+        """Columns of the cache (committed, provisional and holes)."""
+        return int(self._valid.shape[1])
+
+    # -- the backend's arrays ----------------------------------------------------
+
+    def _cut(self, end: int) -> None:
+        """Every layer's keys and values to their first ``end`` columns (those
+        with fewer left as they are)."""
+        raise NotImplementedError
+
+    def _take_rows(self, rows: list[int]) -> None:
+        """Every layer's keys and values to rows ``rows`` (in that order)."""
+        raise NotImplementedError
+
+    def _gather(self, order: np.ndarray) -> None:
+        """Every layer's keys and values to columns ``order[b]`` of each row
+        (``int32 [B, width]``)."""
+        raise NotImplementedError
+
+    # -- the bookkeeping ---------------------------------------------------------
+
+    def _book(self, new: list[list[int]], start: int, width: int) -> None:
+        """After a forward call of ``width`` right-aligned columns from ``start``:
+        each row's new tokens are provisional in its columns, the padding holes."""
+        batch = len(new)
+        self._valid = np.concatenate([self._valid, np.zeros((batch, width), dtype=bool)], axis=1)
+        for b, row in enumerate(new):
+            pad = width - len(row)
+            self._columns[b] += [start + pad + i for i in range(len(row))]
+
+    def _forget(self, columns: int, known: list[int]) -> None:
+        """Back to ``columns`` cache columns and ``known[b]`` provisional tokens per
+        row (a failed extend, the chunks that went ahead included)."""
+        self._cut(columns)
+        self._valid = self._valid[:, :columns]
+        self._ledger.truncate(known)
+        for b, count in enumerate(known):
+            del self._columns[b][count:]
+
+    def commit(self, keep: Any) -> None:
+        ledger = self._ledger
+        paths = ledger.check_keep(keep)
+        for b, path in enumerate(paths):
+            self._valid[b, [self._columns[b][i] for i in path]] = True
+        ledger.commit(paths)
+        self._columns = [[] for _ in paths]
+        self._tidy()
+
+    def select(self, rows: Any) -> None:
+        selected = self._ledger.check_rows(rows)
+        self._take_rows(selected)
+        self._valid = self._valid[selected]
+        self._ledger.select(selected)
+        self._columns = [list(self._columns[r]) for r in selected]
+        self._tidy()
+
+    def _tidy(self) -> None:
+        """Cut the columns no row uses at the end; compact when holes dominate.
+        Only between steps (no provisional token)."""
+        if any(self._columns):
+            return
+        valid = self._valid
+        used = np.flatnonzero(valid.any(axis=0))
+        end = int(used[-1]) + 1 if used.size else 0
+        if end < valid.shape[1]:
+            self._cut(end)
+            self._valid = valid = valid[:, :end]
+        if end < COMPACT_MIN_COLUMNS or not valid.size:
+            return
+        counts = valid.sum(axis=1)
+        if float(counts.sum()) >= (1 - COMPACT_SHARE) * valid.size:
+            return
+        # Each row's committed columns, in order, gathered to the left.
+        width = int(counts.max())
+        self._gather(np.argsort(~valid, axis=1, kind="stable")[:, :width].astype(np.int32))
+        self._valid = np.arange(width)[None, :] < counts[:, None]
 
 
 class StatelessSession(LedgerSession):

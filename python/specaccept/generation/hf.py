@@ -55,8 +55,8 @@ import numpy as np
 from .._arrays import as_numpy
 from .._errors import InputError
 from ._session import (
+    ColumnSession,
     Ledger,
-    LedgerSession,
     Scores,
     _token_lists,
     extend_in_chunks,
@@ -73,10 +73,6 @@ __all__ = [
     "speculative",
 ]
 
-#: Compact the cache when holes are more than this share of its columns (and
-#: there are at least ``_COMPACT_MIN_COLUMNS``).
-_COMPACT_SHARE = 0.5
-_COMPACT_MIN_COLUMNS = 32
 #: Unscored chain tokens (a prompt) per forward call.
 _PREFILL_CHUNK = 256
 #: A chain row with more (query, ancestor) pairs than this has its mask set by
@@ -334,7 +330,7 @@ class _Layers:
         return int(pairs[0][0].shape[-2]) if pairs else 0
 
 
-class HFSession(LedgerSession):
+class HFSession(ColumnSession):
     """Rows of token sequences on one ``transformers`` key-value cache (see the
     module's docstring); a :class:`~specaccept.generation.Session`. Open one with
     :meth:`HFModel.session`."""
@@ -351,19 +347,12 @@ class HFSession(LedgerSession):
         self._device = next(model.model.parameters()).device
         self._dtype = getattr(model.model, "dtype", torch.float32)
         self._ledger = Ledger([0] * len(rows), self.vocab_size, model.max_length)
-        # Column of every provisional token of each row; committed columns per row.
-        self._columns: list[list[int]] = [[] for _ in rows]
-        self._valid = torch.zeros((len(rows), 0), dtype=torch.bool, device=self._device)
+        self._open(len(rows))
         self._cache = DynamicCache()
         self._layers = _Layers(self._cache)
         if any(rows):
             self.extend(rows, scored=[0] * len(rows))
             self.commit([list(range(len(r))) for r in rows])
-
-    @property
-    def columns(self) -> int:
-        """Columns of the cache (committed, provisional and holes)."""
-        return int(self._valid.shape[1])
 
     def extend(self, tokens: Any, parents: Any = None, *, scored: Any = None) -> np.ndarray:
         """See :meth:`specaccept.generation.Session.extend`. Long chains of unscored
@@ -384,14 +373,30 @@ class HFSession(LedgerSession):
             self._forget(columns, known)  # the chunks that went ahead, too
             raise
 
-    def _forget(self, columns: int, known: list[int]) -> None:
-        """Back to ``columns`` cache columns and ``known[b]`` provisional tokens per row."""
-        ledger = self._ledger
-        self._layers.apply(lambda t: t[..., :columns, :] if t.shape[-2] > columns else t)
-        self._valid = self._valid[:, :columns]
-        ledger.truncate(known)
-        for b, count in enumerate(known):
-            del self._columns[b][count:]
+    def _cut(self, end: int) -> None:
+        import torch
+
+        with torch.inference_mode():
+            self._layers.apply(lambda t: t[..., :end, :] if t.shape[-2] > end else t)
+
+    def _take_rows(self, rows: list[int]) -> None:
+        import torch
+
+        with torch.inference_mode():
+            index = torch.tensor(rows, dtype=torch.long, device=self._device)
+            self._layers.apply(lambda t: t.index_select(0, index))
+
+    def _gather(self, order: np.ndarray) -> None:
+        import torch
+
+        with torch.inference_mode():
+            index = torch.from_numpy(order.astype(np.int64)).to(self._device)
+            width = index.shape[1]
+            self._layers.apply(
+                lambda t: t.gather(
+                    2, index[:, None, :, None].expand(t.shape[0], t.shape[1], width, t.shape[3])
+                )
+            )
 
     def _run(
         self,
@@ -439,13 +444,7 @@ class HFSession(LedgerSession):
                     "the model did not append its new keys and values to the cache it was given: "
                     "HFModel needs a model that updates a transformers Cache"
                 )
-            self._valid = torch.cat(
-                [self._valid, torch.zeros((batch, width), dtype=torch.bool, device=self._device)],
-                dim=1,
-            )
-            for b, row in enumerate(new):
-                pad = width - len(row)
-                self._columns[b] += [start + pad + i for i in range(len(row))]
+            self._book(new, start, width)
             ledger.record(new, links, depths)
             if keep == 0:
                 return np.zeros((batch, 0, self.vocab_size), dtype=np.float32)
@@ -517,7 +516,7 @@ class HFSession(LedgerSession):
                         column_i.append(columns[index])
                         index = every_link[index]
         allowed = torch.zeros((batch, width, start + width), dtype=torch.bool)
-        allowed[:, :, :start] = self._valid.cpu()[:, None, :]
+        allowed[:, :, :start] = torch.from_numpy(self._valid)[:, None, :]
         allowed[rows_i, query_i, column_i] = True
         for b, pad in chains:
             earlier = torch.tensor(self._columns[b], dtype=torch.long)
@@ -529,62 +528,6 @@ class HFSession(LedgerSession):
         mask = torch.zeros((batch, 1, width, start + width), dtype=self._dtype)
         mask.masked_fill_(~allowed[:, None], torch.finfo(self._dtype).min)
         return mask
-
-    def commit(self, keep: Any) -> None:
-        import torch
-
-        ledger = self._ledger
-        paths = ledger.check_keep(keep)
-        rows_i, column_i = [], []
-        for b, path in enumerate(paths):
-            rows_i += [b] * len(path)
-            column_i += [self._columns[b][i] for i in path]
-        with torch.inference_mode():
-            if rows_i:
-                self._valid[rows_i, column_i] = True
-            ledger.commit(paths)
-            self._columns = [[] for _ in paths]
-            self._tidy()
-
-    def select(self, rows: Any) -> None:
-        import torch
-
-        selected = self._ledger.check_rows(rows)
-        with torch.inference_mode():
-            index = torch.tensor(selected, dtype=torch.long, device=self._device)
-            self._layers.apply(lambda t: t.index_select(0, index))
-            self._valid = self._valid.index_select(0, index)
-            self._ledger.select(selected)
-            self._columns = [list(self._columns[r]) for r in selected]
-            self._tidy()
-
-    def _tidy(self) -> None:
-        """Cut the columns no row uses at the end; compact when holes dominate.
-        Only between steps (no provisional token)."""
-        import torch
-
-        if any(self._columns):
-            return
-        valid = self._valid
-        used = valid.any(dim=0).nonzero()
-        end = int(used[-1]) + 1 if used.numel() else 0
-        if end < valid.shape[1]:
-            self._layers.apply(lambda t: t[..., :end, :])
-            self._valid = valid = valid[:, :end]
-        if end < _COMPACT_MIN_COLUMNS or not valid.numel():
-            return
-        counts = valid.sum(dim=1)
-        if float(counts.sum()) >= (1 - _COMPACT_SHARE) * valid.numel():
-            return
-        # Each row's committed columns, in order, gathered to the left.
-        width = int(counts.max())
-        order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)[:, :width]
-        self._layers.apply(
-            lambda t: t.gather(
-                2, order[:, None, :, None].expand(t.shape[0], t.shape[1], width, t.shape[3])
-            )
-        )
-        self._valid = torch.arange(width, device=self._device)[None, :] < counts[:, None]
 
 
 def smollm2_file() -> pathlib.Path | None:

@@ -45,8 +45,8 @@ import numpy as np
 
 from .._errors import InputError
 from ._session import (
+    ColumnSession,
     Ledger,
-    LedgerSession,
     Scores,
     _token_lists,
     extend_in_chunks,
@@ -57,10 +57,6 @@ __all__ = ["MLX_LM_VERSIONS", "MLXModel", "MLXSession"]
 
 #: The mlx-lm versions this adapter was written for and is tested with.
 MLX_LM_VERSIONS = ("0.32",)
-#: Compact the cache when holes are more than this share of its columns (and
-#: there are at least ``_COMPACT_MIN_COLUMNS``).
-_COMPACT_SHARE = 0.5
-_COMPACT_MIN_COLUMNS = 32
 #: Unscored chain tokens (a prompt) per forward call.
 _PREFILL_CHUNK = 256
 #: A row's unscored lead of at least this many tokens goes ahead of the scoring
@@ -269,7 +265,7 @@ class _Columns:
             self.keys, self.values = change(self.keys), change(self.values)
 
 
-class MLXSession(LedgerSession):
+class MLXSession(ColumnSession):
     """Rows of token sequences on one cache per layer of an mlx-lm model (see the
     module's docstring); a :class:`~specaccept.generation.Session`. Open one with
     :meth:`MLXModel.session`."""
@@ -281,18 +277,11 @@ class MLXSession(LedgerSession):
         self.vocab_size = model.vocab_size
         rows = _token_lists(prefixes, len(prefixes), "prefixes")
         self._ledger = Ledger([0] * len(rows), self.vocab_size, model.max_length)
-        # Column of every provisional token of each row; committed columns per row.
-        self._columns: list[list[int]] = [[] for _ in rows]
-        self._valid = np.zeros((len(rows), 0), dtype=bool)
+        self._open(len(rows))
         self._caches = [_Columns() for _ in range(model.num_layers)]
         if any(rows):
             self.extend(rows, scored=[0] * len(rows))
             self.commit([list(range(len(r))) for r in rows])
-
-    @property
-    def columns(self) -> int:
-        """Columns of the cache (committed, provisional and holes)."""
-        return int(self._valid.shape[1])
 
     def extend(self, tokens: Any, parents: Any = None, *, scored: Any = None) -> np.ndarray:
         """See :meth:`specaccept.generation.Session.extend`; each row's new tokens a
@@ -323,16 +312,21 @@ class MLXSession(LedgerSession):
             self._forget(columns, known)  # the chunks that went ahead, too
             raise
 
-    def _forget(self, columns: int, known: list[int]) -> None:
-        """Back to ``columns`` cache columns and ``known[b]`` provisional tokens per row."""
-        ledger = self._ledger
+    def _cut(self, end: int) -> None:
         for cache in self._caches:
-            cache.apply(lambda t: t[:, :, :columns] if t.shape[2] > columns else t)
-            cache.mask = None
-        self._valid = self._valid[:, :columns]
-        ledger.truncate(known)
-        for b, count in enumerate(known):
-            del self._columns[b][count:]
+            cache.apply(lambda t: t[:, :, :end] if t.shape[2] > end else t)
+            cache.mask = None  # (a failed call's)
+
+    def _take_rows(self, rows: list[int]) -> None:
+        index = _mlx().array(np.asarray(rows, dtype=np.int32))
+        for cache in self._caches:
+            cache.apply(lambda t: t[index])
+
+    def _gather(self, order: np.ndarray) -> None:
+        mx = _mlx()
+        index = mx.array(order)[:, None, :, None]
+        for cache in self._caches:
+            cache.apply(lambda t: mx.take_along_axis(t, index, axis=2))
 
     def _run(
         self,
@@ -374,10 +368,7 @@ class MLXSession(LedgerSession):
             )
         for cache in self._caches:
             cache.mask = None
-        self._valid = np.concatenate([self._valid, np.zeros((batch, width), dtype=bool)], axis=1)
-        for b, row in enumerate(new):
-            pad = width - len(row)
-            self._columns[b] += [start + pad + i for i in range(len(row))]
+        self._book(new, start, width)
         ledger.record(new, links, depths)
         if keep == 0:
             return np.zeros((batch, 0, self.vocab_size), dtype=np.float32)
@@ -410,49 +401,3 @@ class MLXSession(LedgerSession):
                 allowed[b, pad:, self._columns[b]] = True
             allowed[b, pad:, start + pad :] = lower[pad:, pad:]
         return mx.array(allowed[:, None])
-
-    def commit(self, keep: Any) -> None:
-        ledger = self._ledger
-        paths = ledger.check_keep(keep)
-        for b, path in enumerate(paths):
-            self._valid[b, [self._columns[b][i] for i in path]] = True
-        ledger.commit(paths)
-        self._columns = [[] for _ in paths]
-        self._tidy()
-
-    def select(self, rows: Any) -> None:
-        mx = _mlx()
-        selected = self._ledger.check_rows(rows)
-        index = mx.array(np.asarray(selected, dtype=np.int32))
-        for cache in self._caches:
-            cache.apply(lambda t: t[index])
-        self._valid = self._valid[selected]
-        self._ledger.select(selected)
-        self._columns = [list(self._columns[r]) for r in selected]
-        self._tidy()
-
-    def _tidy(self) -> None:
-        """Cut the columns no row uses at the end; compact when holes dominate.
-        Only between steps (no provisional token)."""
-        mx = _mlx()
-        if any(self._columns):
-            return
-        valid = self._valid
-        used = np.flatnonzero(valid.any(axis=0))
-        end = int(used[-1]) + 1 if used.size else 0
-        if end < valid.shape[1]:
-            for cache in self._caches:
-                cache.apply(lambda t: t[:, :, :end])
-            self._valid = valid = valid[:, :end]
-        if end < _COMPACT_MIN_COLUMNS or not valid.size:
-            return
-        counts = valid.sum(axis=1)
-        if float(counts.sum()) >= (1 - _COMPACT_SHARE) * valid.size:
-            return
-        # Each row's committed columns, in order, gathered to the left.
-        width = int(counts.max())
-        order = np.argsort(~valid, axis=1, kind="stable")[:, :width].astype(np.int32)
-        index = mx.array(order)[:, None, :, None]
-        for cache in self._caches:
-            cache.apply(lambda t: mx.take_along_axis(t, index, axis=2))
-        self._valid = np.arange(width)[None, :] < counts[:, None]
