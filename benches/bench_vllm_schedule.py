@@ -129,12 +129,14 @@ def run(job: dict, auto: bool) -> dict:
 
 def hand_schedule(results: dict, batches: list[int]) -> list[list[int]]:
     """vLLM's ``num_speculative_tokens_per_batch_size``: at each batch size the
-    fixed k with the most tokens per second summed over the temperatures."""
+    fixed k (of those run) with the most tokens per second summed over the
+    temperatures."""
     schedule = []
     for batch in batches:
         rates = {
             k: sum(p["tokens_per_s"] for p in results[f"k={k}"] if p["batch"] == batch)
             for k in FIXED
+            if f"k={k}" in results
         }
         schedule.append([batch, batch, max(rates, key=lambda k: rates[k])])
     # Ranges between the measured sizes take the next smaller one's k.
@@ -156,6 +158,12 @@ def main() -> None:
     )
     parser.add_argument("--drafter", choices=["ngram", "draft-model"], default="ngram")
     parser.add_argument("--draft-layers", type=int, default=8)
+    parser.add_argument(
+        "--columns",
+        nargs="+",
+        help="run only these columns (plain, k=1, k=2, k=4, k=8, per-batch, auto; per-batch "
+        "needs the fixed ones it chooses from); the ratios are to the columns run",
+    )
     parser.add_argument("--out", help="write every number as JSON")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -187,13 +195,18 @@ def main() -> None:
     }
     columns: list[tuple[str, dict | None, bool]] = [("plain", None, False)]
     fixed = (4,) if args.quick else FIXED
+    chosen = set(args.columns or ["plain", *(f"k={k}" for k in fixed), "per-batch", "auto"])
+    unknown = chosen - {"plain", *(f"k={k}" for k in FIXED), "per-batch", "auto"}
+    if unknown or "plain" not in chosen or "auto" not in chosen:
+        parser.error(f"--columns: plain and auto, and any of k=1 ... k=8, per-batch ({unknown})")
+    fixed = tuple(k for k in fixed if f"k={k}" in chosen)
     columns += [(f"k={k}", {"num_speculative_tokens": k}, False) for k in fixed]
     results: dict[str, list[dict]] = {}
     began = time.perf_counter()
     for name, speculative, auto in columns:
         results[name] = run({**base, "speculative": speculative}, auto)["points"]
         print(f"{name}: done at {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
-    if not args.quick:
+    if not args.quick and fixed and "per-batch" in chosen:
         schedule = hand_schedule(results, args.batches)
         spec = {"num_speculative_tokens": 8, "num_speculative_tokens_per_batch_size": schedule}
         results["per-batch"] = run({**base, "speculative": spec}, False)["points"]
@@ -204,8 +217,7 @@ def main() -> None:
     names = list(results)
     print(
         f"\n{date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"python benches/bench_vllm_schedule.py{' --quick' if args.quick else ''} "
-        f"--drafter {args.drafter} "
+        f"python benches/bench_vllm_schedule.py {' '.join(sys.argv[1:])} "
         f"({len(messages)} prompts, {args.tokens} tokens each)"
     )
     if schedule:
@@ -221,7 +233,7 @@ def main() -> None:
                 f"{p['tokens_per_s']:.1f} ({p['after_first_per_s']:.1f}) [{p['per_target_call']:.2f}]"
             )
         auto = results["auto"][i]["tokens_per_s"]
-        best = max(results[f"k={k}"][i]["tokens_per_s"] for k in fixed)
+        best = max((results[f"k={k}"][i]["tokens_per_s"] for k in fixed), default=float("nan"))
         per_batch = results["per-batch"][i]["tokens_per_s"] if "per-batch" in results else None
         print(
             f"| {point['batch']} | {point['temperature']} | "
