@@ -13,6 +13,7 @@ model)::
     python benches/bench_vllm_schedule.py            # about 30 minutes on 2 cores
     python benches/bench_vllm_schedule.py --drafter draft-model
     python benches/bench_vllm_schedule.py --quick    # the CI smoke run (about 3 minutes)
+    python benches/bench_vllm_schedule.py --drafter draft-model --columns plain auto --repeats 3
 
 Every column runs in a process of its own (one engine per configuration; vLLM
 loads plugins once per process), with the plugin on (``SPECACCEPT_VLLM=token``:
@@ -33,7 +34,9 @@ size, one ``LLM.generate`` per group. The columns:
 Reported per point: output tokens per second over the ``generate`` calls, the
 same after each call's first engine step (which feeds the prompts), emitted
 tokens per target call (tokens over the request-steps that decoded), and
-``auto``'s ratios to plain, to the best fixed ``k`` and to ``per-batch``. Never
+``auto``'s ratios to plain, to the best fixed ``k`` and to ``per-batch``.
+``--columns`` runs a subset (plain and auto always); ``--repeats N`` runs each
+column N times in rotated orders and reports each number's median. Never
 run beside another busy process: vLLM pins its OpenMP threads and both slow down
 tenfold.
 """
@@ -127,6 +130,21 @@ def run(job: dict, auto: bool) -> dict:
     return result
 
 
+def median_points(runs: list[list[dict]]) -> list[dict]:
+    """Each point's median over a column's runs (every number of it)."""
+    import statistics
+
+    return [
+        {
+            key: statistics.median(run[i][key] for run in runs)
+            if isinstance(value, float)
+            else value
+            for key, value in point.items()
+        }
+        for i, point in enumerate(runs[0])
+    ]
+
+
 def hand_schedule(results: dict, batches: list[int]) -> list[list[int]]:
     """vLLM's ``num_speculative_tokens_per_batch_size``: at each batch size the
     fixed k (of those run) with the most tokens per second summed over the
@@ -163,6 +181,13 @@ def main() -> None:
         nargs="+",
         help="run only these columns (plain, k=1, k=2, k=4, k=8, per-batch, auto; per-batch "
         "needs the fixed ones it chooses from); the ratios are to the columns run",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run every column (per-batch excepted) this many times, in rotated orders; "
+        "each cell the median",
     )
     parser.add_argument("--out", help="write every number as JSON")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -201,11 +226,18 @@ def main() -> None:
         parser.error(f"--columns: plain and auto, and any of k=1 ... k=8, per-batch ({unknown})")
     fixed = tuple(k for k in fixed if f"k={k}" in chosen)
     columns += [(f"k={k}", {"num_speculative_tokens": k}, False) for k in fixed]
-    results: dict[str, list[dict]] = {}
+    columns.append(("auto", {"num_speculative_tokens": 8}, True))
+    runs: dict[str, list[list[dict]]] = {name: [] for name, _, _ in columns}
     began = time.perf_counter()
-    for name, speculative, auto in columns:
-        results[name] = run({**base, "speculative": speculative}, auto)["points"]
-        print(f"{name}: done at {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+    for repeat in range(args.repeats):
+        # Each repeat runs the columns in an order rotated by one (the machine's
+        # drift between processes minutes apart falls on every column alike).
+        for name, speculative, auto in columns[repeat:] + columns[:repeat]:
+            runs[name].append(run({**base, "speculative": speculative}, auto)["points"])
+            print(
+                f"{name}: done at {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True
+            )
+    results = {name: median_points(points) for name, points in runs.items() if name != "auto"}
     if not args.quick and fixed and "per-batch" in chosen:
         schedule = hand_schedule(results, args.batches)
         spec = {"num_speculative_tokens": 8, "num_speculative_tokens_per_batch_size": schedule}
@@ -213,7 +245,7 @@ def main() -> None:
         print(f"per-batch {schedule}: done", file=sys.stderr, flush=True)
     else:
         schedule = None
-    results["auto"] = run({**base, "speculative": {"num_speculative_tokens": 8}}, True)["points"]
+    results["auto"] = median_points(runs["auto"])
     names = list(results)
     print(
         f"\n{date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
