@@ -74,8 +74,7 @@ class Run:
             self.later_seconds += ended - first[1]
 
     def cell(self) -> str:
-        later = self.later_tokens / max(self.later_seconds, 1e-9)
-        return f"{self.rate:.2f} ({later:.2f}; {self.tokens / max(self.calls, 1):.2f})"
+        return f"{self.rate:.2f} ({self.later_rate:.2f}; {self.tokens / max(self.calls, 1):.2f})"
 
     @property
     def rate(self) -> float:

@@ -192,15 +192,20 @@ class _Target:
 
 
 def _models(
-    model: Any, draft_model: Any, draft: Any, settings: Sampler, prefill: int, target_process: Any
+    model: Any,
+    draft_model: Any,
+    draft: Any,
+    settings: Sampler,
+    prefill: int,
+    target_process: Any = None,
 ) -> tuple[MLXModel, Any]:
-    """The target (its logits through ``target_process``) and the drafter: an
-    :class:`MLXModel` of ``draft_model``, or ``draft`` (a ``PromptLookup``, an
-    ``MLXModel``), its scores processed as the sampler draws."""
+    """The target and the drafter (an :class:`MLXModel` of ``draft_model``, or
+    ``draft``: a ``PromptLookup``, an ``MLXModel``), both models' scores processed
+    as the sampler draws; the target's through ``target_process`` where given."""
     if (draft_model is None) == (draft is None):
         raise InputError("give one of draft_model and draft", argument="draft_model")
-    target = MLXModel(model, process=target_process, prefill=prefill)
     process = None if settings.greedy else settings.process
+    target = MLXModel(model, process=target_process or process, prefill=prefill)
     if draft is None:
         drafter: Any = MLXModel(
             draft_model, vocab_size=target.vocab_size, process=process, prefill=prefill
@@ -471,8 +476,7 @@ def batch_generate(
     if not isinstance(tokenizer, TokenizerWrapper):
         tokenizer = TokenizerWrapper(tokenizer)
     stops = sorted(set(tokenizer.eos_token_ids))
-    process = None if settings.greedy else settings.process
-    target, drafter = _models(model, draft_model, draft, settings, prefill_step_size, process)
+    target, drafter = _models(model, draft_model, draft, settings, prefill_step_size)
     seed = _seed(seed)
     k = check_int(num_draft_tokens, "num_draft_tokens")
     tokens: list[list[int]] = []
