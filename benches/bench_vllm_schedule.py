@@ -14,6 +14,7 @@ model)::
     python benches/bench_vllm_schedule.py --drafter draft-model
     python benches/bench_vllm_schedule.py --quick    # the CI smoke run (about 3 minutes)
     python benches/bench_vllm_schedule.py --drafter draft-model --columns plain auto --repeats 3
+    python benches/bench_vllm_schedule.py --drafter draft-model --paired --pairs 16
 
 Every column runs in a process of its own (one engine per configuration; vLLM
 loads plugins once per process), with the plugin on (``SPECACCEPT_VLLM=token``:
@@ -36,7 +37,15 @@ same after each call's first engine step (which feeds the prompts), emitted
 tokens per target call (tokens over the request-steps that decoded), and
 ``auto``'s ratios to plain, to the best fixed ``k`` and to ``per-batch``.
 ``--columns`` runs a subset (plain and auto always); ``--repeats N`` runs each
-column N times in rotated orders and reports each number's median. Never
+column N times in rotated orders and reports each number's median.
+
+``--paired`` (plain and auto unless ``--columns`` names more; not ``per-batch``)
+keeps every column's engine running at once, each in its own process, idle ones
+blocked on their input, and runs each group in every column in turn, the order
+rotated from group to group: each of auto's calls has plain's same call seconds
+away, not minutes. ``--pairs N`` repeats the groups until each point has at least
+N pairs. auto/plain is then the geometric mean of the pairs' speed ratios with its
+95% interval and the verdict against the goal of 0.97x (``paired.py``). Never
 run beside another busy process: vLLM pins its OpenMP threads and both slow down
 tenfold.
 """
@@ -50,15 +59,22 @@ import platform
 import sys
 import time
 from datetime import date
+from typing import Any
 
-from vllm_worker import run_worker
+from paired import CONFIDENCE, ratio_cell
+from vllm_worker import Served, run_worker, serve
 
 FIXED = (1, 2, 4, 8)
+#: The issue's goal against plain decoding (never slower than 0.97x).
+GOAL = 0.97
+#: ... and against a fixed k (at least 0.95x the best).
+GOAL_FIXED = 0.95
 NGRAM = {"method": "ngram", "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 
 
-def worker(job: dict) -> dict:
-    """One column: every point, in one engine (``--worker JOB``)."""
+def engine(job: dict) -> tuple[Any, list[tuple[float, int]], list[dict]]:
+    """The column's engine, warm; the list its steps are recorded into (each engine
+    step's start and requests: this process is vLLM's worker); the prompts."""
     from vllm import LLM, SamplingParams
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
@@ -74,7 +90,6 @@ def worker(job: dict) -> dict:
         seed=0,
         **options,
     )
-    # Each engine step's start and requests (this process is vLLM's worker).
     steps: list[tuple[float, int]] = []
     execute = GPUModelRunner.execute_model
 
@@ -88,45 +103,86 @@ def worker(job: dict) -> dict:
     tokenizer = llm.get_tokenizer()
     prompts = [{"prompt_token_ids": chat_ids(tokenizer, m)} for m in job["messages"]]
     llm.generate(prompts[:1], SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
+    return llm, steps, prompts
+
+
+def run_group(llm: Any, steps: list, group: list[dict], temperature: float, tokens: int) -> dict:
+    """One ``LLM.generate`` of ``group``: its output tokens, seconds, seconds after
+    its first engine step (which fed the prompts and emitted each request's first
+    token) and request-steps after the first."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=temperature, max_tokens=tokens, ignore_eos=True, seed=None)
+    steps.clear()
+    start = time.perf_counter()
+    outputs = llm.generate(group, params, use_tqdm=False)
+    end = time.perf_counter()
+    return {
+        "tokens": sum(len(r.outputs[0].token_ids) for r in outputs),
+        "seconds": end - start,
+        "after_first": end - steps[1][0] if len(steps) > 1 else 0.0,
+        "request_steps": sum(n for _, n in steps[1:]),
+    }
+
+
+def point(batch: int, temperature: float, calls: list[dict], requests: int) -> dict:
+    """A point's numbers from its calls (``requests`` of them emitted a first token
+    in their first step)."""
+    tokens = sum(c["tokens"] for c in calls)
+    return {
+        "batch": batch,
+        "temperature": temperature,
+        "tokens_per_s": tokens / sum(c["seconds"] for c in calls),
+        "after_first_per_s": (tokens - requests) / sum(c["after_first"] for c in calls),
+        "per_target_call": (tokens - requests) / max(sum(c["request_steps"] for c in calls), 1),
+        "groups": len(calls),
+    }
+
+
+def worker(job: dict) -> dict:
+    """One column: every point, in one engine (``--worker JOB``)."""
+    llm, steps, prompts = engine(job)
     points = []
     for batch in job["batches"]:
         for temperature in job["temperatures"]:
-            params = SamplingParams(
-                temperature=temperature, max_tokens=job["tokens"], ignore_eos=True, seed=None
-            )
-            tokens, seconds, after_first, request_steps = 0, 0.0, 0.0, 0
-            for i in range(0, len(prompts), batch):
-                steps.clear()
-                start = time.perf_counter()
-                outputs = llm.generate(prompts[i : i + batch], params, use_tqdm=False)
-                end = time.perf_counter()
-                tokens += sum(len(r.outputs[0].token_ids) for r in outputs)
-                seconds += end - start
-                # After the first step: from the second step's start (the first fed
-                # the prompts and emitted each request's first token).
-                if len(steps) > 1:
-                    after_first += end - steps[1][0]
-                request_steps += sum(n for _, n in steps[1:])
-            group_count = -(-len(prompts) // batch)
-            points.append(
-                {
-                    "batch": batch,
-                    "temperature": temperature,
-                    "tokens_per_s": tokens / seconds,
-                    "after_first_per_s": (tokens - len(prompts)) / after_first,
-                    "per_target_call": (tokens - len(prompts)) / max(request_steps, 1),
-                    "groups": group_count,
-                }
-            )
+            calls = [
+                run_group(llm, steps, prompts[i : i + batch], temperature, job["tokens"])
+                for i in range(0, len(prompts), batch)
+            ]
+            points.append(point(batch, temperature, calls, len(prompts)))
     return {"points": points}
 
 
-def run(job: dict, auto: bool) -> dict:
-    settings = {"SPECACCEPT_VLLM": "token"} | ({"SPECACCEPT_VLLM_K": "auto"} if auto else {})
-    result, log = run_worker(__file__, job, settings)
+def served(job: dict) -> None:
+    """One column's engine kept running (``--serve JOB``): each command runs one
+    group (``start``, ``batch``, ``temperature``) and answers with its call."""
+    llm, steps, prompts = engine(job)
+    serve(
+        lambda c: run_group(
+            llm,
+            steps,
+            prompts[c["start"] : c["start"] + c["batch"]],
+            c["temperature"],
+            job["tokens"],
+        )
+    )
+
+
+def plugin(auto: bool) -> dict[str, str]:
+    return {"SPECACCEPT_VLLM": "token"} | ({"SPECACCEPT_VLLM_K": "auto"} if auto else {})
+
+
+def check_started(job: dict, log: str) -> None:
+    """Raises unless the plugin's log says its schedule started."""
     kind = "n-gram" if job["drafter"]["method"] == "ngram" else "draft model's"
-    if auto and f"SPECACCEPT_VLLM_K=auto: each request's {kind} drafts" not in log:
+    if f"SPECACCEPT_VLLM_K=auto: each request's {kind} drafts" not in log:
         raise RuntimeError("the plugin's schedule did not start:\n" + log[-4000:])
+
+
+def run(job: dict, auto: bool) -> dict:
+    result, log = run_worker(__file__, job, plugin(auto))
+    if auto:
+        check_started(job, log)
     return result
 
 
@@ -189,12 +245,29 @@ def main() -> None:
         help="run every column (per-batch excepted) this many times, in rotated orders; "
         "each cell the median",
     )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="keep every column's engine running and run each group in each in turn, seconds "
+        "apart (the order alternated); report auto/plain with its confidence interval",
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=1,
+        help="--paired: at least this many pairs of calls per point (the groups repeated)",
+    )
     parser.add_argument("--out", help="write every number as JSON")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         with open(args.worker) as file:
             print(json.dumps(worker(json.load(file))))
+        return
+    if args.serve:
+        with open(args.serve) as file:
+            served(json.load(file))
         return
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from bench_generate import TEMPLATES, passages
@@ -218,6 +291,8 @@ def main() -> None:
         "temperatures": args.temperatures,
         "drafter": drafter,
     }
+    if args.paired and not args.columns:
+        args.columns = ["plain", "auto"]
     columns: list[tuple[str, dict | None, bool]] = [("plain", None, False)]
     fixed = (4,) if args.quick else FIXED
     chosen = set(args.columns or ["plain", *(f"k={k}" for k in fixed), "per-batch", "auto"])
@@ -227,6 +302,11 @@ def main() -> None:
     fixed = tuple(k for k in fixed if f"k={k}" in chosen)
     columns += [(f"k={k}", {"num_speculative_tokens": k}, False) for k in fixed]
     columns.append(("auto", {"num_speculative_tokens": 8}, True))
+    if args.paired:
+        if "per-batch" in chosen:
+            parser.error("--paired: per-batch needs the fixed columns' results first")
+        paired_run(args, base, columns)
+        return
     runs: dict[str, list[list[dict]]] = {name: [] for name, _, _ in columns}
     began = time.perf_counter()
     for repeat in range(args.repeats):
@@ -278,6 +358,92 @@ def main() -> None:
             json.dump(
                 {"results": results, "schedule": schedule, "args": vars(args)}, file, indent=1
             )
+
+
+def paired_run(args: argparse.Namespace, base: dict, columns: list) -> None:
+    """``--paired``: every column's engine running at once; at each point each
+    group runs in every column in turn (the order rotated group by group and
+    repeat by repeat), so each of auto's calls has plain's same call seconds away.
+    Prints each column's numbers and auto/plain as the geometric mean of the
+    calls' speed ratios with its interval (paired.py)."""
+    began = time.perf_counter()
+    workers: dict[str, Served] = {}
+    try:
+        for name, speculative, auto in columns:
+            workers[name] = Served(__file__, {**base, "speculative": speculative}, plugin(auto))
+        print(f"engines ready at {time.perf_counter() - began:.0f} s", file=sys.stderr)
+        names = list(workers)
+        rows = []
+        turn = 0
+        for batch in args.batches:
+            for temperature in args.temperatures:
+                calls: dict[str, list[dict]] = {n: [] for n in names}
+                groups = -(-len(base["messages"]) // batch)
+                repeats = max(args.repeats, -(-args.pairs // groups))
+                for _ in range(repeats):
+                    for start in range(0, len(base["messages"]), batch):
+                        command = {"start": start, "batch": batch, "temperature": temperature}
+                        for name in names[turn % len(names) :] + names[: turn % len(names)]:
+                            calls[name].append(workers[name].call(command))
+                        turn += 1
+                requests = len(base["messages"]) * repeats
+                points = {n: point(batch, temperature, c, requests) for n, c in calls.items()}
+                ratios = {
+                    other: [
+                        (a["tokens"] / a["seconds"]) / (o["tokens"] / o["seconds"])
+                        for a, o in zip(calls["auto"], calls[other], strict=True)
+                    ]
+                    for other in names
+                    if other != "auto"
+                }
+                rows.append((points, ratios))
+                print(
+                    f"batch {batch}, T {temperature}: {ratio_cell(ratios['plain'], GOAL)} "
+                    f"at {time.perf_counter() - began:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        check_started(base, workers["auto"].log())
+    finally:
+        for served_worker in workers.values():
+            served_worker.close()
+    print(
+        f"\n{date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"python benches/bench_vllm_schedule.py {' '.join(sys.argv[1:])} "
+        f"({len(base['messages'])} prompts, {args.tokens} tokens each)"
+    )
+    others = [n for n in names if n != "auto"]
+    print(
+        "\ntokens/s end to end (after the first step) [emitted per target call]; auto/...: the "
+        f"calls' geometric mean [{CONFIDENCE:.0%} interval] and the verdict against {GOAL}x "
+        f"(plain) or {GOAL_FIXED}x (a fixed k)\n"
+    )
+    print(
+        "| batch | T | "
+        + " | ".join(names)
+        + " | pairs | "
+        + " | ".join(f"auto/{n}" for n in others)
+        + " |"
+    )
+    print("|---" * (len(names) + len(others) + 3) + "|")
+    for points, ratios in rows:
+        cells = [
+            f"{p['tokens_per_s']:.1f} ({p['after_first_per_s']:.1f}) [{p['per_target_call']:.2f}]"
+            for p in points.values()
+        ]
+        first = points["plain"]
+        print(
+            f"| {first['batch']} | {first['temperature']} | "
+            + " | ".join(cells)
+            + f" | {len(ratios['plain'])} | "
+            + " | ".join(
+                ratio_cell(r, GOAL if n == "plain" else GOAL_FIXED) for n, r in ratios.items()
+            )
+            + " |"
+        )
+    if args.out:
+        with open(args.out, "w") as file:
+            json.dump({"rows": rows, "args": vars(args)}, file, indent=1)
 
 
 if __name__ == "__main__":
