@@ -852,11 +852,11 @@ def test_smollm2_4_bit_drafts_are_kept_more_often_than_by_mlx_lm(smollm2, smollm
     assert ours + 4 <= theirs, (ours, theirs)
 
 
-#: SmolLM2's law test: rows, a one-token prompt and a sampler with every filter on.
-#: MLX's CPU build computes about 11 token positions a second, batched or not, so a
-#: row costs its positions (5 here); after "The" the filtered law keeps 11 tokens,
-#: where after a longer prompt such as "1, 2, 3, 4, 5," it keeps one.
-SMOLLM2_ROWS = 600
+#: SmolLM2's law test: calls, a one-token prompt and a sampler with every filter on.
+#: MLX's CPU build computes about 11 token positions a second, so a call costs its
+#: positions (5 here); after "The" the filtered law keeps 11 tokens, where after a
+#: longer prompt such as "1, 2, 3, 4, 5," it keeps one.
+SMOLLM2_CALLS = 600
 SMOLLM2_PROMPT = "The"
 SMOLLM2_FILTERED = dict(temp=0.8, top_p=0.9, min_p=0.02, top_k=40)
 
@@ -866,27 +866,32 @@ def test_smollm2_sampled_tokens_follow_mlx_lm_s_law(smollm2, smollm2_q4):
     """(``-m slow``: about ten minutes on MLX's CPU build; the drop-in's law is
     tested in CI on the tiny models, through the same code.)
 
-    The first token after SMOLLM2_PROMPT, one row per draw in one batch, the 4-bit
-    copy drafting two tokens, both models' scores processed as the drop-in
-    processes them (Sampler.process), against the law of mlx-lm's sampler (its own
-    filter functions, in make_sampler's order). Chi-square at ALPHA; power >= 0.99
-    against the temperature ignored and specaccept's own filter order."""
+    The first token after SMOLLM2_PROMPT, the 4-bit copy drafting two tokens,
+    through the drop-in as mlx-lm's users call it (one call per seed), against the
+    law of mlx-lm's sampler (its own filter functions, in make_sampler's order).
+    Chi-square at ALPHA; power >= 0.99 against the temperature ignored and
+    specaccept's own filter order."""
     model, tokenizer, _, _ = smollm2
     prompt = tokenizer.encode(SMOLLM2_PROMPT)
     sampler = drop_in.make_sampler(**SMOLLM2_FILTERED)
-    target = MLXModel(model, process=sampler.process)
-    draft = MLXModel(smollm2_q4, process=sampler.process)
-    # rng, one stream for the batch: with seed= every row of one prompt is the same
-    # row (its draws are keyed by the seed and the prompt, docs/spec.md section 12.4)
-    out = specaccept.generate(target, draft, [prompt] * SMOLLM2_ROWS, k=2, max_new_tokens=3, rng=5)
-    counts = np.bincount([t[0] for t in out.tokens], minlength=target.vocab_size).astype(float)
+    counts = np.zeros(model.args.vocab_size)
+    kept = 0
+    for seed in range(SMOLLM2_CALLS):
+        first = next(
+            drop_in.speculative_generate_step(
+                mx.array(prompt), model, smollm2_q4, num_draft_tokens=2, max_tokens=3,
+                sampler=sampler, seed=seed,
+            )
+        )  # fmt: skip
+        counts[first[0]] += 1
+        kept += first[2]
     law = mlx_law(model, prompt, **SMOLLM2_FILTERED)
     p_value, df = chi_square(counts, law)
     assert p_value > ALPHA, (p_value, df)
-    assert 0 < out.stats.num_accepted_tokens < out.stats.total_draft_tokens
+    assert 0 < kept < SMOLLM2_CALLS  # drafts both kept and rejected
     wrongs = {
         "temperature ignored": mlx_law(model, prompt, **{**SMOLLM2_FILTERED, "temp": 1.0}),
         "specaccept's order": temperature_first_law(model, prompt, **SMOLLM2_FILTERED),
     }
     for name, wrong in wrongs.items():
-        assert power(law, wrong, SMOLLM2_ROWS, df) >= 0.99, name
+        assert power(law, wrong, SMOLLM2_CALLS, df) >= 0.99, name
