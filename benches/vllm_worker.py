@@ -94,7 +94,11 @@ class Served:
             stderr=self._errors,
             text=True,
         )
-        self._answer()  # ready: the engine is built and warm
+        try:
+            self._answer()  # ready: the engine is built and warm
+        except BaseException:
+            self.close()
+            raise
 
     def call(self, command: dict) -> dict[str, Any]:
         assert self._process.stdin is not None
