@@ -139,6 +139,21 @@ def point(batch: int, temperature: float, calls: list[dict], requests: int) -> d
     }
 
 
+def cell(p: dict) -> str:
+    """A point's table cell: tokens/s end to end (after the first step) [emitted
+    per target call]."""
+    return f"{p['tokens_per_s']:.1f} ({p['after_first_per_s']:.1f}) [{p['per_target_call']:.2f}]"
+
+
+def print_header(prompts: int, tokens: int) -> None:
+    """The run's date, machine, command and workload."""
+    print(
+        f"\n{date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"python benches/bench_vllm_schedule.py {' '.join(sys.argv[1:])} "
+        f"({prompts} prompts, {tokens} tokens each)"
+    )
+
+
 def worker(job: dict) -> dict:
     """One column: every point, in one engine (``--worker JOB``)."""
     llm, steps, prompts = engine(job)
@@ -327,30 +342,21 @@ def main() -> None:
         schedule = None
     results["auto"] = median_points(runs["auto"])
     names = list(results)
-    print(
-        f"\n{date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"python benches/bench_vllm_schedule.py {' '.join(sys.argv[1:])} "
-        f"({len(messages)} prompts, {args.tokens} tokens each)"
-    )
+    print_header(len(messages), args.tokens)
     if schedule:
         print(f"per-batch: num_speculative_tokens_per_batch_size={schedule}")
     print("\ntokens/s end to end (after the first step) [emitted per target call]\n")
     print("| batch | T | " + " | ".join(names) + " | auto/plain | auto/best k | auto/per-batch |")
     print("|---" * (len(names) + 5) + "|")
-    for i, point in enumerate(results["plain"]):
-        cells = []
-        for name in names:
-            p = results[name][i]
-            cells.append(
-                f"{p['tokens_per_s']:.1f} ({p['after_first_per_s']:.1f}) [{p['per_target_call']:.2f}]"
-            )
+    for i, plain in enumerate(results["plain"]):
+        cells = [cell(results[name][i]) for name in names]
         auto = results["auto"][i]["tokens_per_s"]
         best = max((results[f"k={k}"][i]["tokens_per_s"] for k in fixed), default=float("nan"))
         per_batch = results["per-batch"][i]["tokens_per_s"] if "per-batch" in results else None
         print(
-            f"| {point['batch']} | {point['temperature']} | "
+            f"| {plain['batch']} | {plain['temperature']} | "
             + " | ".join(cells)
-            + f" | {auto / point['tokens_per_s']:.2f}x | {auto / best:.2f}x | "
+            + f" | {auto / plain['tokens_per_s']:.2f}x | {auto / best:.2f}x | "
             + (f"{auto / per_batch:.2f}x |" if per_batch else "- |")
         )
     if args.out:
@@ -407,11 +413,7 @@ def paired_run(args: argparse.Namespace, base: dict, columns: list) -> None:
     finally:
         for served_worker in workers.values():
             served_worker.close()
-    print(
-        f"\n{date.today()}, {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-        f"python benches/bench_vllm_schedule.py {' '.join(sys.argv[1:])} "
-        f"({len(base['messages'])} prompts, {args.tokens} tokens each)"
-    )
+    print_header(len(base["messages"]), args.tokens)
     others = [n for n in names if n != "auto"]
     print(
         "\ntokens/s end to end (after the first step) [emitted per target call]; auto/...: the "
@@ -427,10 +429,7 @@ def paired_run(args: argparse.Namespace, base: dict, columns: list) -> None:
     )
     print("|---" * (len(names) + len(others) + 3) + "|")
     for points, ratios in rows:
-        cells = [
-            f"{p['tokens_per_s']:.1f} ({p['after_first_per_s']:.1f}) [{p['per_target_call']:.2f}]"
-            for p in points.values()
-        ]
+        cells = [cell(p) for p in points.values()]
         first = points["plain"]
         print(
             f"| {first['batch']} | {first['temperature']} | "

@@ -282,6 +282,24 @@ def power(law: np.ndarray, wrong: np.ndarray, n: int, df: int) -> float:
     return float(1 - (1 - chi) * (1 - forbidden) ** n)
 
 
+def first_tokens(prompt, target, draft, sampler, calls: int, vocab: int) -> tuple[np.ndarray, int]:
+    """The first token after ``prompt`` through the drop-in as mlx-lm's users call
+    it, ``draft`` drafting two tokens, one call per seed ``0 .. calls - 1``: each
+    token's count, and how many of them were accepted drafts."""
+    counts = np.zeros(vocab)
+    kept = 0
+    for seed in range(calls):
+        first = next(
+            drop_in.speculative_generate_step(
+                mx.array(prompt), target, draft, num_draft_tokens=2, max_tokens=3,
+                sampler=sampler, seed=seed,
+            )
+        )  # fmt: skip
+        counts[first[0]] += 1
+        kept += first[2]
+    return counts, kept
+
+
 def test_sampled_tokens_follow_mlx_lm_s_law_through_the_drop_in(target):
     """The first token after the prompt, verified against two drafts of another
     model, through the drop-in as mlx-lm's users call it (one call per seed),
@@ -290,17 +308,7 @@ def test_sampled_tokens_follow_mlx_lm_s_law_through_the_drop_in(target):
     order, and every draft accepted (the draft model's law)."""
     draft = tiny_llama(2, layers=1)
     sampler = drop_in.make_sampler(**FILTERED)
-    counts = np.zeros(VOCAB)
-    kept = 0
-    for seed in range(LAW_RUNS):
-        first = next(
-            drop_in.speculative_generate_step(
-                mx.array(LAW_PROMPT), target, draft, num_draft_tokens=2, max_tokens=3,
-                sampler=sampler, seed=seed,
-            )
-        )  # fmt: skip
-        counts[first[0]] += 1
-        kept += first[2]
+    counts, kept = first_tokens(LAW_PROMPT, target, draft, sampler, LAW_RUNS, VOCAB)
     law = mlx_law(target, LAW_PROMPT, **FILTERED)
     p_value, df = chi_square(counts, law)
     assert p_value > ALPHA, (p_value, df)
@@ -874,17 +882,9 @@ def test_smollm2_sampled_tokens_follow_mlx_lm_s_law(smollm2, smollm2_q4):
     model, tokenizer, _, _ = smollm2
     prompt = tokenizer.encode(SMOLLM2_PROMPT)
     sampler = drop_in.make_sampler(**SMOLLM2_FILTERED)
-    counts = np.zeros(model.args.vocab_size)
-    kept = 0
-    for seed in range(SMOLLM2_CALLS):
-        first = next(
-            drop_in.speculative_generate_step(
-                mx.array(prompt), model, smollm2_q4, num_draft_tokens=2, max_tokens=3,
-                sampler=sampler, seed=seed,
-            )
-        )  # fmt: skip
-        counts[first[0]] += 1
-        kept += first[2]
+    counts, kept = first_tokens(
+        prompt, model, smollm2_q4, sampler, SMOLLM2_CALLS, model.args.vocab_size
+    )
     law = mlx_law(model, prompt, **SMOLLM2_FILTERED)
     p_value, df = chi_square(counts, law)
     assert p_value > ALPHA, (p_value, df)
