@@ -26,6 +26,8 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning"
 )
 
+import itertools
+
 from scipy import stats  # noqa: E402
 from specaccept import reference  # noqa: E402
 from vllm_runs import (  # noqa: E402
@@ -193,17 +195,20 @@ def test_a_seeded_request_s_text_depends_on_neither_k_the_batch_nor_preemption(
     """SEEDED_LONG's text with k = 4 (token_run), with k chosen each step
     (SPECACCEPT_VLLM_K=auto) alone and in a crowd that vLLM preempts it in, and
     with the plugin on and no speculative decoding: one text. vLLM's own
-    generator-based draws give another text once preempted (the issue's report)."""
+    generator-based draws give another text once preempted (the issue's report).
+    The choices weighed each request's remaining tokens exactly at the steps
+    when vLLM's scheduler had no request waiting (preempted requests wait)."""
     runs = [
         {"name": "alone", "prompts": [LAW_PROMPT], "sampling": SEEDED_LONG},
         {"name": "crowd", "prompts": CROWD, "sampling": CROWD_SAMPLING},
     ]
+    choices = tmp_path / "k.jsonl"
     auto = run_engine(
         model,
         tmp_path,
         "preempted",
         runs,
-        env={"SPECACCEPT_VLLM_K": "auto"},
+        env={"SPECACCEPT_VLLM_K": "auto", "SPECACCEPT_VLLM_K_RECORD": str(choices)},
         **with_spec(**PREEMPTING),
     )
     plain = run_engine(model, tmp_path, "no-drafts", runs[:1])
@@ -217,6 +222,13 @@ def test_a_seeded_request_s_text_depends_on_neither_k_the_batch_nor_preemption(
     drafted = [k for step in auto["steps"] for k in step[0]]
     assert 0 < sum(drafted) and len(set(drafted)) > 1  # verified, with k varying
     assert not plain["steps"]  # no verification step without speculative decoding
+    lines = [json.loads(line) for line in choices.read_text().splitlines()]
+    assert all(isinstance(line["waiting"], int) for line in lines)  # the scheduler's hook ran
+    fixed = [line for line in lines if line["waiting"] == 0]
+    assert fixed and len(fixed) < len(lines)
+    assert all((line["remaining"] is None) == (line["waiting"] > 0) for line in lines)
+    most = max(sampling["max_tokens"] for sampling in CROWD_SAMPLING)
+    assert all(1 <= m <= most for line in fixed for m in line["remaining"])
 
 
 def _target_law(model, prefix_ids, temperature, top_k, min_p=0.0):
@@ -508,14 +520,32 @@ def test_synthetic_acceptance_is_served_at_its_rates(model, tmp_path, hf_greedy)
 
 def test_greedy_in_vllm_s_default_process_mode(model, tmp_path, hf_greedy):
     """Engine and worker spawned (VLLM_ENABLE_V1_MULTIPROCESSING=1): the plugin is
-    loaded in the worker and verifies there, and records there."""
+    loaded in the worker and verifies there, and records there; with
+    SPECACCEPT_VLLM_K=auto, the engine's scheduler's count of waiting requests
+    reaches the worker's choice (none waits: each request's remaining tokens,
+    falling by what each step emitted)."""
     runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
+    choices = tmp_path / "k.jsonl"
+    env = {"SPECACCEPT_VLLM_K": "auto", "SPECACCEPT_VLLM_K_RECORD": str(choices)}
     out = run_engine(
-        model, tmp_path, "spawned", runs, multiprocessing="1", record=True, **with_spec()
+        model, tmp_path, "spawned", runs, multiprocessing="1", record=True, env=env, **with_spec()
     )
     assert "replaced by specaccept's token verification" in out["log"]
-    # The engine's process wrote the recording when it ended.
-    assert int(out["recording"]["num_draft_tokens"].sum()) > 50
+    # The engine's process wrote the recording when it ended: the drafts the
+    # worker kept, short only by the last choices of requests that finished.
+    lines = [json.loads(line) for line in choices.read_text().splitlines()]
+    kept = sum(sum(line["k"]) for line in lines)
+    recorded = int(out["recording"]["num_draft_tokens"].sum())
+    assert 0 < recorded and kept - 4 * len(GREEDY_PROMPTS) <= recorded <= kept, (recorded, kept)
+    assert lines and all(line["waiting"] == 0 for line in lines)
+    left: dict[str, list[int]] = {}
+    for line in lines:
+        for request, m in zip(line["requests"], line["remaining"], strict=True):
+            left.setdefault(request, []).append(m)
+    assert len(left) == len(GREEDY_PROMPTS)
+    for counts in left.values():  # each step emits at least one token (1: the last)
+        assert counts[0] <= GREEDY["max_tokens"] - 1
+        assert all(b < a or a == b == 1 for a, b in itertools.pairwise(counts)), counts
     for got, want in zip(texts(out, "greedy"), hf_greedy, strict=True):
         assert same_until_eos(got, want), (got, want)
 

@@ -23,16 +23,25 @@ class DraftTokenIds:  # vllm.v1.outputs.DraftTokenIds
     draft_token_ids: list[list[int]]
 
 
-def scheduled(drafts: dict[str, list[int]], tokens: dict[str, int] | None = None, finished=()):
+def scheduled(
+    drafts: dict[str, list[int]],
+    tokens: dict[str, int] | None = None,
+    finished=(),
+    waiting: int | None = None,
+):
     """A ``SchedulerOutput``: ``drafts`` verified per request, ``tokens`` computed
-    (default: each request's last token and its drafts)."""
+    (default: each request's last token and its drafts); ``waiting``: what the
+    plugin's scheduler hook set (``None``: not set)."""
     tokens = tokens or {r: 1 + len(d) for r, d in drafts.items()}
-    return SimpleNamespace(
+    output = SimpleNamespace(
         scheduled_spec_decode_tokens={r: d for r, d in drafts.items() if d},
         num_scheduled_tokens=tokens,
         total_num_scheduled_tokens=sum(tokens.values()),
         finished_req_ids=set(finished),
     )
+    if waiting is not None:
+        setattr(output, vllm_schedule.WAITING, waiting)
+    return output
 
 
 def emitted(tokens: dict[str, list[int]]):
@@ -52,6 +61,11 @@ class Spy(AdaptiveK):
         super().__post_init__()
         self.told: list[tuple] = []
         self.costs: list[tuple] = []
+        self.remaining: list = []
+
+    def choose(self, requests, available, *, padded=True, remaining=None):
+        self.remaining.append(None if remaining is None else list(remaining))
+        return super().choose(requests, available, padded=padded, remaining=remaining)
 
     def observe(self, requests, drafted, accepted, *, acceptances=None):
         self.told.append((list(requests), list(drafted), list(accepted), acceptances))
@@ -187,8 +201,21 @@ def test_a_runner_it_cannot_serve_keeps_its_drafts_and_the_log_says_why(caplog):
     assert made is not None and made.schedule.max_k == 8 and made.before_drafting
 
 
-def model_runner(requests):
-    return SimpleNamespace(input_batch=SimpleNamespace(req_ids=list(requests)))
+def model_runner(requests, states=None, max_model_len=512):
+    """vLLM's model runner: its batch's requests, and ``states``: request ->
+    ``(max_tokens, output tokens, prompt tokens)`` as its ``CachedRequestState``s."""
+    return SimpleNamespace(
+        input_batch=SimpleNamespace(req_ids=list(requests)),
+        requests={
+            r: SimpleNamespace(
+                sampling_params=SimpleNamespace(max_tokens=most),
+                output_token_ids=[7] * out,
+                num_tokens=prompt + out,
+            )
+            for r, (most, out, prompt) in (states or {}).items()
+        },
+        max_model_len=max_model_len,
+    )
 
 
 def test_a_draft_model_drafts_the_widest_choice_and_each_request_keeps_its_own():
@@ -202,7 +229,7 @@ def test_a_draft_model_drafts_the_widest_choice_and_each_request_keeps_its_own()
     out = t.trim(DraftTokenIds(["a", "b"], [[1, 2, 3], [4, 5, 6]]))
     assert out.draft_token_ids == [[1, 2, 3], [4, 5, 6]]
     # The scheduler's width caps the choice; the choice is per request.
-    t.schedule.choose = lambda requests, available, padded=True: KChoice(
+    t.schedule.choose = lambda requests, available, padded=True, remaining=None: KChoice(
         tuple(requests), np.array([2, 0]), np.array(available), np.zeros((2, 4)), 1.0, 1.0, "model"
     )
     t.start(scheduled({"a": [1, 2, 3], "b": [4, 5, 6]}))
@@ -222,7 +249,7 @@ def scripted_choices(t, script):
     given = []
     answers = iter(script)
 
-    def choose(requests, available, padded=True):
+    def choose(requests, available, padded=True, remaining=None):
         given.append(list(available))
         k, reason = next(answers)
         k = np.minimum(np.array(k), np.array(available))
@@ -307,3 +334,60 @@ def test_the_switch_without_the_plugin_is_said(monkeypatch, caplog):
 )
 def test_a_decoding_step_is_one_token_and_the_drafts_per_request(tokens, drafts, expected):
     assert vllm_schedule._decode_only(scheduled(drafts, tokens)) is expected
+
+
+def test_with_no_request_waiting_the_choice_weighs_each_request_s_remaining_tokens():
+    """The scheduler's hook says how many requests wait; with none waiting the
+    choice is given each request's max_tokens less its output (at most its room
+    below max_model_len, at least 1), and recorded; with some waiting, or not
+    said, none (each step's tokens per second)."""
+    states = {"a": (64, 10, 20), "b": (64, 60, 20), "c": (600, 0, 500), "d": (8, 8, 3)}
+    runner = model_runner(list(states), states, max_model_len=512)
+    drafts = DraftTokenIds(list(states), [[1, 2]] * 4)
+    t = trimmer()
+    for waiting in (0, 3, None, 0):
+        t.start(scheduled({r: [] for r in states}, waiting=waiting))
+        t.trim(drafts, runner)
+    assert t.schedule.remaining == [[54, 4, 12, 1], None, None, [54, 4, 12, 1]]
+    # Without the runner's request states (or one request's), nothing is passed.
+    t.start(scheduled({"a": []}, waiting=0))
+    t.trim(DraftTokenIds(["a", "e"], [[1], [2]]), runner)
+    t.trim(DraftTokenIds(["a"], [[1]]))
+    assert t.schedule.remaining[-2:] == [None, None]
+    # A draft model's choice, before drafting, is given them too.
+    d = trimmer(method="draft_model")
+    d.start(scheduled({r: [] for r in states}, waiting=0))
+    d.choose_before(runner, 4)
+    assert d.schedule.remaining == [[54, 4, 12, 1]]
+
+
+def test_the_waiting_and_remaining_tokens_are_recorded(tmp_path):
+    path = tmp_path / "k.jsonl"
+    t = trimmer(record=str(path))
+    runner = model_runner(["a"], {"a": (16, 4, 9)})
+    t.start(scheduled({"a": []}, waiting=0))
+    t.trim(DraftTokenIds(["a"], [[1, 2]]), runner)
+    t.start(scheduled({"a": []}, waiting=2))
+    t.trim(DraftTokenIds(["a"], [[1, 2]]), runner)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(line["waiting"], line["remaining"]) for line in lines] == [(0, [12]), (2, None)]
+
+
+def test_the_scheduler_hook_counts_vllm_s_waiting_requests_and_a_failure_is_said_once(caplog):
+    output = SimpleNamespace()
+    vllm_schedule._count_waiting(SimpleNamespace(get_request_counts=lambda: (16, 5)), output)
+    assert getattr(output, vllm_schedule.WAITING) == 5
+
+    def broken():
+        raise AttributeError("no queue")
+
+    vllm_schedule._COUNT_FAILED.clear()
+    with caplog.at_level(logging.WARNING, logger="vllm.specaccept"):
+        for _ in range(3):
+            unset = SimpleNamespace()
+            vllm_schedule._count_waiting(SimpleNamespace(get_request_counts=broken), unset)
+            assert not hasattr(unset, vllm_schedule.WAITING)
+    assert (
+        sum("cannot count vLLM's waiting requests" in r.getMessage() for r in caplog.records) == 1
+    )
+    vllm_schedule._COUNT_FAILED.clear()

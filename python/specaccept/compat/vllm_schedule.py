@@ -39,9 +39,15 @@ runner is):
   each request's own positions), and the proposals are trimmed; with a draft
   model, each request's drafts are trimmed to the count chosen before drafting.
 
-``num_speculative_tokens`` is the most a request drafts; the objective is the
-step's expected emitted tokens per second (continuous batching, docs/spec.md
-section 13.3). Verification is untouched: a trimmed draft is simply not drafted.
+``num_speculative_tokens`` is the most a request drafts. The objective
+(docs/spec.md section 13.3) is the step's expected emitted tokens per second
+(continuous batching) while requests wait for a slot; when none waits, the
+batch is run to its end before another request joins, so each request's
+``remaining`` tokens (its ``max_tokens`` less what it emitted) are passed and the
+choice maximises the rate at which the slowest request finishes. vLLM's
+scheduler, in the engine's process, says how many wait: ``Scheduler.schedule``
+is wrapped to set :data:`WAITING` on the ``SchedulerOutput`` it hands the
+runner (pickled with it to a worker process). Verification is untouched: a trimmed draft is simply not drafted.
 ``SPECACCEPT_VLLM_K_RECORD=path.jsonl`` writes each step's choice (one JSON line:
 requests, k, available, acceptance per depth, expected tokens, predicted and
 measured seconds, reason). Any failure here logs once and leaves vLLM's drafts
@@ -73,6 +79,9 @@ VALUES = ("auto",)
 METHODS = ("ngram", "draft_model")
 #: The methods whose drafter runs a model per draft: the choice is made before it.
 BEFORE_DRAFTING = ("draft_model",)
+#: The ``SchedulerOutput`` attribute that carries the number of requests waiting
+#: for a slot (vLLM's ``Scheduler.get_request_counts()``) at that step.
+WAITING = "specaccept_waiting"
 #: A draft model's request given no drafts this many modelled steps running is
 #: parked (never drafts again; the drafter is skipped where every request is).
 #: While it drafts nothing its acceptance is not observed, so a later step decides
@@ -96,14 +105,21 @@ def install(value: str) -> bool:
             VALUES,
         )
         return False
+    from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     if getattr(GPUModelRunner.take_draft_token_ids, "_specaccept", False):
         return True  # installed twice in this process
+    schedule = Scheduler.schedule
     execute_model = GPUModelRunner.execute_model
     sample_tokens = GPUModelRunner.sample_tokens
     propose_draft_token_ids = GPUModelRunner.propose_draft_token_ids
     take_draft_token_ids = GPUModelRunner.take_draft_token_ids
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        output = schedule(self, *args, **kwargs)
+        _count_waiting(self, output)
+        return output
 
     def execute(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         trimmer = _trimmer(self)
@@ -143,10 +159,11 @@ def install(value: str) -> bool:
         trimmer = _trimmer(self)
         if trimmer is None or drafts is None:
             return drafts
-        trimmed = trimmer.guarded("choose", trimmer.trim, drafts)
+        trimmed = trimmer.guarded("choose", trimmer.trim, drafts, self)
         return drafts if trimmed is None else trimmed
 
     take._specaccept = True  # type: ignore[attr-defined]
+    Scheduler.schedule = counted  # type: ignore[method-assign]
     GPUModelRunner.execute_model = execute  # type: ignore[method-assign]
     GPUModelRunner.sample_tokens = sample  # type: ignore[method-assign]
     GPUModelRunner.propose_draft_token_ids = propose  # type: ignore[method-assign]
@@ -155,6 +172,23 @@ def install(value: str) -> bool:
 
 
 _LOCK = threading.Lock()
+_COUNT_FAILED: list[bool] = []  # the waiting count failed once (logged once)
+
+
+def _count_waiting(scheduler: Any, output: Any) -> None:
+    """Sets :data:`WAITING` on the scheduler's output: the requests waiting for a
+    slot. A failure logs once and leaves it unset (the runner then keeps the
+    continuous-batching objective); never reaches vLLM."""
+    try:
+        setattr(output, WAITING, int(scheduler.get_request_counts()[1]))
+    except Exception as error:
+        if not _COUNT_FAILED:
+            _COUNT_FAILED.append(True)
+            logger.warning(
+                "specaccept: SPECACCEPT_VLLM_K=auto cannot count vLLM's waiting requests "
+                "(%r); each step's tokens per second is maximised throughout",
+                error,
+            )
 
 
 def _trimmer(runner: Any) -> _Trimmer | None:
@@ -180,6 +214,8 @@ class _Trimmer:
         self.chosen: KChoice | None = None  # a draft model's choice, made before it ran
         self.ended: float | None = None  # when the previous step's drafts were taken
         self.scheduled: Any = None  # the step's SchedulerOutput
+        self.waiting: int | None = None  # requests waiting at the step (None: not said)
+        self.remaining: list[int] | None = None  # the last choice's, when it had them
         self.proposals: dict[str, list[int]] = {}  # request -> last step's whole proposal
         self.choice: KChoice | None = None
         self.parked: set[str] = set()  # requests that never draft again
@@ -237,6 +273,8 @@ class _Trimmer:
 
     def start(self, scheduler_output: Any) -> None:
         self.scheduled = scheduler_output
+        waiting = getattr(scheduler_output, WAITING, None)
+        self.waiting = waiting if isinstance(waiting, int) else None
         finished = list(getattr(scheduler_output, "finished_req_ids", ()) or ())
         if finished:
             self.schedule.finish(finished)
@@ -281,7 +319,7 @@ class _Trimmer:
         requests parked; the width the drafter runs (``skipped``: not at all)."""
         requests = list(runner.input_batch.req_ids)
         available = [0 if r in self.parked else int(most) for r in requests]
-        chosen = self.schedule.choose(requests, available, padded=False)
+        chosen = self._choose(requests, available, runner)
         if chosen.reason != "start":  # the first steps alternate to fit the cost
             for request, k in zip(requests, chosen.k.tolist(), strict=True):
                 if k or request in self.parked:
@@ -295,8 +333,15 @@ class _Trimmer:
         self.chosen = chosen
         return chosen.width
 
-    def trim(self, drafts: Any) -> Any:
-        """The step's cost observed; the proposals trimmed to the choice."""
+    def _choose(self, requests: list[str], available: list[int], runner: Any) -> KChoice:
+        """``AdaptiveK.choose`` for the requests, ragged; with each request's
+        remaining tokens when no request waits for a slot (and they are known)."""
+        self.remaining = _remaining(runner, requests) if self.waiting == 0 else None
+        return self.schedule.choose(requests, available, padded=False, remaining=self.remaining)
+
+    def trim(self, drafts: Any, runner: Any = None) -> Any:
+        """The step's cost observed; the proposals trimmed to the choice (``runner``:
+        vLLM's model runner, whose request states give the remaining tokens)."""
         now, seconds = time.perf_counter(), None
         scheduled, chosen, skipped = self.scheduled, self.chosen, self.skipped
         # The drafter's forwards: its first pass (over the step's tokens, drafting
@@ -318,7 +363,7 @@ class _Trimmer:
                 return None  # drafts this trimmer did not choose: left as they are
             choice = chosen
         else:
-            choice = self.schedule.choose(requests, [len(t) for t in proposed], padded=False)
+            choice = self._choose(requests, [len(t) for t in proposed], runner)
             self.proposals = {r: t for r, t in zip(requests, proposed, strict=True) if t}
         self.steps += 1
         if self.record:
@@ -337,6 +382,8 @@ class _Trimmer:
             "predicted_seconds": _number(choice.predicted_seconds),
             "previous_step_seconds": seconds,  # null: not measured
             "reason": choice.reason,
+            "waiting": self.waiting,  # null: not said by the scheduler
+            "remaining": self.remaining,  # null: the step's tokens per second maximised
             "proposed": proposed,  # the longest proposal (a draft model: its forwards)
             "parked": sum(r in self.parked for r in choice.requests),
             "drafter_skipped": skipped,
@@ -356,6 +403,27 @@ def _no_drafts(runner: Any) -> Any:
     return torch.empty(
         (len(runner.input_batch.req_ids), 0), dtype=torch.int64, device=runner.device
     )
+
+
+def _remaining(runner: Any, requests: list[str]) -> list[int] | None:
+    """Each request's tokens still to emit, at least 1: its ``max_tokens`` less
+    the output tokens of vLLM's request state, and no more than its room below
+    ``max_model_len``; ``None`` when one of them is not known."""
+    states = getattr(runner, "requests", None)
+    limit = getattr(runner, "max_model_len", None)
+    if not isinstance(states, dict):
+        return None
+    out = []
+    for request in requests:
+        state = states.get(request)
+        most = getattr(getattr(state, "sampling_params", None), "max_tokens", None)
+        if state is None or not isinstance(most, int):
+            return None
+        left = most - len(state.output_token_ids)
+        if isinstance(limit, int):
+            left = min(left, limit - int(state.num_tokens))
+        out.append(max(left, 1))
+    return out
 
 
 def _decode_only(scheduled: Any) -> bool:
