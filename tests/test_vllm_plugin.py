@@ -9,6 +9,7 @@ computed with transformers and docs/spec.md section 8.2's transform.
 
 from __future__ import annotations
 
+import itertools
 import json
 import pathlib
 import subprocess
@@ -25,8 +26,6 @@ vllm = pytest.importorskip("vllm")
 pytestmark = pytest.mark.filterwarnings(
     "ignore::DeprecationWarning", "ignore::FutureWarning", "ignore::UserWarning"
 )
-
-import itertools
 
 from scipy import stats  # noqa: E402
 from specaccept import reference  # noqa: E402
