@@ -47,10 +47,11 @@ batch is run to its end before another request joins, so each request's
 choice maximises the rate at which the slowest request finishes. vLLM's
 scheduler, in the engine's process, says how many wait: ``Scheduler.schedule``
 is wrapped to set :data:`WAITING` on the ``SchedulerOutput`` it hands the
-runner (pickled with it to a worker process). Verification is untouched: a trimmed draft is simply not drafted.
-``SPECACCEPT_VLLM_K_RECORD=path.jsonl`` writes each step's choice (one JSON line:
-requests, k, available, acceptance per depth, expected tokens, predicted and
-measured seconds, reason). Any failure here logs once and leaves vLLM's drafts
+runner (pickled with it to a worker process). Verification is untouched: a
+trimmed draft is simply not drafted. ``SPECACCEPT_VLLM_K_RECORD=path.jsonl``
+writes each step's choice (one JSON line: requests, k, available, acceptance
+per depth, expected tokens, predicted and measured seconds, reason, waiting,
+remaining). Any failure here logs once and leaves vLLM's drafts
 as they were for the rest of the run: never takes vLLM down.
 
 docs/serving.md ("Choosing k each step in vLLM") documents it.
