@@ -349,15 +349,18 @@ def test_with_no_request_waiting_the_choice_weighs_each_request_s_remaining_toke
         t.start(scheduled({r: [] for r in states}, waiting=waiting))
         t.trim(drafts, runner)
     assert t.schedule.remaining == [[54, 4, 12, 1], None, None, [54, 4, 12, 1]]
-    # Without the runner's request states (or one request's), nothing is passed.
+    # Without the runner's request states (or one request's, or its output), nothing
+    # is passed, and the choosing goes on.
     t.start(scheduled({"a": []}, waiting=0))
     t.trim(DraftTokenIds(["a", "e"], [[1], [2]]), runner)
     t.trim(DraftTokenIds(["a"], [[1]]))
-    assert t.schedule.remaining[-2:] == [None, None]
+    del runner.requests["b"].output_token_ids
+    t.trim(drafts, runner)
+    assert t.schedule.remaining[-3:] == [None, None, None] and not t.broken
     # A draft model's choice, before drafting, is given them too.
     d = trimmer(method="draft_model")
     d.start(scheduled({r: [] for r in states}, waiting=0))
-    d.choose_before(runner, 4)
+    d.choose_before(model_runner(list(states), states, max_model_len=512), 4)
     assert d.schedule.remaining == [[54, 4, 12, 1]]
 
 

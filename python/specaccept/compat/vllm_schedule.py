@@ -418,11 +418,13 @@ def _remaining(runner: Any, requests: list[str]) -> list[int] | None:
     for request in requests:
         state = states.get(request)
         most = getattr(getattr(state, "sampling_params", None), "max_tokens", None)
-        if state is None or not isinstance(most, int):
+        output = getattr(state, "output_token_ids", None)
+        tokens = getattr(state, "num_tokens", None)
+        if not isinstance(most, int) or not isinstance(output, list):
             return None
-        left = most - len(state.output_token_ids)
-        if isinstance(limit, int):
-            left = min(left, limit - int(state.num_tokens))
+        left = most - len(output)
+        if isinstance(limit, int) and isinstance(tokens, int):
+            left = min(left, limit - tokens)
         out.append(max(left, 1))
     return out
 
