@@ -871,7 +871,7 @@ SMOLLM2_FILTERED = dict(temp=0.8, top_p=0.9, min_p=0.02, top_k=40)
 
 @pytest.mark.slow
 def test_smollm2_sampled_tokens_follow_mlx_lm_s_law(smollm2, smollm2_q4):
-    """(``-m slow``: about ten minutes on MLX's CPU build; the drop-in's law is
+    """(``-m slow``: about seven minutes on MLX's CPU build; the drop-in's law is
     tested in CI on the tiny models, through the same code.)
 
     The first token after SMOLLM2_PROMPT, the 4-bit copy drafting two tokens,
