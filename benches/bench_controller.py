@@ -1,5 +1,7 @@
 """What ``AdaptiveK`` costs per step: ``choose``, ``observe`` and ``observe_cost``,
-timed apart from any model (no torch), at a few batch sizes.
+timed apart from any model (no torch), at a few batch sizes, with its step-time fit
+and choice in Rust (``specaccept.AdaptiveK``) and in NumPy
+(``specaccept.reference.AdaptiveK``), in one run.
 
     python benches/bench_controller.py
 
@@ -18,6 +20,7 @@ from datetime import date
 
 import numpy as np
 import specaccept
+import specaccept.reference
 
 STEPS = 1000
 
@@ -27,8 +30,8 @@ def simulated_seconds(batch: int, width: int) -> float:
     return 0.05 + 0.002 * batch * (1 + width) + 0.01 * width
 
 
-def warmed(batch: int) -> tuple[specaccept.AdaptiveK, list[int]]:
-    schedule = specaccept.AdaptiveK()
+def warmed(batch: int, kind: type = specaccept.AdaptiveK) -> tuple[specaccept.AdaptiveK, list[int]]:
+    schedule = kind()
     ids = list(range(batch))
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -46,9 +49,9 @@ def per_step(call) -> float:
     return (time.perf_counter() - start) / STEPS * 1e3
 
 
-def row(batch: int) -> list[float]:
+def row(batch: int, kind: type) -> list[float]:
     """Milliseconds per step: a refit, a choice, an update, the three together."""
-    schedule, ids = warmed(batch)
+    schedule, ids = warmed(batch, kind)
     available, remaining = [40] * batch, [40] * batch
     choice = schedule.choose(ids, available, remaining=remaining)
     drafted, accepted = choice.k.tolist(), [0] * batch
@@ -81,10 +84,21 @@ def main() -> None:
         f"# {date.today()}, {platform.processor() or platform.machine()}, "
         "python benches/bench_controller.py\n"
     )
-    print("| batch | refit (ms) | choose, fitted (ms) | observe (ms) | a whole step (ms) |")
-    print("|---|---|---|---|---|")
+    print(
+        "| batch | numbers in | refit (ms) | choose, fitted (ms) | observe (ms) "
+        "| a whole step (ms) | NumPy / Rust, a whole step |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    kinds = {"Rust": specaccept.AdaptiveK, "NumPy": specaccept.reference.AdaptiveK}
     for batch in (1, 8, 64, 256):
-        print(f"| {batch} | " + " | ".join(f"{c:.3f}" for c in row(batch)) + " |")
+        rows = {name: row(batch, kind) for name, kind in kinds.items()}
+        for name, cells in rows.items():
+            ratio = rows["NumPy"][3] / rows["Rust"][3]
+            print(
+                f"| {batch} | {name} | "
+                + " | ".join(f"{c:.3f}" for c in cells)
+                + (f" | {ratio:.1f}x |" if name == "NumPy" else " | |")
+            )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,13 @@ size, one ``LLM.generate`` per group. The columns:
   after the fixed columns;
 - ``auto``: ``num_speculative_tokens=8`` and ``SPECACCEPT_VLLM_K=auto`` (the
   plugin's AdaptiveK trims each request's drafts every step); the controller lives
-  as long as the engine, so only the process's first group starts from nothing.
+  as long as the engine, so only the process's first group starts from nothing;
+- ``k=0`` (only when named in ``--columns``): ``num_speculative_tokens=8`` with
+  every draft dropped, as ``auto`` drops them when it drafts nothing: n-gram
+  proposals after the proposer ran, a draft model's before it runs (no drafter
+  forward). vLLM's speculative path with nothing drafted, measured apart from the
+  controller: ``k=0/plain`` is what that path costs, ``auto/k=0`` what the
+  controller adds.
 
 Reported per point: output tokens per second over the ``generate`` calls, the
 same after each call's first engine step (which feeds the prompts), emitted
@@ -98,12 +104,40 @@ def engine(job: dict) -> tuple[Any, list[tuple[float, int]], list[dict]]:
         return execute(self, scheduler_output, *args, **kwargs)
 
     GPUModelRunner.execute_model = counted
+    if job.get("drop_drafts"):
+        drop_drafts(GPUModelRunner)
     from bench_generate import chat_ids
 
     tokenizer = llm.get_tokenizer()
     prompts = [{"prompt_token_ids": chat_ids(tokenizer, m)} for m in job["messages"]]
     llm.generate(prompts[:1], SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
     return llm, steps, prompts
+
+
+def drop_drafts(runner_class: Any) -> None:
+    """The ``k=0`` column: every draft dropped before vLLM schedules it (n-gram
+    proposals after the proposer ran; a draft model not run at all)."""
+    import torch
+
+    propose = runner_class.propose_draft_token_ids
+    take = runner_class.take_draft_token_ids
+
+    def proposed(self, *args, **kwargs):
+        if self.speculative_config.method == "ngram":
+            return propose(self, *args, **kwargs)
+        self._draft_probs = None
+        self._draft_prob_req_ids = None
+        rows = len(self.input_batch.req_ids)
+        return torch.empty((rows, 0), dtype=torch.int64, device=self.device)
+
+    def taken(self):
+        drafts = take(self)
+        if drafts is None:
+            return None
+        return type(drafts)(list(drafts.req_ids), [[] for _ in drafts.req_ids])
+
+    runner_class.propose_draft_token_ids = proposed
+    runner_class.take_draft_token_ids = taken
 
 
 def run_group(llm: Any, steps: list, group: list[dict], temperature: float, tokens: int) -> dict:
@@ -183,6 +217,13 @@ def served(job: dict) -> None:
     )
 
 
+def job(base: dict, speculative: dict | None) -> dict:
+    """A column's job: its speculative config (``drop``: the ``k=0`` column)."""
+    speculative = dict(speculative) if speculative is not None else None
+    drop = bool(speculative and speculative.pop("drop", False))
+    return {**base, "speculative": speculative, "drop_drafts": drop}
+
+
 def plugin(auto: bool) -> dict[str, str]:
     return {"SPECACCEPT_VLLM": "token"} | ({"SPECACCEPT_VLLM_K": "auto"} if auto else {})
 
@@ -250,8 +291,9 @@ def main() -> None:
     parser.add_argument(
         "--columns",
         nargs="+",
-        help="run only these columns (plain, k=1, k=2, k=4, k=8, per-batch, auto; per-batch "
-        "needs the fixed ones it chooses from); the ratios are to the columns run",
+        help="run only these columns (plain, k=0, k=1, k=2, k=4, k=8, per-batch, auto; "
+        "per-batch needs the fixed ones it chooses from; k=0 only when named); the ratios are "
+        "to the columns run",
     )
     parser.add_argument(
         "--repeats",
@@ -311,10 +353,12 @@ def main() -> None:
     columns: list[tuple[str, dict | None, bool]] = [("plain", None, False)]
     fixed = (4,) if args.quick else FIXED
     chosen = set(args.columns or ["plain", *(f"k={k}" for k in fixed), "per-batch", "auto"])
-    unknown = chosen - {"plain", *(f"k={k}" for k in FIXED), "per-batch", "auto"}
+    unknown = chosen - {"plain", "k=0", *(f"k={k}" for k in FIXED), "per-batch", "auto"}
     if unknown or "plain" not in chosen or "auto" not in chosen:
-        parser.error(f"--columns: plain and auto, and any of k=1 ... k=8, per-batch ({unknown})")
+        parser.error(f"--columns: plain and auto, and any of k=0 ... k=8, per-batch ({unknown})")
     fixed = tuple(k for k in fixed if f"k={k}" in chosen)
+    if "k=0" in chosen:
+        columns.append(("k=0", {"num_speculative_tokens": 8, "drop": True}, False))
     columns += [(f"k={k}", {"num_speculative_tokens": k}, False) for k in fixed]
     columns.append(("auto", {"num_speculative_tokens": 8}, True))
     if args.paired:
@@ -328,7 +372,7 @@ def main() -> None:
         # Each repeat runs the columns in an order rotated by one (the machine's
         # drift between processes minutes apart falls on every column alike).
         for name, speculative, auto in columns[repeat:] + columns[:repeat]:
-            runs[name].append(run({**base, "speculative": speculative}, auto)["points"])
+            runs[name].append(run(job(base, speculative), auto)["points"])
             print(
                 f"{name}: done at {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True
             )
@@ -376,7 +420,7 @@ def paired_run(args: argparse.Namespace, base: dict, columns: list) -> None:
     workers: dict[str, Served] = {}
     try:
         for name, speculative, auto in columns:
-            workers[name] = Served(__file__, {**base, "speculative": speculative}, plugin(auto))
+            workers[name] = Served(__file__, job(base, speculative), plugin(auto))
         print(f"engines ready at {time.perf_counter() - began:.0f} s", file=sys.stderr)
         names = list(workers)
         rows = []
@@ -402,6 +446,11 @@ def paired_run(args: argparse.Namespace, base: dict, columns: list) -> None:
                     for other in names
                     if other != "auto"
                 }
+                if "k=0" in calls:  # what vLLM's speculative path costs with nothing drafted
+                    ratios["k=0/plain"] = [
+                        (a["tokens"] / a["seconds"]) / (o["tokens"] / o["seconds"])
+                        for a, o in zip(calls["k=0"], calls["plain"], strict=True)
+                    ]
                 rows.append((points, ratios))
                 print(
                     f"batch {batch}, T {temperature}: {ratio_cell(ratios['plain'], GOAL)} "
@@ -414,19 +463,13 @@ def paired_run(args: argparse.Namespace, base: dict, columns: list) -> None:
         for served_worker in workers.values():
             served_worker.close()
     print_header(len(base["messages"]), args.tokens)
-    others = [n for n in names if n != "auto"]
+    others = [n if "/" in n else f"auto/{n}" for n in rows[0][1]] if rows else []
     print(
         "\ntokens/s end to end (after the first step) [emitted per target call]; auto/...: the "
         f"calls' geometric mean [{CONFIDENCE:.0%} interval] and the verdict against {GOAL}x "
         f"(plain) or {GOAL_FIXED}x (a fixed k)\n"
     )
-    print(
-        "| batch | T | "
-        + " | ".join(names)
-        + " | pairs | "
-        + " | ".join(f"auto/{n}" for n in others)
-        + " |"
-    )
+    print("| batch | T | " + " | ".join(names) + " | pairs | " + " | ".join(others) + " |")
     print("|---" * (len(names) + len(others) + 3) + "|")
     for points, ratios in rows:
         cells = [cell(p) for p in points.values()]
@@ -436,7 +479,8 @@ def paired_run(args: argparse.Namespace, base: dict, columns: list) -> None:
             + " | ".join(cells)
             + f" | {len(ratios['plain'])} | "
             + " | ".join(
-                ratio_cell(r, GOAL if n == "plain" else GOAL_FIXED) for n, r in ratios.items()
+                ratio_cell(r, GOAL if n in ("plain", "k=0", "k=0/plain") else GOAL_FIXED)
+                for n, r in ratios.items()
             )
             + " |"
         )

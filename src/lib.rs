@@ -22,6 +22,9 @@
 //! - [`chain`]: chain verification (`verify`), greedy verification on ids
 //!   (`verify_greedy`) and the accepted-prefix scan; [`threads`] decides when
 //!   rows run in parallel.
+//! - [`schedule`]: `AdaptiveK`'s numbers (choosing how many tokens each
+//!   request drafts): the step-time fit and the choice it is worth the most
+//!   under.
 //!
 //! Shared by all of them: [`checks`] (the input checks, and where a value
 //! lives so errors can name it), [`prob`] (the probability element types and
@@ -44,6 +47,7 @@ pub mod prob;
 pub mod rate;
 pub mod rule;
 pub mod sample;
+pub mod schedule;
 pub mod simd;
 pub mod threads;
 pub mod tree;

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 import specaccept
-from specaccept import AdaptiveK, HeuristicK, InputError
+from specaccept import AdaptiveK, HeuristicK, InputError, reference
 from specaccept import expected_tokens_per_step as expected_emitted
 from test_generate import Markov, plain_greedy
 
@@ -219,10 +219,10 @@ def test_a_schedule_reused_across_runs_keeps_its_cost_fit():
     assert schedule.choose([0, 1], [8, 8]).reason == "model"
 
 
-def fitted(points):
+def fitted(points, schedule_class=AdaptiveK):
     """``cost_model()`` after one measured step per ``(seconds, target tokens,
     draft forwards)``."""
-    schedule = AdaptiveK(cost_memory=math.inf)
+    schedule = schedule_class(cost_memory=math.inf)
     for seconds, tokens, forwards in points:
         schedule.observe_cost(seconds, tokens, forwards)
     return schedule.cost_model()
@@ -240,7 +240,9 @@ def test_the_cost_fit_recovers_a_line_and_stays_non_negative(monkeypatch):
     # Batch 8, draft forwards f and target tokens 8 (1 + f): the target's tokens.
     together = [(0.02 + 0.003 * 8 * (1 + f), 8 * (1 + f), f) for f in (0, 1, 2, 4)]
     assert fitted(together) == pytest.approx((0.02, 0.003, 0.0), abs=1e-9)
-    # The subsets' systems solved one by one where the stacked solve refuses.
+    # The reference's subsets' systems solved one by one where the stacked solve
+    # refuses.
+    assert fitted(line, reference.AdaptiveK) == pytest.approx((0.01, 0.002, 0.005), rel=1e-6)
     solve = np.linalg.solve
 
     def refusing(a, b):
@@ -249,7 +251,7 @@ def test_the_cost_fit_recovers_a_line_and_stays_non_negative(monkeypatch):
         return solve(a, b)
 
     monkeypatch.setattr(np.linalg, "solve", refusing)
-    assert fitted(line) == pytest.approx((0.01, 0.002, 0.005), rel=1e-6)
+    assert fitted(line, reference.AdaptiveK) == pytest.approx((0.01, 0.002, 0.005), rel=1e-6)
 
 
 # --------------------------------------------------------------------------

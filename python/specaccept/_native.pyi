@@ -4,7 +4,7 @@ These are the raw entry points behind the public API: arguments already
 normalised by ``specaccept._api`` (arrays of supported dtypes, uniforms drawn).
 """
 
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 import numpy.typing as npt
@@ -17,11 +17,16 @@ __all__ = [
     "SUM_BLOCK",
     "SUM_LANES",
     "NotInPlace",
+    "StepCost",
     "acceptance_mask",
     "acceptance_rate",
+    "acceptance_rows",
     "accepted_prefix_length",
+    "best_ragged",
+    "best_width",
     "counter_stream",
     "counter_uniforms",
+    "fit_step_cost",
     "get_num_threads",
     "max_num_threads",
     "rejection_probability",
@@ -131,6 +136,48 @@ def counter_stream(
 def counter_uniforms(
     seeds: npt.NDArray[np.uint64], offsets: npt.NDArray[np.uint64], num_positions: int
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+
+# AdaptiveK's numbers (docs/spec.md sections 13.2 and 13.3; src/schedule.rs).
+@final
+class StepCost:
+    """A fitted step time: the line ``coef`` and each measured point's correction."""
+
+    def __new__(
+        cls, coef: tuple[float, float, float], cells: dict[tuple[float, float], float]
+    ) -> StepCost: ...
+    @property
+    def coef(self) -> tuple[float, float, float]: ...
+    @property
+    def cells(self) -> dict[tuple[float, float], float]: ...
+    def seconds(self, target_tokens: float, draft_forwards: float) -> float: ...
+
+def acceptance_rows(
+    accepted: npt.NDArray[np.float64],
+    tried: npt.NDArray[np.float64],
+    pooled: float,
+    prior_weight: float,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+def fit_step_cost(
+    t: npt.NDArray[np.float64],
+    x: npt.NDArray[np.float64],
+    f: npt.NDArray[np.float64],
+    keep: float,
+) -> StepCost | None: ...
+def best_width(
+    cost: StepCost,
+    cumulative: npt.NDArray[np.float64],
+    cap: npt.NDArray[np.int64],
+    min_k: int,
+    remaining: npt.NDArray[np.float64] | None = None,
+) -> npt.NDArray[np.int64]: ...
+def best_ragged(
+    cost: StepCost,
+    reach: npt.NDArray[np.float64],
+    cumulative: npt.NDArray[np.float64],
+    cap: npt.NDArray[np.int64],
+    min_k: int,
+    remaining: npt.NDArray[np.float64] | None = None,
+) -> npt.NDArray[np.int64]: ...
 def get_num_threads() -> int: ...
 def set_num_threads(n: int) -> None: ...
 def max_num_threads() -> int: ...

@@ -21,13 +21,13 @@ A consumer (the generation loop, the vLLM plugin, your own engine) calls, per st
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from . import _native
 from ._checks import check_int
 from ._errors import InputError
 
@@ -39,6 +39,43 @@ PRIOR_ACCEPTANCE = 0.5
 MAX_K = 4096
 #: A probe is made only when its predicted worth is at least this share of the choice's.
 PROBE_WORTH = 0.9
+#: The measured steps the cost is fitted to (the most recent).
+COST_STEPS = 256
+
+
+class StepCost(Protocol):
+    """A fitted step time (``_native.StepCost``, or the reference's)."""
+
+    @property
+    def coef(self) -> tuple[float, float, float]: ...
+
+    def seconds(self, target_tokens: float, draft_forwards: float) -> float: ...
+
+
+class _Steps:
+    """The last ``size`` measured steps' seconds, target tokens and draft
+    forwards, in three ring buffers."""
+
+    def __init__(self, size: int):
+        self.data = np.zeros((3, size))
+        self.count = 0  # steps measured (the next one is written at count % size)
+
+    def __len__(self) -> int:
+        return min(self.count, self.data.shape[1])
+
+    def append(self, seconds: float, target_tokens: float, draft_forwards: float) -> None:
+        self.data[:, self.count % self.data.shape[1]] = (seconds, target_tokens, draft_forwards)
+        self.count += 1
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(t, x, f)``, oldest first, each contiguous."""
+        size = self.data.shape[1]
+        if self.count <= size:
+            part = self.data[:, : self.count]
+        else:
+            head = self.count % size
+            part = np.concatenate((self.data[:, head:], self.data[:, :head]), axis=1)
+        return part[0], part[1], part[2]
 
 
 @dataclass(frozen=True)
@@ -194,6 +231,48 @@ class _Acceptance:
         self.tried += tried
 
 
+class _Table:
+    """Every request's :class:`_Acceptance`, one row each of two arrays (so that a
+    step's requests are updated and read at once); row 0 stays zeros: a request
+    never observed."""
+
+    def __init__(self, depths: int):
+        self.counts = _Acceptance(np.zeros((8, depths)), np.zeros((8, depths)))
+        self.rows: dict[Any, int] = {}
+        self.free = list(range(7, 0, -1))
+
+    def rows_of(self, ids: tuple[Any, ...], *, add: bool = False) -> np.ndarray:
+        """The requests' rows (``add``: new requests given one, else row 0)."""
+        if add:
+            for request in ids:
+                if request not in self.rows:
+                    if not self.free:
+                        self._grow()
+                    self.rows[request] = self.free.pop()
+        return np.fromiter((self.rows.get(r, 0) for r in ids), np.intp, len(ids))
+
+    def _grow(self) -> None:
+        size, depths = self.counts.accepted.shape
+        for name in ("accepted", "tried"):
+            grown = np.zeros((2 * size, depths))
+            grown[:size] = getattr(self.counts, name)
+            setattr(self.counts, name, grown)
+        self.free = list(range(2 * size - 1, size - 1, -1))
+
+    def add(self, rows: np.ndarray, hits: np.ndarray, tried: np.ndarray, keep: float) -> None:
+        """Each row's counts discounted by ``keep``, then the step's added."""
+        part = _Acceptance(self.counts.accepted[rows], self.counts.tried[rows])
+        part.add(hits, tried, keep)
+        self.counts.accepted[rows], self.counts.tried[rows] = part.accepted, part.tried
+
+    def forget(self, ids: tuple[Any, ...]) -> None:
+        for request in ids:
+            row = self.rows.pop(request, None)
+            if row is not None:
+                self.counts.accepted[row] = self.counts.tried[row] = 0.0
+                self.free.append(row)
+
+
 @dataclass(eq=False)
 class AdaptiveK:
     """Chooses each step's drafts to maximise expected emitted tokens per second.
@@ -250,12 +329,16 @@ class AdaptiveK:
     cost_memory: float = 32.0
     probe_every: int = 16
     prior_weight: float = 2.0
-    _requests: dict[Any, _Acceptance] = field(default_factory=dict, init=False, repr=False)
+    _requests: _Table = field(init=False, repr=False)
     _pooled: _Acceptance = field(init=False, repr=False)
-    _costs: deque = field(default_factory=lambda: deque(maxlen=256), init=False, repr=False)
+    _steps: _Steps = field(default_factory=lambda: _Steps(COST_STEPS), init=False, repr=False)
     _modelled: int = field(default=0, init=False, repr=False)
     _last_width: int | None = field(default=None, init=False, repr=False)
-    _fitted: _Cost | None = field(default=None, init=False, repr=False)
+    _fitted: StepCost | None = field(default=None, init=False, repr=False)
+    #: What computes the numbers: the native ``acceptance_rows``, ``fit_step_cost``,
+    #: ``best_width`` and ``best_ragged`` (``specaccept.reference.AdaptiveK``: the
+    #: same in NumPy).
+    _kernels: ClassVar[Any] = _native
 
     def __post_init__(self) -> None:
         self.max_k = check_int(self.max_k, "max_k")
@@ -284,6 +367,7 @@ class AdaptiveK:
             setattr(self, name, float(value))
         self.probe_every = check_int(self.probe_every, "probe_every")
         self._pooled = _Acceptance.empty(1)  # depth 0: a new request's prior
+        self._requests = _Table(self.max_k)
 
     # -- acceptance -------------------------------------------------------------
 
@@ -298,7 +382,7 @@ class AdaptiveK:
         are: its discounted counts at that depth, plus a prior of weight
         ``prior_weight``: the pooled estimate at depth 0, the request's own
         estimate at depth ``i - 1`` deeper (docs/spec.md section 13.2)."""
-        return self._estimates((request,))[0]
+        return self._estimates((request,))[0][0]
 
     def observe(
         self,
@@ -330,16 +414,13 @@ class AdaptiveK:
                 seen = min(len(row), self.max_k)
                 tried[r], hits[r] = 0.0, 0.0
                 tried[r, :seen], hits[r, :seen] = 1.0, row[:seen]
-        for request, r in zip(ids, range(n), strict=True):
-            state = self._requests.setdefault(request, _Acceptance.empty(self.max_k))
-            state.add(hits[r], tried[r], keep)
+        self._requests.add(self._requests.rows_of(ids, add=True), hits, tried, keep)
         first = (hits[:, 0].sum(), tried[:, 0].sum()) if self.max_k else (0.0, 0.0)
         self._pooled.add(np.array([first[0]]), np.array([first[1]]), keep)
 
     def finish(self, requests: Sequence[Any]) -> None:
         """Forget the requests that ended."""
-        for request in _requests(requests):
-            self._requests.pop(request, None)
+        self._requests.forget(_requests(requests))
 
     # -- cost -------------------------------------------------------------------
 
@@ -354,7 +435,7 @@ class AdaptiveK:
             raise InputError(f"seconds must be finite and >= 0, got {seconds}", argument="seconds")
         x = check_int(target_tokens, "target_tokens")
         f = check_int(draft_forwards, "draft_forwards")
-        self._costs.append((float(seconds), float(x), float(f)))
+        self._steps.append(float(seconds), float(x), float(f))
         self._fitted = None
 
     def cost_model(self) -> tuple[float, float, float] | None:
@@ -365,45 +446,13 @@ class AdaptiveK:
         cost = self._cost()
         return None if cost is None else cost.coef
 
-    def _cost(self) -> _Cost | None:
+    def _cost(self) -> StepCost | None:
         """The fitted line, and each measured ``(target tokens, draft forwards)``
-        point's own correction to it (docs/spec.md section 13.3)."""
-        if self._fitted is not None:
-            return self._fitted
-        if len(self._costs) < 2:
-            return None
-        data = np.array(self._costs)
-        t, x, f = data[:, 0], data[:, 1], data[:, 2]
-        if np.ptp(x) == 0 and np.ptp(f) == 0:
-            return None
-        keep = 1.0 - 1.0 / self.cost_memory
-        recent = keep ** np.arange(len(t) - 1, -1, -1, dtype=np.float64)
-        w = recent
-        design = np.stack([np.ones_like(x), x, f], axis=1)
-        coef = _fit(design, t, w)
-        # One Huber step: a step far off the line (a one-off cost: the first call
-        # after the prompts, a pause of the machine) weighs less.
-        with np.errstate(all="ignore"):
-            residual = t - design @ np.array(coef)
-            scale = 1.4826 * float(np.median(np.abs(residual)))
-            if 1e-6 * float(np.median(t)) < scale < math.inf:
-                w = w * np.minimum(1.0, 2.5 * scale / np.maximum(np.abs(residual), 1e-300))
-                coef = _fit(design, t, w)
-                residual = t - design @ np.array(coef)
-        # A point's own mean residual (weighted by age only: a point off the line
-        # is what this corrects), shrunk toward the line by a weight of 1: a
-        # backend's time need not be linear (a kernel picked by the token count).
-        # The points, as one key each (counts are whole numbers: exact in float64).
-        _, first, where = np.unique(x * (f.max() + 1.0) + f, return_index=True, return_inverse=True)
-        where = where.reshape(-1)
-        with np.errstate(all="ignore"):
-            shift = np.bincount(where, recent * residual) / (np.bincount(where, recent) + 1.0)
-        cells = {
-            (px, pf): c
-            for px, pf, c in zip(x[first].tolist(), f[first].tolist(), shift.tolist(), strict=True)
-            if math.isfinite(c)
-        }
-        self._fitted = _Cost(coef, cells)
+        point's own correction to it (docs/spec.md section 13.3; computed by
+        ``_kernels.fit_step_cost``)."""
+        if self._fitted is None:
+            t, x, f = self._steps.arrays()
+            self._fitted = self._kernels.fit_step_cost(t, x, f, 1.0 - 1.0 / self.cost_memory)
         return self._fitted
 
     def predict_seconds(self, target_tokens: float, draft_forwards: float) -> float:
@@ -438,9 +487,7 @@ class AdaptiveK:
             left = _counts(remaining, "remaining", len(ids))
             if left.size and left.min() < 1:
                 raise InputError("remaining must be >= 1", argument="remaining")
-        alpha = self._estimates(ids)
-        reach = _reach(alpha)
-        cumulative = np.cumsum(reach, axis=1)
+        alpha, reach, cumulative = self._estimates(ids)
         model = self._cost()
         if model is None:
             # Nothing fitted yet: ``start`` drafts, then alternately none and
@@ -452,10 +499,11 @@ class AdaptiveK:
         def worth(choice: np.ndarray) -> float:
             return _worth(cumulative, choice, model, padded, left)
 
+        remaining_ = None if left is None else left.astype(np.float64)
         if padded:
-            k = _best_width(cap, self.min_k, worth)
+            k = self._kernels.best_width(model, cumulative, cap, self.min_k, remaining_)
         else:
-            k = _best_ragged(reach, cumulative, cap, self.min_k, worth, left)
+            k = self._kernels.best_ragged(model, reach, cumulative, cap, self.min_k, remaining_)
         reason = "model"
         self._modelled += 1
         if self.probe_every and self._modelled % self.probe_every == 0:
@@ -466,21 +514,15 @@ class AdaptiveK:
                 k, reason = probe, "probe"
         return self._made(ids, k, cap, alpha, cumulative, model, reason, padded)
 
-    def _estimates(self, ids: tuple[Any, ...]) -> np.ndarray:
-        """Each request's acceptance per depth, ``[R, max_k]`` (section 13.2's
-        recurrence, over all requests at once)."""
-        w, depths = self.prior_weight, self.max_k
-        accepted, tried = np.zeros((len(ids), depths)), np.zeros((len(ids), depths))
-        for r, request in enumerate(ids):
-            own = self._requests.get(request)
-            if own is not None:
-                accepted[r], tried[r] = own.accepted, own.tried
-        out = np.empty((len(ids), depths))
-        prior = np.full(len(ids), self.pooled())
-        for i in range(depths):
-            prior = (accepted[:, i] + w * prior) / (tried[:, i] + w)
-            out[:, i] = prior
-        return out
+    def _estimates(self, ids: tuple[Any, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each request's acceptance per depth ``[R, max_k]`` (section 13.2's
+        recurrence), the expected tokens each draft adds and their running sum
+        (``[R, max_k + 1]`` each; ``_kernels.acceptance_rows``)."""
+        rows = self._requests.rows_of(ids)
+        counts = self._requests.counts
+        return self._kernels.acceptance_rows(
+            counts.accepted[rows], counts.tried[rows], self.pooled(), self.prior_weight
+        )
 
     def _probe(self, k: np.ndarray, cap: np.ndarray, padded: bool) -> np.ndarray:
         """The choice moved by 1 draft (up on odd probes, down on even ones, the
@@ -504,7 +546,7 @@ class AdaptiveK:
         cap: np.ndarray,
         alpha: np.ndarray,
         cumulative: np.ndarray,
-        model: _Cost | None,
+        model: StepCost | None,
         reason: str,
         padded: bool,
     ) -> KChoice:
@@ -514,84 +556,6 @@ class AdaptiveK:
         seconds = math.nan if model is None else model.seconds(target_tokens, width)
         self._last_width = width
         return KChoice(ids, k, cap.astype(np.int64), alpha, tokens, seconds, reason)
-
-
-#: The column subsets :func:`_fit` tries, in its order of preference.
-_SUBSETS = ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2))
-#: The same, as a 0/1 mask per subset over the three columns.
-_SUBSET_MASKS = np.array([[float(i in subset) for i in range(3)] for subset in _SUBSETS])
-
-
-def _fit(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> tuple[float, float, float]:
-    """Weighted least squares with every coefficient ``>= 0`` (a step has no
-    negative fixed cost and never gets cheaper for computing more): of the subsets
-    of the three columns whose own fit is non-negative, the one with the least
-    residual, a larger subset only where it fits better (so columns that moved
-    together, as target tokens and draft forwards do at a constant batch, are
-    explained by the first of them: the target's tokens). From the weighted
-    moments, every subset's 3 x 3 system solved in one call (a subset's unused
-    columns held at 0 by identity rows)."""
-    with np.errstate(all="ignore"):
-        weighted = design * w[:, None]
-        gram = design.T @ weighted
-        moment = weighted.T @ t
-        total = float((w * t * t).sum())
-    if not (np.isfinite(gram).all() and np.isfinite(moment).all() and math.isfinite(total)):
-        return 0.0, 0.0, 0.0
-    diagonal = np.diag(gram)
-    usable = (_SUBSET_MASKS @ (diagonal == 0)) == 0  # no column of zeros in the subset
-    if not usable.any():  # every time measured is 0
-        return 0.0, 0.0, 0.0
-    ridged = gram + np.diag(1e-9 * diagonal)
-    on = _SUBSET_MASKS[usable]
-    systems = on[:, :, None] * ridged[None] * on[:, None, :] + np.eye(3)[None] * (1.0 - on)[:, None]
-    with np.errstate(all="ignore"):
-        try:
-            coefs = np.linalg.solve(systems, (on * moment[None])[:, :, None])[:, :, 0]
-        except np.linalg.LinAlgError:
-            rhs = on * moment[None]
-            coefs = np.stack([_solve_or_nan(a, b) for a, b in zip(systems, rhs, strict=True)])
-        coefs *= on
-        residuals = total - 2.0 * coefs @ moment + np.einsum("si,ij,sj->s", coefs, gram, coefs)
-        fits = np.isfinite(coefs).all(axis=1) & np.isfinite(residuals) & (coefs >= 0).all(axis=1)
-    better = 1e-9 * total  # what counts as a better fit
-    best: tuple[float, list[float]] | None = None
-    for coef, residual, fit in zip(coefs.tolist(), residuals.tolist(), fits.tolist(), strict=True):
-        if fit and (best is None or residual < best[0] - better):
-            best = (residual, coef)
-    if best is None:
-        return 0.0, 0.0, 0.0
-    return float(best[1][0]), float(best[1][1]), float(best[1][2])
-
-
-def _solve_or_nan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    try:
-        return np.linalg.solve(a, b)
-    except np.linalg.LinAlgError:
-        return np.full(3, math.nan)
-
-
-@dataclass(frozen=True)
-class _Cost:
-    """A step's predicted time: the fitted line ``coef``, plus the shrunk mean
-    residual of the measured point ``(target tokens, draft forwards)`` where
-    there is one; at least a nanosecond."""
-
-    coef: tuple[float, float, float]
-    cells: dict[tuple[float, float], float]
-
-    def seconds(self, target_tokens: float, forwards: float) -> float:
-        c0, c1, c2 = self.coef
-        line = c0 + c1 * target_tokens + c2 * forwards
-        return max(line + self.cells.get((float(target_tokens), float(forwards)), 0.0), 1e-9)
-
-
-def _reach(alpha: np.ndarray) -> np.ndarray:
-    """``[R, D + 1]``: column ``j`` is the product of a request's first ``j``
-    depths' acceptance (column 0 is 1), the expected tokens its ``j``-th draft
-    adds."""
-    rows = alpha.shape[0]
-    return np.concatenate([np.ones((rows, 1)), np.cumprod(alpha, axis=1)], axis=1)
 
 
 def _emitted(cumulative: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -612,7 +576,7 @@ def _computed(k: np.ndarray, padded: bool) -> tuple[int, int]:
 def _worth(
     cumulative: np.ndarray,
     k: np.ndarray,
-    model: _Cost,
+    model: StepCost,
     padded: bool,
     remaining: np.ndarray | None,
 ) -> float:
@@ -621,62 +585,13 @@ def _worth(
     expects to emit per predicted second (``min_r E_r / remaining_r`` over the
     time: the rate at which the batch finishes)."""
     emitted = _emitted(cumulative, k)
-    value = float(emitted.sum()) if remaining is None else float((emitted / remaining).min())
+    value = (
+        float(emitted.sum())
+        if remaining is None
+        else float(np.min(emitted / remaining, initial=math.inf))
+    )
     seconds = model.seconds(*_computed(k, padded))
     return value / seconds if seconds > 0 else math.inf
-
-
-def _best_width(cap: np.ndarray, min_k: int, worth: Callable[[np.ndarray], float]) -> np.ndarray:
-    """Padded backends: the width ``w`` (each request drafting ``min(w, cap)``)
-    with the best ``worth``; the smaller on ties."""
-    best, best_worth = np.minimum(cap, min_k), -math.inf
-    top = int(cap.max()) if len(cap) else 0
-    for w in range(min(min_k, top), top + 1):
-        k = np.minimum(cap, w)
-        current = worth(k)
-        if current > best_worth * (1 + 1e-12):
-            best, best_worth = k, current
-    return best
-
-
-def _best_ragged(
-    reach: np.ndarray,
-    cumulative: np.ndarray,
-    cap: np.ndarray,
-    min_k: int,
-    worth: Callable[[np.ndarray], float],
-    remaining: np.ndarray | None,
-) -> np.ndarray:
-    """Ragged backends: drafts added one at a time, each time the one with the
-    largest expected gain (request ``r``'s ``j``-th draft adds ``reach[r, j]``, the
-    product of its first ``j`` depths' acceptance; with ``remaining``, the next
-    draft of the request slowest to finish, ``min E_r / remaining_r``, while it
-    can draft); of every prefix of that order, the one with the best ``worth``
-    (the fewest drafts on ties)."""
-    rows = len(cap)
-    k = np.minimum(cap, min_k).astype(np.int64)
-    best, best_worth = k.copy(), worth(k)
-    if remaining is None:
-        order = [
-            (reach[r, j], r) for r in range(rows) for j in range(int(k[r]) + 1, int(cap[r]) + 1)
-        ]
-        order.sort(key=lambda g: -g[0])  # stable: a request's drafts stay in order
-        steps = [r for _, r in order]
-    else:
-        steps = []
-        counts = k.copy()
-        while rows:
-            r = int(np.argmin(_emitted(cumulative, counts) / remaining))
-            if counts[r] >= cap[r]:
-                break  # the slowest request cannot draft more: nothing else helps
-            counts[r] += 1
-            steps.append(r)
-    for r in steps:
-        k[r] += 1
-        current = worth(k)
-        if current > best_worth * (1 + 1e-12):
-            best, best_worth = k.copy(), current
-    return best
 
 
 @dataclass(eq=False)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _schedule
 from ._arrays import as_numpy, is_bfloat16, like_converter
 from ._checks import check_flag
 from ._errors import InputError
@@ -33,6 +34,7 @@ from ._uniforms import counter_given, counter_keys
 __all__ = [
     "SUM_BLOCK",
     "SUM_LANES",
+    "AdaptiveK",
     "acceptance_mask",
     "acceptance_rate",
     "accepted_prefix_length",
@@ -2041,3 +2043,216 @@ def accepted_prefix_length(accepted, num_draft_tokens=None, *, like=None):
         rejected = np.flatnonzero(~row)  # the first False, or k when there is none
         out[b] = rejected[0] if rejected.size else k
     return _output(out, False, like)
+
+
+# --------------------------------------------------------------------------
+# docs/spec.md section 13.3: AdaptiveK's step-time fit and choice, in NumPy
+# (the native fit_step_cost, best_width and best_ragged are tested against it).
+# --------------------------------------------------------------------------
+
+
+def acceptance_rows(
+    accepted: np.ndarray, tried: np.ndarray, pooled: float, prior_weight: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each request's acceptance per depth from its discounted counts (``[R, D]``):
+    at depth ``i`` its counts plus the estimate one depth shallower (``pooled`` at
+    depth 0) with weight ``prior_weight`` (section 13.2); then ``reach [R, D + 1]``
+    (column ``j``: the product of the first ``j`` depths' acceptance, the expected
+    tokens the ``j``-th draft adds; column 0 is 1) and its running sum
+    ``cumulative`` (the expected emitted tokens with ``j`` drafts)."""
+    rows, depths = accepted.shape
+    alpha = np.empty((rows, depths))
+    prior = np.full(rows, pooled)
+    with np.errstate(all="ignore"):  # an infinite weight: inf / inf, as the native code
+        for i in range(depths):
+            prior = (accepted[:, i] + prior_weight * prior) / (tried[:, i] + prior_weight)
+            alpha[:, i] = prior
+        reach = np.concatenate([np.ones((rows, 1)), np.cumprod(alpha, axis=1)], axis=1)
+        return alpha, reach, np.cumsum(reach, axis=1)
+
+
+#: The column subsets the cost fit tries, in its order of preference.
+_SUBSETS = ((0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2))
+#: The same, as a 0/1 mask per subset over the three columns.
+_SUBSET_MASKS = np.array([[float(i in subset) for i in range(3)] for subset in _SUBSETS])
+
+
+class StepCost:
+    """A step's predicted time: the fitted line ``coef``, plus the shrunk mean
+    residual of the measured point ``(target tokens, draft forwards)`` where
+    there is one; at least a nanosecond."""
+
+    def __init__(self, coef: tuple[float, float, float], cells: dict[tuple[float, float], float]):
+        self.coef = coef
+        self.cells = cells
+
+    def seconds(self, target_tokens: float, draft_forwards: float) -> float:
+        c0, c1, c2 = self.coef
+        line = c0 + c1 * target_tokens + c2 * draft_forwards
+        return max(line + self.cells.get((float(target_tokens), float(draft_forwards)), 0.0), 1e-9)
+
+
+def fit_step_cost(t: np.ndarray, x: np.ndarray, f: np.ndarray, keep: float) -> StepCost | None:
+    """The step time fitted to the measured steps (seconds ``t``, target tokens
+    ``x``, draft forwards ``f``, oldest first, each weighted ``keep**age``): the
+    line, one Huber reweighting, then each point's own correction; ``None`` with
+    fewer than two steps or while every step computed the same ``(x, f)``."""
+    if len(t) < 2:
+        return None
+    if np.ptp(x) == 0 and np.ptp(f) == 0:
+        return None
+    recent = keep ** np.arange(len(t) - 1, -1, -1, dtype=np.float64)
+    w = recent
+    design = np.stack([np.ones_like(x), x, f], axis=1)
+    coef = _fit_line(design, t, w)
+    # One Huber step: a step far off the line (a one-off cost: the first call
+    # after the prompts, a pause of the machine) weighs less.
+    with np.errstate(all="ignore"):
+        residual = t - design @ np.array(coef)
+        scale = 1.4826 * float(np.median(np.abs(residual)))
+        if 1e-6 * float(np.median(t)) < scale < math.inf:
+            w = w * np.minimum(1.0, 2.5 * scale / np.maximum(np.abs(residual), 1e-300))
+            coef = _fit_line(design, t, w)
+            residual = t - design @ np.array(coef)
+    # A point's own mean residual (weighted by age only: a point off the line
+    # is what this corrects), shrunk toward the line by a weight of 1: a
+    # backend's time need not be linear (a kernel picked by the token count).
+    # The points, as one key each (counts are whole numbers: exact in float64).
+    _, first, where = np.unique(x * (f.max() + 1.0) + f, return_index=True, return_inverse=True)
+    where = where.reshape(-1)
+    with np.errstate(all="ignore"):
+        shift = np.bincount(where, recent * residual) / (np.bincount(where, recent) + 1.0)
+    cells = {
+        (px, pf): c
+        for px, pf, c in zip(x[first].tolist(), f[first].tolist(), shift.tolist(), strict=True)
+        if math.isfinite(c)
+    }
+    return StepCost(coef, cells)
+
+
+def _fit_line(design: np.ndarray, t: np.ndarray, w: np.ndarray) -> tuple[float, float, float]:
+    """Weighted least squares with every coefficient ``>= 0`` (a step has no
+    negative fixed cost and never gets cheaper for computing more): of the subsets
+    of the three columns whose own fit is non-negative, the one with the least
+    residual, a larger subset only where it fits better (so columns that moved
+    together, as target tokens and draft forwards do at a constant batch, are
+    explained by the first of them: the target's tokens). From the weighted
+    moments, every subset's 3 x 3 system solved in one call (a subset's unused
+    columns held at 0 by identity rows)."""
+    with np.errstate(all="ignore"):
+        weighted = design * w[:, None]
+        gram = design.T @ weighted
+        moment = weighted.T @ t
+        total = float((w * t * t).sum())
+    if not (np.isfinite(gram).all() and np.isfinite(moment).all() and math.isfinite(total)):
+        return 0.0, 0.0, 0.0
+    diagonal = np.diag(gram)
+    usable = (_SUBSET_MASKS @ (diagonal == 0)) == 0  # no column of zeros in the subset
+    if not usable.any():  # every time measured is 0
+        return 0.0, 0.0, 0.0
+    ridged = gram + np.diag(1e-9 * diagonal)
+    on = _SUBSET_MASKS[usable]
+    systems = on[:, :, None] * ridged[None] * on[:, None, :] + np.eye(3)[None] * (1.0 - on)[:, None]
+    with np.errstate(all="ignore"):
+        try:
+            coefs = np.linalg.solve(systems, (on * moment[None])[:, :, None])[:, :, 0]
+        except np.linalg.LinAlgError:
+            rhs = on * moment[None]
+            coefs = np.stack([_solve_or_nan(a, b) for a, b in zip(systems, rhs, strict=True)])
+        coefs *= on
+        residuals = total - 2.0 * coefs @ moment + np.einsum("si,ij,sj->s", coefs, gram, coefs)
+        fits = np.isfinite(coefs).all(axis=1) & np.isfinite(residuals) & (coefs >= 0).all(axis=1)
+    better = 1e-9 * total  # what counts as a better fit
+    best: tuple[float, list[float]] | None = None
+    for coef, residual, fit in zip(coefs.tolist(), residuals.tolist(), fits.tolist(), strict=True):
+        if fit and (best is None or residual < best[0] - better):
+            best = (residual, coef)
+    if best is None:
+        return 0.0, 0.0, 0.0
+    return float(best[1][0]), float(best[1][1]), float(best[1][2])
+
+
+def _solve_or_nan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    try:
+        return np.linalg.solve(a, b)
+    except np.linalg.LinAlgError:
+        return np.full(3, math.nan)
+
+
+def best_width(
+    cost: Any,
+    cumulative: np.ndarray,
+    cap: np.ndarray,
+    min_k: int,
+    remaining: np.ndarray | None = None,
+) -> np.ndarray:
+    """Padded backends: the width ``w`` (each request drafting ``min(w, cap)``)
+    worth the most under ``cost``; the smaller on ties."""
+    best, best_worth = np.minimum(cap, min_k), -math.inf
+    top = int(cap.max()) if len(cap) else 0
+    for w in range(min(min_k, top), top + 1):
+        k = np.minimum(cap, w)
+        current = _schedule._worth(cumulative, k, cost, True, remaining)
+        if current > best_worth * (1 + 1e-12):
+            best, best_worth = k, current
+    return best.astype(np.int64)
+
+
+def best_ragged(
+    cost: Any,
+    reach: np.ndarray,
+    cumulative: np.ndarray,
+    cap: np.ndarray,
+    min_k: int,
+    remaining: np.ndarray | None = None,
+) -> np.ndarray:
+    """Ragged backends: drafts added one at a time, each time the one with the
+    largest expected gain (request ``r``'s ``j``-th draft adds ``reach[r, j]``, the
+    product of its first ``j`` depths' acceptance; with ``remaining``, the next
+    draft of the request slowest to finish, ``min E_r / remaining_r``, while it
+    can draft); of every prefix of that order, the one worth the most under
+    ``cost`` (the fewest drafts on ties)."""
+    rows = len(cap)
+    k = np.minimum(cap, min_k).astype(np.int64)
+
+    def worth(choice: np.ndarray) -> float:
+        return _schedule._worth(cumulative, choice, cost, False, remaining)
+
+    best, best_worth = k.copy(), worth(k)
+    if remaining is None:
+        order = [
+            (reach[r, j], r) for r in range(rows) for j in range(int(k[r]) + 1, int(cap[r]) + 1)
+        ]
+        order.sort(key=lambda g: -g[0])  # stable: a request's drafts stay in order
+        steps = [r for _, r in order]
+    else:
+        steps = []
+        counts = k.copy()
+        while rows:
+            r = int(np.argmin(_schedule._emitted(cumulative, counts) / remaining))
+            if counts[r] >= cap[r]:
+                break  # the slowest request cannot draft more: nothing else helps
+            counts[r] += 1
+            steps.append(r)
+    for r in steps:
+        k[r] += 1
+        current = worth(k)
+        if current > best_worth * (1 + 1e-12):
+            best, best_worth = k.copy(), current
+    return best
+
+
+class _NumpyKernels:
+    """:class:`AdaptiveK`'s numbers as above (the native module's names)."""
+
+    acceptance_rows = staticmethod(acceptance_rows)
+    fit_step_cost = staticmethod(fit_step_cost)
+    best_width = staticmethod(best_width)
+    best_ragged = staticmethod(best_ragged)
+
+
+class AdaptiveK(_schedule.AdaptiveK):
+    """Reference of :class:`specaccept.AdaptiveK`: the same class, its step-time
+    fit and choice computed by the NumPy functions above."""
+
+    _kernels = _NumpyKernels

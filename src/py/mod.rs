@@ -1,8 +1,9 @@
 //! The binding: every `#[pyfunction]`, one file per concern: [`errors`] (the one
 //! error mapping), [`arrays`] (inputs read in place, the dtype dispatch),
 //! [`outputs`] (`out=` and its aliasing proofs), then the entry points by
-//! family ([`chain`], [`logits`], [`tree`], [`elementwise`], [`counter`]; the
-//! thread count here). Arrays are borrowed read-only in place (no copy), checked for
+//! family ([`chain`], [`logits`], [`tree`], [`elementwise`], [`counter`],
+//! [`schedule`]; the thread count here). Arrays are borrowed read-only in place (no
+//! copy), checked for
 //! dtype and rank here (for clear messages), and handed to the core with the
 //! GIL released. Nothing a caller controls is unwrapped.
 
@@ -13,6 +14,7 @@ mod elementwise;
 mod errors;
 mod logits;
 mod outputs;
+mod schedule;
 mod tree;
 
 use pyo3::prelude::*;
@@ -49,6 +51,8 @@ mod _native {
     use super::elementwise::{acceptance_mask, acceptance_rate, rejection_probability};
     #[pymodule_export]
     use super::logits::{verify_flat_logits, verify_logits};
+    #[pymodule_export]
+    use super::schedule::{acceptance_rows, best_ragged, best_width, fit_step_cost, StepCost};
     #[pymodule_export]
     use super::tree::{verify_tree, verify_tree_logits};
     #[pymodule_export]
