@@ -261,7 +261,8 @@ pub struct AcceptanceRows<'a> {
 /// Each request's acceptance per draft depth (docs/spec.md section 13.2) and
 /// what it makes of drafts, from `accepted` and `tried` (`[R, D]` row-major, the
 /// discounted counts): at depth `i`, `a[i] = (accepted[i] + w p) / (tried[i] +
-/// w)` with `p` the estimate one depth shallower (`pooled` at depth 0). The
+/// w)` with `p` the estimate one depth shallower (`pooled` at depth 0; an
+/// infinite `w`: `p` itself, the limit, at every depth). The
 /// outputs hold `R` rows (`R = out.reach.len() / (D + 1)`); the inputs `R D`.
 pub fn acceptance_rows(
     accepted: &[f64],
@@ -283,7 +284,9 @@ pub fn acceptance_rows(
         cumulative[0] = 1.0;
         for i in 0..depths {
             let at = r * depths + i;
-            prior = (accepted[at] + w * prior) / (tried[at] + w);
+            if w.is_finite() {
+                prior = (accepted[at] + w * prior) / (tried[at] + w);
+            } // an infinite weight: the prior alone, at every depth
             out.alpha[at] = prior;
             reach[i + 1] = reach[i] * prior;
             cumulative[i + 1] = cumulative[i] + reach[i + 1];
@@ -352,6 +355,7 @@ fn worth(value: f64, seconds: f64) -> f64 {
 /// value per predicted second (`x = R (1 + W)`, `f = W`) is the largest, the
 /// smallest on ties, from `min(min_k, max cap)` up.
 pub fn best_width(rows: &Rows<'_>, min_k: i64, cost: &StepCost) -> Vec<i64> {
+    let min_k = min_k.max(0); // (a negative min_k is none)
     let top = rows.cap.iter().copied().max().unwrap_or(0);
     let mut best: Vec<i64> = rows.cap.iter().map(|&c| c.min(min_k)).collect();
     let mut best_worth = f64::NEG_INFINITY;
@@ -379,6 +383,7 @@ pub fn best_width(rows: &Rows<'_>, min_k: i64, cost: &StepCost) -> Vec<i64> {
 /// value per predicted second (`x = R + sum k`, `f = max k`), the fewest drafts
 /// on ties.
 pub fn best_ragged(rows: &Rows<'_>, reach: &[f64], min_k: i64, cost: &StepCost) -> Vec<i64> {
+    let min_k = min_k.max(0); // (a negative min_k is none)
     let n = rows.len();
     let d = rows.depths;
     let mut k: Vec<i64> = rows.cap.iter().map(|&c| c.min(min_k)).collect();

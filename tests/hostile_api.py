@@ -595,6 +595,22 @@ CASES: dict[str, tuple[str, str]] = {
         "ok",
     ),
     "AdaptiveK: observe_cost bool": ("sa.AdaptiveK().observe_cost(True, 1)", "TypeError"),
+    "AdaptiveK: predict_seconds huge": (
+        "sa.AdaptiveK().predict_seconds(10**400, 0)",
+        "ValueError",
+    ),
+    "AdaptiveK: predict_seconds nan": (
+        "sa.AdaptiveK().predict_seconds(math.nan, 0)",
+        "ValueError",
+    ),
+    "AdaptiveK: predict_seconds str": ("sa.AdaptiveK().predict_seconds('1', 0)", "TypeError"),
+    "AdaptiveK: cost_memory 1, prior_weight inf": (
+        "s = sa.AdaptiveK(cost_memory=1, prior_weight=math.inf)\n"
+        "for i in range(4): s.choose([0, 1], [4, 4], remaining=[3, 9]); "
+        "s.observe_cost(0.01 * (i + 1), 2 + i)\n"
+        "s.choose([0, 1], [4, 4], remaining=[3, 9])",
+        "ok",
+    ),
     "HeuristicK: start 2**63": ("sa.HeuristicK(start=2**63).choose([0], [2**62])", "ok"),
     "HeuristicK: observe mismatched": ("sa.HeuristicK().observe([0, 1], [1], [1])", "ValueError"),
     "HeuristicK: finish unknown": ("sa.HeuristicK().finish([5, 'x'])", "ok"),

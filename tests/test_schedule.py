@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import types
 
 import numpy as np
 import pytest
@@ -287,8 +288,22 @@ SCHEDULES = {
 }
 
 
+@pytest.fixture
+def steady_clock(monkeypatch):
+    """``generate``'s clock, advancing 1 ms a reading: every step takes as long
+    whatever it drafts (drafting is free, so AdaptiveK drafts), and what a
+    schedule chooses does not hang on this machine's load."""
+    from specaccept.generation import _loop
+
+    ticks = itertools.count()
+    monkeypatch.setattr(
+        _loop, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks) / 1e3)
+    )
+
+
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("drafter", ["model", "lookup"])
+@pytest.mark.usefixtures("steady_clock")
 def test_greedy_with_a_schedule_equals_plain_greedy(schedule, drafter):
     target = Markov(7, 3, seed=1)
     draft = Markov(7, 2, seed=2) if drafter == "model" else specaccept.PromptLookup()
@@ -304,6 +319,7 @@ def test_greedy_with_a_schedule_equals_plain_greedy(schedule, drafter):
 
 
 @pytest.mark.parametrize("schedule", [*SCHEDULES, 0, 1, 2, 4, 8])
+@pytest.mark.usefixtures("steady_clock")
 def test_a_seeded_request_with_lookup_drafts_has_its_plain_decoding_text(schedule):
     """Seeded deterministic drafts: the text is the request's plain decoding (k = 0)
     text, whatever k a schedule picks and whatever else is in the batch."""

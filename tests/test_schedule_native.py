@@ -104,12 +104,22 @@ def same(native, expected):
             assert (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, rel=1e-9), step
 
 
+#: Options of the runs compared, by seed: defaults, and the extremes allowed.
+OPTIONS = (
+    dict(probe_every=5),
+    dict(probe_every=5, cost_memory=1.0, memory=1.0),
+    dict(probe_every=5, prior_weight=math.inf),
+    dict(probe_every=0, cost_memory=math.inf, memory=math.inf, min_k=1),
+)
+
+
 @pytest.mark.parametrize("times", TIMES, ids=lambda f: f.__name__)
 @pytest.mark.parametrize("padded", [True, False], ids=["padded", "ragged"])
 @pytest.mark.parametrize("with_remaining", [False, True], ids=["step", "fixed batch"])
 def test_native_choices_are_the_reference_s_step_for_step(times, padded, with_remaining):
-    for seed in range(4):
-        options = dict(max_k=int(np.random.default_rng(seed).integers(1, 9)), probe_every=5)
+    for seed, extra in enumerate(OPTIONS):
+        max_k = int(np.random.default_rng(seed).integers(1, 9))
+        options = dict(max_k=max_k, **extra)
         runs = [
             drive(
                 lambda c=c, options=options: c(**options),
@@ -121,6 +131,16 @@ def test_native_choices_are_the_reference_s_step_for_step(times, padded, with_re
             for c in (AdaptiveK, reference.AdaptiveK)
         ]
         same(*runs)
+
+
+def test_a_run_past_the_steps_kept_is_the_reference_s():
+    """300 steps: the ring of measured steps wraps, rows of finished requests are
+    reused."""
+    runs = [
+        drive(c, 7, steps=300, padded=False, with_remaining=False, times=linear)
+        for c in (AdaptiveK, reference.AdaptiveK)
+    ]
+    same(*runs)
 
 
 def test_the_runs_compared_reach_the_model_and_draft_some_and_none():
@@ -193,12 +213,95 @@ def test_native_acceptance_rows_are_the_reference_s_to_the_bit(shape):
     rng = np.random.default_rng(shape[0] * 31 + shape[1])
     tried = rng.uniform(0, 20, size=shape) * (rng.random(shape) < 0.7)
     accepted = tried * rng.uniform(0, 1, size=shape)
-    for pooled, weight in ((0.5, 2.0), (0.0, 1e-300), (1.0, math.inf)):
+    for pooled, weight in ((0.5, 2.0), (0.0, 1e-300), (0.3, math.inf)):
         native = _native.acceptance_rows(accepted, tried, pooled, weight)
         expected = reference.acceptance_rows(accepted, tried, pooled, weight)
         for n, e in zip(native, expected, strict=True):
             assert n.shape == e.shape and n.dtype == np.float64
             np.testing.assert_array_equal(n, e)
+        if weight == math.inf:  # the limit: the prior alone at every depth
+            assert (native[0] == pooled).all()
+
+
+@pytest.mark.parametrize("remaining", [None, [3.0, 3.0, 3.0]])
+def test_exact_ties_choose_the_fewest_drafts(remaining):
+    """Drafts that are never accepted, at a step cost that does not grow: every
+    choice is worth the same, and the fewest drafts are chosen (a later choice
+    must be worth 1e-12 more)."""
+    rows = 3
+    reach = np.zeros((rows, 5))
+    reach[:, 0] = 1.0
+    cumulative = np.cumsum(reach, axis=1)
+    cap = np.array([4, 2, 3], np.int64)
+    left = None if remaining is None else np.array(remaining)
+    for kernels, cost in (
+        (_native, _native.StepCost((0.05, 0.0, 0.0), {})),
+        (reference, reference.StepCost((0.05, 0.0, 0.0), {})),
+    ):
+        for min_k in (0, 1):
+            fewest = np.minimum(cap, min_k)
+            assert (
+                kernels.best_width(cost, cumulative, cap, min_k, left).tolist() == fewest.tolist()
+            )
+            assert (
+                kernels.best_ragged(cost, reach, cumulative, cap, min_k, left).tolist()
+                == fewest.tolist()
+            )
+    # Every draft accepted and free: the most drafts that raise the value (the
+    # tie rule does not always pick none). With remaining, the slowest request
+    # (capped at 2) sets the value: wider is a tie, and 2 is chosen.
+    reach[:] = 1.0
+    cumulative = np.cumsum(reach, axis=1)
+    cost = _native.StepCost((0.05, 0.0, 0.0), {})
+    most = cap.tolist() if left is None else [2, 2, 2]
+    assert _native.best_width(cost, cumulative, cap, 0, left).tolist() == most
+    if left is None:
+        assert _native.best_ragged(cost, reach, cumulative, cap, 0, left).tolist() == most
+
+
+def test_the_fit_is_of_the_last_steps_oldest_first():
+    """After 300 measured steps, the fit is the one of the last 256 in order."""
+    schedule = AdaptiveK()
+    rng = np.random.default_rng(1)
+    x = rng.choice([8.0, 16.0, 40.0], size=300)
+    f = rng.choice([0.0, 1.0, 4.0], size=300)
+    t = 0.01 + 0.002 * x + 0.003 * f + rng.uniform(0, 0.01, size=300)
+    for seconds, tokens, forwards in zip(t, x, f, strict=True):
+        schedule.observe_cost(float(seconds), int(tokens), int(forwards))
+    keep = 1 - 1 / schedule.cost_memory
+    expected = _native.fit_step_cost(t[-256:], x[-256:], f[-256:], keep)
+    assert schedule.cost_model() == expected.coef
+    shuffled = _native.fit_step_cost(
+        t[-256:][::-1].copy(), x[-256:][::-1].copy(), f[-256:][::-1].copy(), keep
+    )
+    assert shuffled.coef != expected.coef  # the order matters: the test can fail
+
+
+def test_a_finished_request_s_counts_are_not_inherited():
+    schedule = AdaptiveK(max_k=4)
+    for _ in range(10):
+        schedule.observe(["a", "b"], [4, 4], [4, 0])
+    fresh = schedule.acceptance("never seen")
+    schedule.finish(["a"])
+    assert schedule.acceptance("a").tolist() == fresh.tolist()
+    schedule.observe(["c"], [0], [0])  # "c" takes the row "a" had
+    assert schedule.acceptance("c").tolist() == fresh.tolist()
+    assert schedule.acceptance("b")[0] < fresh[0]  # "b"'s own counts kept
+
+
+def test_a_fitted_schedule_pickles_and_copies():
+    import copy
+    import pickle
+
+    schedule = AdaptiveK(max_k=4)
+    drive_steps = drive(
+        lambda: schedule, 3, steps=20, padded=True, with_remaining=False, times=linear
+    )
+    assert drive_steps[-1][2] is not None  # fitted
+    for twin in (pickle.loads(pickle.dumps(schedule)), copy.deepcopy(schedule)):
+        assert twin.cost_model() == schedule.cost_model()
+        a, b = twin.choose([0, 1, 2], [4, 4, 4]), schedule.choose([0, 1, 2], [4, 4, 4])
+        assert a.k.tolist() == b.k.tolist() and a.acceptance.tolist() == b.acceptance.tolist()
 
 
 def test_a_step_cost_predicts_its_line_and_its_points():
@@ -243,7 +346,7 @@ def hostile_calls():
         "fit: 2-D": (lambda: _native.fit_step_cost(t[None], t, t, 0.9), ValueError),
         "fit: lengths": (lambda: _native.fit_step_cost(t, t[:2], t, 0.9), ValueError),
         "fit: strided": (lambda: _native.fit_step_cost(t[::2], t[:2], t[:2], 0.9), TypeError),
-        "fit: keep 0": (lambda: _native.fit_step_cost(t, t, t, 0.0), ValueError),
+        "fit: keep negative": (lambda: _native.fit_step_cost(t, t, t, -0.5), ValueError),
         "fit: keep nan": (lambda: _native.fit_step_cost(t, t, t, math.nan), ValueError),
         "fit: keep 2": (lambda: _native.fit_step_cost(t, t, t, 2.0), ValueError),
         "fit: keep str": (lambda: _native.fit_step_cost(t, t, t, "x"), TypeError),
@@ -271,6 +374,28 @@ def hostile_calls():
         "acceptance: pooled str": (
             lambda: _native.acceptance_rows(np.ones((2, 3)), np.ones((2, 3)), "x", 2.0),
             TypeError,
+        ),
+        "fit: keep huge": (lambda: _native.fit_step_cost(t, t, t, 10**400), ValueError),
+        "cost: coef huge": (lambda: _native.StepCost((10**400, 0.0, 0.0), {}), ValueError),
+        "cost: seconds huge": (
+            lambda: _native.StepCost((1.0, 0.0, 0.0), {}).seconds(10**400, 0),
+            ValueError,
+        ),
+        "width: min_k negative": (
+            lambda: _native.best_width(cost, GOOD["cumulative"], GOOD["cap"], -1),
+            ValueError,
+        ),
+        "ragged: min_k negative": (
+            lambda: _native.best_ragged(cost, GOOD["reach"], GOOD["cumulative"], GOOD["cap"], -1),
+            ValueError,
+        ),
+        "width: min_k 2**63": (
+            lambda: _native.best_width(cost, GOOD["cumulative"], GOOD["cap"], 2**63),
+            ValueError,
+        ),
+        "acceptance: weight huge": (
+            lambda: _native.acceptance_rows(np.ones((2, 3)), np.ones((2, 3)), 0.5, 10**400),
+            ValueError,
         ),
         "choose: not a cost": (
             lambda: _native.best_width(None, GOOD["cumulative"], GOOD["cap"], 0),

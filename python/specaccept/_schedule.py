@@ -163,6 +163,21 @@ def _counts(values: Any, name: str, length: int) -> np.ndarray:
     return array.astype(np.int64)
 
 
+def _amount(value: Any, name: str) -> float:
+    """A finite number ``>= 0`` as a float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    try:
+        out = float(value)
+    except OverflowError:
+        raise InputError(f"{name} is too large, got {value}", argument=name) from None
+    if not (math.isfinite(out) and out >= 0):
+        raise InputError(f"{name} must be finite and >= 0, got {value}", argument=name)
+    return out
+
+
 def _probabilities(values: Any, name: str, rows: int) -> list[np.ndarray | None]:
     """One sequence of probabilities per request, or ``None`` (its counts)."""
     if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
@@ -456,9 +471,16 @@ class AdaptiveK:
         return self._fitted
 
     def predict_seconds(self, target_tokens: float, draft_forwards: float) -> float:
-        """The predicted step time (``nan`` before a fit)."""
+        """The predicted step time (``nan`` before a fit) of a step computing
+        ``target_tokens`` and ``draft_forwards`` (finite numbers ``>= 0``)."""
+        x = _amount(target_tokens, "target_tokens")
+        f = _amount(draft_forwards, "draft_forwards")
         cost = self._cost()
-        return math.nan if cost is None else cost.seconds(target_tokens, draft_forwards)
+        return math.nan if cost is None else cost.seconds(x, f)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """For pickle and copy: the fitted cost is a cache (refitted on use)."""
+        return {**self.__dict__, "_fitted": None}
 
     # -- the choice -------------------------------------------------------------
 

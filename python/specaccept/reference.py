@@ -2059,16 +2059,17 @@ def acceptance_rows(
     depth 0) with weight ``prior_weight`` (section 13.2); then ``reach [R, D + 1]``
     (column ``j``: the product of the first ``j`` depths' acceptance, the expected
     tokens the ``j``-th draft adds; column 0 is 1) and its running sum
-    ``cumulative`` (the expected emitted tokens with ``j`` drafts)."""
+    ``cumulative`` (the expected emitted tokens with ``j`` drafts). An infinite
+    ``prior_weight`` gives the prior at every depth (the limit)."""
     rows, depths = accepted.shape
     alpha = np.empty((rows, depths))
     prior = np.full(rows, pooled)
-    with np.errstate(all="ignore"):  # an infinite weight: inf / inf, as the native code
-        for i in range(depths):
+    for i in range(depths):
+        if math.isfinite(prior_weight):  # an infinite weight: the prior alone (the limit)
             prior = (accepted[:, i] + prior_weight * prior) / (tried[:, i] + prior_weight)
-            alpha[:, i] = prior
-        reach = np.concatenate([np.ones((rows, 1)), np.cumprod(alpha, axis=1)], axis=1)
-        return alpha, reach, np.cumsum(reach, axis=1)
+        alpha[:, i] = prior
+    reach = np.concatenate([np.ones((rows, 1)), np.cumprod(alpha, axis=1)], axis=1)
+    return alpha, reach, np.cumsum(reach, axis=1)
 
 
 #: The column subsets the cost fit tries, in its order of preference.
@@ -2179,6 +2180,25 @@ def _solve_or_nan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.full(3, math.nan)
 
 
+def _choice_worth(
+    value: float, cost: Any, target_tokens: float, draft_forwards: float
+) -> float:
+    """A choice's value per predicted second."""
+    seconds = cost.seconds(target_tokens, draft_forwards)
+    return value / seconds if seconds > 0 else math.inf
+
+
+def _value(emitted: list[float], remaining: list[float] | None) -> float:
+    """The expected tokens (summed left to right, as the native code sums them),
+    or with ``remaining`` the least share of the remaining tokens."""
+    if remaining is None:
+        total = 0.0
+        for e in emitted:
+            total += e
+        return total
+    return min((e / left for e, left in zip(emitted, remaining, strict=True)), default=math.inf)
+
+
 def best_width(
     cost: Any,
     cumulative: np.ndarray,
@@ -2187,15 +2207,20 @@ def best_width(
     remaining: np.ndarray | None = None,
 ) -> np.ndarray:
     """Padded backends: the width ``w`` (each request drafting ``min(w, cap)``)
-    worth the most under ``cost``; the smaller on ties."""
-    best, best_worth = np.minimum(cap, min_k), -math.inf
-    top = int(cap.max()) if len(cap) else 0
+    worth the most under ``cost`` (``x = R (1 + W)``, ``f = W``); the smaller on
+    ties (a later width must be worth ``1e-12`` more)."""
+    rows, caps = cumulative.tolist(), cap.tolist()
+    left = None if remaining is None else remaining.tolist()
+    best, best_worth = [min(c, min_k) for c in caps], -math.inf
+    top = max(caps, default=0)
     for w in range(min(min_k, top), top + 1):
-        k = np.minimum(cap, w)
-        current = _schedule._worth(cumulative, k, cost, True, remaining)
+        k = [min(c, w) for c in caps]
+        width = max(k, default=0)
+        value = _value([row[j] for row, j in zip(rows, k, strict=True)], left)
+        current = _choice_worth(value, cost, len(k) * (1.0 + width), float(width))
         if current > best_worth * (1 + 1e-12):
             best, best_worth = k, current
-    return best.astype(np.int64)
+    return np.array(best, dtype=np.int64)
 
 
 def best_ragged(
@@ -2208,38 +2233,47 @@ def best_ragged(
 ) -> np.ndarray:
     """Ragged backends: drafts added one at a time, each time the one with the
     largest expected gain (request ``r``'s ``j``-th draft adds ``reach[r, j]``, the
-    product of its first ``j`` depths' acceptance; with ``remaining``, the next
-    draft of the request slowest to finish, ``min E_r / remaining_r``, while it
-    can draft); of every prefix of that order, the one worth the most under
-    ``cost`` (the fewest drafts on ties)."""
-    rows = len(cap)
-    k = np.minimum(cap, min_k).astype(np.int64)
-
-    def worth(choice: np.ndarray) -> float:
-        return _schedule._worth(cumulative, choice, cost, False, remaining)
-
-    best, best_worth = k.copy(), worth(k)
-    if remaining is None:
-        order = [
-            (reach[r, j], r) for r in range(rows) for j in range(int(k[r]) + 1, int(cap[r]) + 1)
-        ]
+    product of its first ``j`` depths' acceptance; stable); with ``remaining``,
+    the next draft of the request slowest to finish (``min E_r / remaining_r``,
+    the first of equals) while it can draft; of every prefix of that order, the
+    one worth the most under ``cost`` (``x = R + sum k``, ``f = max k``; the fewest
+    drafts on ties). The expected tokens are kept as a running total, as the
+    native code keeps them."""
+    rows, gains, caps = cumulative.tolist(), reach.tolist(), cap.tolist()
+    left = None if remaining is None else remaining.tolist()
+    n = len(caps)
+    k = [min(c, min_k) for c in caps]
+    if left is None:
+        order = [(gains[r][j], r) for r in range(n) for j in range(k[r] + 1, caps[r] + 1)]
         order.sort(key=lambda g: -g[0])  # stable: a request's drafts stay in order
         steps = [r for _, r in order]
     else:
-        steps = []
-        counts = k.copy()
-        while rows:
-            r = int(np.argmin(_schedule._emitted(cumulative, counts) / remaining))
-            if counts[r] >= cap[r]:
+        steps, counts = [], list(k)
+        while n:
+            ratios = [rows[r][counts[r]] / left[r] for r in range(n)]
+            r = ratios.index(min(ratios))
+            if counts[r] >= caps[r]:
                 break  # the slowest request cannot draft more: nothing else helps
             counts[r] += 1
             steps.append(r)
+    drafts, width = sum(k), max(k, default=0)
+    total = _value([rows[r][k[r]] for r in range(n)], None)
+    value = total if left is None else _value([rows[r][k[r]] for r in range(n)], left)
+    best, best_worth = list(k), _choice_worth(value, cost, n + float(drafts), float(width))
     for r in steps:
+        before = rows[r][k[r]]
         k[r] += 1
-        current = worth(k)
+        drafts += 1
+        width = max(width, k[r])
+        if left is None:
+            total += rows[r][k[r]] - before
+            value = total
+        else:
+            value = _value([rows[i][k[i]] for i in range(n)], left)
+        current = _choice_worth(value, cost, n + float(drafts), float(width))
         if current > best_worth * (1 + 1e-12):
-            best, best_worth = k.copy(), current
-    return best
+            best, best_worth = list(k), current
+    return np.array(best, dtype=np.int64)
 
 
 class _NumpyKernels:

@@ -23,19 +23,17 @@ impl StepCost {
     /// A cost from its line and its points' corrections (as `fit_step_cost`
     /// makes one; for tests and for costs measured elsewhere).
     #[new]
-    fn new(coef: (f64, f64, f64), cells: &Bound<'_, PyDict>) -> PyResult<Self> {
+    fn new(coef: &Bound<'_, PyAny>, cells: &Bound<'_, PyDict>) -> PyResult<Self> {
+        let coef = floats_of::<3>(coef, "coef")?;
         let mut points: Vec<(f64, f64, f64)> = Vec::with_capacity(cells.len());
         for (key, value) in cells.iter() {
-            let (x, f): (f64, f64) = key.extract()?;
+            let [x, f] = floats_of::<2>(&key, "cells")?;
             let (x, f) = (x + 0.0, f + 0.0); // -0.0 is the point 0.0
-            let shift: f64 = value.extract()?;
+            let shift = float(&value, "cells")?;
             points.retain(|&(px, pf, _)| (px, pf) != (x, f));
             points.push((x, f, shift));
         }
-        Ok(Self(schedule::StepCost::new(
-            [coef.0, coef.1, coef.2],
-            points,
-        )))
+        Ok(Self(schedule::StepCost::new(coef, points)))
     }
 
     /// `(fixed, per_target_token, per_draft_forward)` seconds.
@@ -58,8 +56,14 @@ impl StepCost {
 
     /// The predicted seconds of a step computing `target_tokens` and
     /// `draft_forwards` (at least a nanosecond).
-    fn seconds(&self, target_tokens: f64, draft_forwards: f64) -> f64 {
-        self.0.seconds(target_tokens, draft_forwards)
+    fn seconds(
+        &self,
+        target_tokens: &Bound<'_, PyAny>,
+        draft_forwards: &Bound<'_, PyAny>,
+    ) -> PyResult<f64> {
+        let x = float(target_tokens, "target_tokens")?;
+        let f = float(draft_forwards, "draft_forwards")?;
+        Ok(self.0.seconds(x, f))
     }
 
     fn __repr__(&self) -> String {
@@ -87,9 +91,11 @@ pub(super) fn acceptance_rows<'py>(
     py: Python<'py>,
     accepted: &Bound<'py, PyAny>,
     tried: &Bound<'py, PyAny>,
-    pooled: f64,
-    prior_weight: f64,
+    pooled: &Bound<'py, PyAny>,
+    prior_weight: &Bound<'py, PyAny>,
 ) -> PyResult<Acceptance<'py>> {
+    let pooled = float(pooled, "pooled")?;
+    let prior_weight = float(prior_weight, "prior_weight")?;
     let mut shape = None;
     let mut read = |obj: &Bound<'py, PyAny>, name: &str| -> PyResult<Input<'py, f64, Ix2>> {
         let arr = ndarray_arg::<Ix2>(obj, name)?;
@@ -150,8 +156,9 @@ pub(super) fn fit_step_cost(
     t: &Bound<'_, PyAny>,
     x: &Bound<'_, PyAny>,
     f: &Bound<'_, PyAny>,
-    keep: f64,
+    keep: &Bound<'_, PyAny>,
 ) -> PyResult<Option<StepCost>> {
+    let keep = float(keep, "keep")?;
     let (t, x, f) = (floats(t, "t")?, floats(x, "x")?, floats(f, "f")?);
     let (t, x, f) = (slice(&t, "t")?, slice(&x, "x")?, slice(&f, "f")?);
     if x.len() != t.len() || f.len() != t.len() {
@@ -165,10 +172,10 @@ pub(super) fn fit_step_cost(
             ),
         ));
     }
-    if !(keep > 0.0 && keep <= 1.0) {
+    if !(0.0..=1.0).contains(&keep) {
         return Err(input_error(
             "keep",
-            format!("keep must lie in (0, 1], got {keep}"),
+            format!("keep must lie in [0, 1], got {keep}"),
         ));
     }
     Ok(schedule::fit(t, x, f, keep).map(StepCost))
@@ -184,9 +191,10 @@ pub(super) fn best_width<'py>(
     cost: &StepCost,
     cumulative: &Bound<'py, PyAny>,
     cap: &Bound<'py, PyAny>,
-    min_k: i64,
+    min_k: &Bound<'py, PyAny>,
     remaining: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let min_k = fewest(min_k)?;
     let inputs = RowsInput::new(cumulative, cap, remaining)?;
     let rows = inputs.rows()?;
     Ok(PyArray1::from_vec(
@@ -205,9 +213,10 @@ pub(super) fn best_ragged<'py>(
     reach: &Bound<'py, PyAny>,
     cumulative: &Bound<'py, PyAny>,
     cap: &Bound<'py, PyAny>,
-    min_k: i64,
+    min_k: &Bound<'py, PyAny>,
     remaining: Option<&Bound<'py, PyAny>>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let min_k = fewest(min_k)?;
     let inputs = RowsInput::new(cumulative, cap, remaining)?;
     let rows = inputs.rows()?;
     let reach_arr = ndarray_arg::<numpy::Ix2>(reach, "reach")?;
@@ -297,6 +306,53 @@ impl<'py> RowsInput<'py> {
         }
         Ok(rows)
     }
+}
+
+/// An `OverflowError` (a Python int past the native type) as an `InputError`
+/// (a `ValueError`) naming `name`; any other error as it is.
+fn in_range(obj: &Bound<'_, PyAny>, name: &str, err: PyErr) -> PyErr {
+    if err.is_instance_of::<pyo3::exceptions::PyOverflowError>(obj.py()) {
+        input_error(name, format!("{name} is out of range: {err}"))
+    } else {
+        err
+    }
+}
+
+/// `obj` as a float (see [`in_range`]).
+fn float(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<f64> {
+    obj.extract::<f64>().map_err(|err| in_range(obj, name, err))
+}
+
+/// `obj` as a pair or triple of floats (see [`in_range`]).
+fn floats_of<const N: usize>(obj: &Bound<'_, PyAny>, name: &str) -> PyResult<[f64; N]> {
+    let items: Vec<Bound<'_, PyAny>> = obj
+        .extract::<Vec<Bound<'_, PyAny>>>()
+        .map_err(|_| PyTypeError::new_err(format!("{name} must be a tuple of {N} numbers")))?;
+    if items.len() != N {
+        return Err(input_error(
+            name,
+            format!("{name} must have {N} numbers, got {}", items.len()),
+        ));
+    }
+    let mut out = [0.0; N];
+    for (slot, item) in out.iter_mut().zip(&items) {
+        *slot = float(item, name)?;
+    }
+    Ok(out)
+}
+
+/// `min_k`, `>= 0`.
+fn fewest(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    let min_k: i64 = obj
+        .extract::<i64>()
+        .map_err(|err| in_range(obj, "min_k", err))?;
+    if min_k < 0 {
+        return Err(input_error(
+            "min_k",
+            format!("min_k must be >= 0, got {min_k}"),
+        ));
+    }
+    Ok(min_k)
 }
 
 /// A 1-D float64 array, borrowed.
