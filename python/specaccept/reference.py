@@ -2180,9 +2180,7 @@ def _solve_or_nan(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.full(3, math.nan)
 
 
-def _choice_worth(
-    value: float, cost: Any, target_tokens: float, draft_forwards: float
-) -> float:
+def _choice_worth(value: float, cost: Any, target_tokens: float, draft_forwards: float) -> float:
     """A choice's value per predicted second."""
     seconds = cost.seconds(target_tokens, draft_forwards)
     return value / seconds if seconds > 0 else math.inf
