@@ -2,10 +2,9 @@
 //! error mapping), [`arrays`] (inputs read in place, the dtype dispatch),
 //! [`outputs`] (`out=` and its aliasing proofs), then the entry points by
 //! family ([`chain`], [`logits`], [`tree`], [`elementwise`], [`counter`],
-//! [`schedule`]; the thread count here). Arrays are borrowed read-only in place (no
-//! copy), checked for
-//! dtype and rank here (for clear messages), and handed to the core with the
-//! GIL released. Nothing a caller controls is unwrapped.
+//! [`schedule`]; the thread count here). Arrays are borrowed read-only in place
+//! (no copy), checked for dtype and rank here (for clear messages), and handed
+//! to the core with the GIL released. Nothing a caller controls is unwrapped.
 
 mod arrays;
 mod chain;
