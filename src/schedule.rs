@@ -1,11 +1,12 @@
-//! `AdaptiveK`'s numbers (docs/spec.md section 13.3): the step time fitted to the
+//! `AdaptiveK`'s numbers (docs/spec.md sections 13.2 and 13.3): each request's
+//! acceptance per draft depth ([`acceptance_rows`]), the step time fitted to the
 //! measured steps ([`fit`], giving a [`StepCost`]), and the choice of each
 //! request's drafts that is worth the most under it ([`best_width`] for a backend
 //! that pads every row to the widest, [`best_ragged`] for one that does not).
 //!
 //! The Python class keeps the state (the measured steps, each request's counts)
 //! and hands these the arrays; `specaccept.reference.AdaptiveK` is the same class
-//! with these written in NumPy, the oracle they are tested against.
+//! with these written in Python and NumPy, the oracle they are tested against.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
