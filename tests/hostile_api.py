@@ -595,6 +595,10 @@ CASES: dict[str, tuple[str, str]] = {
         "ok",
     ),
     "AdaptiveK: observe_cost bool": ("sa.AdaptiveK().observe_cost(True, 1)", "TypeError"),
+    "AdaptiveK: observe_cost seconds 10**400": (
+        "sa.AdaptiveK().observe_cost(10**400, 1)",
+        "ValueError",
+    ),
     "AdaptiveK: predict_seconds huge": (
         "sa.AdaptiveK().predict_seconds(10**400, 0)",
         "ValueError",

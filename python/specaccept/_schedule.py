@@ -60,9 +60,6 @@ class _Steps:
         self.data = np.zeros((3, size))
         self.count = 0  # steps measured (the next one is written at count % size)
 
-    def __len__(self) -> int:
-        return min(self.count, self.data.shape[1])
-
     def append(self, seconds: float, target_tokens: float, draft_forwards: float) -> None:
         self.data[:, self.count % self.data.shape[1]] = (seconds, target_tokens, draft_forwards)
         self.count += 1
@@ -442,15 +439,10 @@ class AdaptiveK:
     def observe_cost(self, seconds: float, target_tokens: int, draft_forwards: int = 0) -> None:
         """One measured step: its wall time, the tokens the target computed (padding
         included where the backend pads) and the drafter's forward calls."""
-        if isinstance(seconds, (bool, np.bool_)) or not isinstance(
-            seconds, (int, float, np.integer, np.floating)
-        ):
-            raise TypeError(f"seconds must be a number, got {type(seconds).__name__}")
-        if not (math.isfinite(seconds) and seconds >= 0):
-            raise InputError(f"seconds must be finite and >= 0, got {seconds}", argument="seconds")
+        t = _amount(seconds, "seconds")
         x = check_int(target_tokens, "target_tokens")
         f = check_int(draft_forwards, "draft_forwards")
-        self._steps.append(float(seconds), float(x), float(f))
+        self._steps.append(t, float(x), float(f))
         self._fitted = None
 
     def cost_model(self) -> tuple[float, float, float] | None:

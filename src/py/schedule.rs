@@ -4,7 +4,7 @@
 //! `specaccept._schedule`, which validates what it passes; anything else is a
 //! `TypeError` or `InputError` here, never a panic.
 
-use numpy::{Ix2, PyArray1, PyArray2, PyArrayMethods, PyUntypedArrayMethods};
+use numpy::{Ix1, Ix2, PyArray1, PyArray2, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -96,30 +96,13 @@ pub(super) fn acceptance_rows<'py>(
 ) -> PyResult<Acceptance<'py>> {
     let pooled = float(pooled, "pooled")?;
     let prior_weight = float(prior_weight, "prior_weight")?;
-    let mut shape = None;
-    let mut read = |obj: &Bound<'py, PyAny>, name: &str| -> PyResult<Input<'py, f64, Ix2>> {
-        let arr = ndarray_arg::<Ix2>(obj, name)?;
-        if !is::<f64>(arr) {
-            return Err(PyTypeError::new_err(format!(
-                "{name} must have dtype float64"
-            )));
-        }
-        c_order(arr, name)?;
-        match &shape {
-            None => shape = Some(arr.shape().to_vec()),
-            Some(s) if s.as_slice() != arr.shape() => {
-                let message = format!("tried has shape {:?}, accepted {s:?}", arr.shape());
-                return Err(input_error(name, message));
-            }
-            Some(_) => {}
-        }
-        borrow(arr, name)
-    };
-    let (accepted, tried) = (read(accepted, "accepted")?, read(tried, "tried")?);
-    let (rows, depths) = match shape.as_deref() {
-        Some(&[r, d]) => (r, d),
-        _ => (0, 0),
-    };
+    let (accepted, shape) = floats::<Ix2>(accepted, "accepted")?;
+    let (tried, tried_shape) = floats::<Ix2>(tried, "tried")?;
+    if tried_shape != shape {
+        let message = format!("tried has shape {tried_shape:?}, accepted {shape:?}");
+        return Err(input_error("tried", message));
+    }
+    let (rows, depths) = (shape[0], shape[1]);
     let sized_by = "accepted [R, D]";
     let wide = [rows, depths + 1];
     let alpha = zeros::<f64, Ix2>(py, &[rows, depths], "alpha", sized_by)?;
@@ -159,7 +142,11 @@ pub(super) fn fit_step_cost(
     keep: &Bound<'_, PyAny>,
 ) -> PyResult<Option<StepCost>> {
     let keep = float(keep, "keep")?;
-    let (t, x, f) = (floats(t, "t")?, floats(x, "x")?, floats(f, "f")?);
+    let (t, x, f) = (
+        floats::<Ix1>(t, "t")?.0,
+        floats::<Ix1>(x, "x")?.0,
+        floats::<Ix1>(f, "f")?.0,
+    );
     let (t, x, f) = (slice(&t, "t")?, slice(&x, "x")?, slice(&f, "f")?);
     if x.len() != t.len() || f.len() != t.len() {
         return Err(input_error(
@@ -219,20 +206,14 @@ pub(super) fn best_ragged<'py>(
     let min_k = fewest(min_k)?;
     let inputs = RowsInput::new(cumulative, cap, remaining)?;
     let rows = inputs.rows()?;
-    let reach_arr = ndarray_arg::<numpy::Ix2>(reach, "reach")?;
-    if !is::<f64>(reach_arr) {
-        return Err(PyTypeError::new_err("reach must have dtype float64"));
-    }
-    c_order(reach_arr, "reach")?;
-    if reach_arr.shape() != inputs.cumulative_shape.as_slice() {
+    let (reach, reach_shape) = floats::<Ix2>(reach, "reach")?;
+    if reach_shape != inputs.cumulative_shape {
         let message = format!(
-            "reach has shape {:?}, cumulative {:?}: they must be the same",
-            reach_arr.shape(),
+            "reach has shape {reach_shape:?}, cumulative {:?}: they must be the same",
             inputs.cumulative_shape
         );
         return Err(input_error("reach", message));
     }
-    let reach = borrow::<f64, numpy::Ix2>(reach_arr, "reach")?;
     let reach = slice(&reach, "reach")?;
     Ok(PyArray1::from_vec(
         py,
@@ -242,10 +223,10 @@ pub(super) fn best_ragged<'py>(
 
 /// The arrays a choice reads, borrowed.
 struct RowsInput<'py> {
-    cumulative: Input<'py, f64, numpy::Ix2>,
+    cumulative: Input<'py, f64, Ix2>,
     cumulative_shape: Vec<usize>,
-    cap: Input<'py, i64, numpy::Ix1>,
-    remaining: Option<Input<'py, f64, numpy::Ix1>>,
+    cap: Input<'py, i64, Ix1>,
+    remaining: Option<Input<'py, f64, Ix1>>,
 }
 
 impl<'py> RowsInput<'py> {
@@ -254,20 +235,14 @@ impl<'py> RowsInput<'py> {
         cap: &Bound<'py, PyAny>,
         remaining: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Self> {
-        let arr = ndarray_arg::<numpy::Ix2>(cumulative, "cumulative")?;
-        if !is::<f64>(arr) {
-            return Err(PyTypeError::new_err("cumulative must have dtype float64"));
-        }
-        c_order(arr, "cumulative")?;
-        let cumulative_shape = arr.shape().to_vec();
-        let cumulative = borrow::<f64, numpy::Ix2>(arr, "cumulative")?;
-        let cap_arr = ndarray_arg::<numpy::Ix1>(cap, "cap")?;
+        let (cumulative, cumulative_shape) = floats::<Ix2>(cumulative, "cumulative")?;
+        let cap_arr = ndarray_arg::<Ix1>(cap, "cap")?;
         if !is::<i64>(cap_arr) {
             return Err(PyTypeError::new_err("cap must have dtype int64"));
         }
-        let cap = borrow::<i64, numpy::Ix1>(cap_arr, "cap")?;
+        let cap = borrow::<i64, Ix1>(cap_arr, "cap")?;
         let remaining = match remaining {
-            Some(obj) if !obj.is_none() => Some(floats(obj, "remaining")?),
+            Some(obj) if !obj.is_none() => Some(floats::<Ix1>(obj, "remaining")?.0),
             _ => None,
         };
         Ok(Self {
@@ -355,26 +330,24 @@ fn fewest(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
     Ok(min_k)
 }
 
-/// A 1-D float64 array, borrowed.
-fn floats<'py>(obj: &Bound<'py, PyAny>, name: &str) -> PyResult<Input<'py, f64, numpy::Ix1>> {
-    let arr = ndarray_arg::<numpy::Ix1>(obj, name)?;
+/// A float64 array of rank `D` in C order (a Fortran-ordered one is contiguous
+/// too, but its rows are not runs of the slice), borrowed, and its shape; else a
+/// `TypeError` (dtype, order) or an `InputError` (rank).
+fn floats<'py, D: ndarray::Dimension>(
+    obj: &Bound<'py, PyAny>,
+    name: &str,
+) -> PyResult<(Input<'py, f64, D>, Vec<usize>)> {
+    let arr = ndarray_arg::<D>(obj, name)?;
     if !is::<f64>(arr) {
         return Err(PyTypeError::new_err(format!(
             "{name} must have dtype float64, got {}",
             arr.dtype()
         )));
     }
-    borrow(arr, name)
-}
-
-/// A `TypeError` unless the array is C-contiguous (a Fortran-ordered one is
-/// contiguous too, but its rows are not runs of the slice).
-fn c_order(arr: &Bound<'_, numpy::PyUntypedArray>, name: &str) -> PyResult<()> {
-    if arr.is_c_contiguous() {
-        Ok(())
-    } else {
-        Err(PyTypeError::new_err(format!("{name} must be C-contiguous")))
+    if !arr.is_c_contiguous() {
+        return Err(PyTypeError::new_err(format!("{name} must be C-contiguous")));
     }
+    Ok((borrow(arr, name)?, arr.shape().to_vec()))
 }
 
 /// The array's elements as one slice (contiguous), else a `TypeError`.
