@@ -9,6 +9,7 @@ computed with transformers and docs/spec.md section 8.2's transform.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import pathlib
@@ -52,7 +53,11 @@ GREEDY = {"temperature": 0.0, "max_tokens": 32}
 #: n-gram drafts "." and more (from "king. Once"), verified at temperature 0.8, top-k 20.
 LAW_PROMPT = "Once upon a time there was a king. Once upon a time there was a"
 LAW = {"temperature": 0.8, "top_k": 20, "max_tokens": 2}
-LAW_REQUESTS = 1200
+#: Requests per law run: what power >= 0.99 at ALPHA against the wrong variants
+#: of test_sampled_tokens_follow_the_target_law needs, with a margin (the
+#: temperature ignored is the hardest to tell: 0.997 at 900; min-p's variants
+#: are told apart at 300).
+LAW_REQUESTS = {"law": 900, "min_p_law": 300, "seeded_law": 900}
 #: The chi-square tests' false-failure rate.
 ALPHA = 1e-3
 SEEDED = {"temperature": 0.8, "top_k": 20, "max_tokens": 24, "seed": 1234}
@@ -96,10 +101,16 @@ def biased(model) -> dict:
     return {**GREEDY, "logit_bias": bias}
 
 
+#: A prompt whose requests get NaN logits from their first verification step on
+#: (tests/vllm_engine.py's ``poison``), in token_run's process: no other run has it.
+POISONED = "Count with me: 1, 2, 3, 4, 5, 6,"
+
+
 @pytest.fixture(scope="module")
 def token_run(model, tmp_path_factory):
     """SPECACCEPT_VLLM=token, one process: greedy batch, a seeded request alone and
-    in a batch, and the sampled law's requests; recorded."""
+    in a batch, the sampled law's requests, and a poisoned request among greedy
+    ones; recorded."""
     others = ["Tell me a story about a dragon.", "List three colours:", "What is 2 + 2?"]
     runs = [
         {"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY},
@@ -109,28 +120,46 @@ def token_run(model, tmp_path_factory):
             "prompts": [*others[:2], LAW_PROMPT, others[2]],
             "sampling": [{**SEEDED, "seed": None}] * 2 + [SEEDED] + [{**SEEDED, "seed": None}],
         },
-        {"name": "law", "prompts": [LAW_PROMPT] * LAW_REQUESTS, "sampling": LAW},
-        {"name": "min_p_law", "prompts": [LAW_PROMPT] * LAW_REQUESTS, "sampling": MIN_P_LAW},
+        {"name": "law", "prompts": [LAW_PROMPT] * LAW_REQUESTS["law"], "sampling": LAW},
+        {
+            "name": "min_p_law",
+            "prompts": [LAW_PROMPT] * LAW_REQUESTS["min_p_law"],
+            "sampling": MIN_P_LAW,
+        },
         {
             "name": "seeded_law",
-            "prompts": [LAW_PROMPT] * LAW_REQUESTS,
-            "sampling": [{**LAW, "seed": s} for s in range(LAW_REQUESTS)],
+            "prompts": [LAW_PROMPT] * LAW_REQUESTS["seeded_law"],
+            "sampling": [{**LAW, "seed": s} for s in range(LAW_REQUESTS["seeded_law"])],
         },
         {"name": "logit_bias", "prompts": GREEDY_PROMPTS, "sampling": biased(model)},
         {"name": "logprobs", "prompts": GREEDY_PROMPTS[:2], "sampling": {**GREEDY, "logprobs": 2}},
+        {"name": "poisoned", "prompts": [*GREEDY_PROMPTS, POISONED], "sampling": GREEDY},
+        {"name": "after_poisoned", "prompts": GREEDY_PROMPTS, "sampling": GREEDY},
     ]
     tmp = tmp_path_factory.mktemp("token")
-    return run_engine(model, tmp, "token", runs, record=True, **with_spec())
+    return run_engine(model, tmp, "token", runs, record=True, poison=POISONED, **with_spec())
+
+
+@pytest.fixture(scope="module")
+def off_run(model, tmp_path_factory):
+    """Speculative decoding on and the plugin off, one process: the greedy batch,
+    and a min-p request (which vLLM refuses)."""
+    runs = [
+        {"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY},
+        {"name": "min_p", "prompts": [LAW_PROMPT], "sampling": MIN_P_LAW, "expect_error": True},
+    ]
+    tmp = tmp_path_factory.mktemp("off")
+    return run_engine(model, tmp, "off", runs, method=None, **with_spec())
 
 
 @pytest.fixture(scope="module")
 def hf_greedy(model):
     """Hugging Face's greedy decoding of GREEDY_PROMPTS (float32), token ids."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    hf_model = _hf_model(model)
     out = []
     for prompt in GREEDY_PROMPTS:
         ids = tokenizer(prompt, return_tensors="pt").input_ids
@@ -230,11 +259,19 @@ def test_a_seeded_request_s_text_depends_on_neither_k_the_batch_nor_preemption(
     assert all(1 <= m <= most for line in fixed for m in line["remaining"])
 
 
-def _target_law(model, prefix_ids, temperature, top_k, min_p=0.0):
+@functools.cache
+def _hf_model(model):
+    """Hugging Face's SmolLM2 in float32 (loaded once per process)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+
+
+def _target_law(model, prefix_ids, temperature, top_k, min_p=0.0):
+    import torch
+
+    hf_model = _hf_model(model)
     with torch.no_grad():
         logits = hf_model(torch.tensor([prefix_ids])).logits[0, -1].double().numpy()
     return np.asarray(reference.transform_logits(logits, temperature, top_k, 1.0, min_p=min_p))
@@ -276,7 +313,7 @@ def test_sampled_tokens_follow_the_target_law(token_run, model, run, sampling):
     first = Counter(r["token_ids"][0] for r in results).most_common(1)[0][0]
     seconds = Counter(r["token_ids"][1] for r in results if r["token_ids"][0] == first)
     n = sum(seconds.values())
-    assert n > LAW_REQUESTS // 2
+    assert n > LAW_REQUESTS[run] // 2
     prefix = [*AutoTokenizer.from_pretrained(model)(LAW_PROMPT).input_ids, first]
     min_p = sampling.get("min_p", 0.0)
     law = _target_law(model, prefix, sampling["temperature"], sampling["top_k"], min_p)
@@ -314,7 +351,7 @@ def test_processed_logprobs_are_those_of_the_law_each_token_was_drawn_from(model
     positions too. vLLM's own forward would run its broken CPU path here; raw
     logprobs (the law at T=1, no top-k) fail this test."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     sampling = {"temperature": 0.8, "top_k": 20, "max_tokens": 12, "logprobs": 1}
     runs = [{"name": "processed", "prompts": GREEDY_PROMPTS, "sampling": sampling}]
@@ -323,7 +360,7 @@ def test_processed_logprobs_are_those_of_the_law_each_token_was_drawn_from(model
     assert "vLLM's own rejection sampler" not in out["log"]
     assert sum(k for step in out["steps"] for k in step[0]) > 0  # drafts verified
     tokenizer = AutoTokenizer.from_pretrained(model)
-    hf_model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    hf_model = _hf_model(model)
     checked = 0
     for prompt, result in zip(GREEDY_PROMPTS, out["runs"]["processed"], strict=True):
         ids = tokenizer(prompt).input_ids + result["token_ids"]
@@ -428,7 +465,8 @@ def test_k_chosen_before_a_draft_model_drafts(model, tmp_path, hf_greedy):
     chosen is a forward not paid), and fewer than 4 once the cost was fitted
     (its drafts are rarely accepted); vLLM verified at most what was kept. Its
     requests were parked (no drafts, steps running), and the steps whose requests
-    were all parked ran no drafter pass at all (counted in vLLM's proposer)."""
+    were all parked ran no drafter pass at all (counted in vLLM's proposer). The
+    remaining tokens of each choice count those the step just emitted."""
     choices = tmp_path / "k.jsonl"
     runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
     env = {"SPECACCEPT_VLLM_K": "auto", "SPECACCEPT_VLLM_K_RECORD": str(choices)}
@@ -448,11 +486,24 @@ def test_k_chosen_before_a_draft_model_drafts(model, tmp_path, hf_greedy):
     assert any(skipped) and not skipped[0]
     assert all(line["parked"] == len(line["requests"]) for line in lines if line["drafter_skipped"])
     assert out["drafter_runs"] == skipped.count(False), (out["drafter_runs"], len(skipped))
+    # Each choice counts the tokens of the step just verified, which vLLM's
+    # request state holds only after the drafter ran: the first choice follows the
+    # prompt's token, and a request that ran to max_tokens has 1 left at its last.
+    left: dict[str, list[int]] = {}
+    for line in lines:
+        assert line["waiting"] == 0
+        for request, m in zip(line["requests"], line["remaining"], strict=True):
+            left.setdefault(request, []).append(m)
+    assert len(left) == len(GREEDY_PROMPTS)
+    for counts in left.values():
+        assert counts[0] == GREEDY["max_tokens"] - 1, counts
+        assert all(b < a or a == b == 1 for a, b in itertools.pairwise(counts)), counts
+    full = sum(len(ids) == GREEDY["max_tokens"] for ids in texts(out, "greedy"))
+    assert sum(counts[-1] == 1 for counts in left.values()) >= full > 0, left
 
 
-def test_without_the_switch_vllm_is_its_own(model, tmp_path, hf_greedy):
-    runs = [{"name": "greedy", "prompts": GREEDY_PROMPTS, "sampling": GREEDY}]
-    out = run_engine(model, tmp_path, "off", runs, method=None, **with_spec())
+def test_without_the_switch_vllm_is_its_own(off_run, hf_greedy):
+    out = off_run
     assert not out["patched"]
     assert out["forward"] == "vllm.v1.sample.rejection_sampler.RejectionSampler.forward"
     assert "RejectionSampler.forward replaced" not in out["log"]
@@ -475,10 +526,9 @@ def test_greedy_equals_vllm_without_speculative_decoding(model, tmp_path, token_
     assert not banned & {t for ids in texts(token_run, "logit_bias") for t in ids}
 
 
-def test_without_the_plugin_vllm_refuses_min_p_with_speculative_decoding(model, tmp_path):
-    runs = [{"name": "min_p", "prompts": [LAW_PROMPT], "sampling": MIN_P_LAW}]
-    with pytest.raises(AssertionError, match="min_p and logit_bias sampling parameters"):
-        run_engine(model, tmp_path, "refused", runs, method=None, **with_spec())
+def test_without_the_plugin_vllm_refuses_min_p_with_speculative_decoding(off_run):
+    error = off_run["runs"]["min_p"]["error"]
+    assert error is not None and "min_p and logit_bias sampling parameters" in error
 
 
 def test_synthetic_acceptance_is_served_at_its_rates(model, tmp_path, hf_greedy):
@@ -549,24 +599,19 @@ def test_greedy_in_vllm_s_default_process_mode(model, tmp_path, hf_greedy):
         assert same_until_eos(got, want), (got, want)
 
 
-def test_a_poisoned_request_ends_and_the_others_are_unchanged(model, tmp_path, token_run):
+def test_a_poisoned_request_ends_and_the_others_are_unchanged(token_run):
     """One request's logits turn NaN from its first verification step on (patched
     into vLLM's model runner, tests/vllm_engine.py): that request ends (its
     end-of-sequence token, the error logged); the engine goes on, and the other
     requests' tokens are those of the run without it."""
-    bad_prompt = "Count with me: 1, 2, 3, 4, 5, 6,"
-    runs = [
-        {"name": "mixed", "prompts": [*GREEDY_PROMPTS, bad_prompt], "sampling": GREEDY},
-        {"name": "after", "prompts": GREEDY_PROMPTS, "sampling": GREEDY},
-    ]
-    out = run_engine(model, tmp_path, "poison", runs, poison=bad_prompt, **with_spec())
     healthy = texts(token_run, "greedy")
-    assert texts(out, "mixed")[: len(GREEDY_PROMPTS)] == healthy
-    bad = out["runs"]["mixed"][-1]
+    assert texts(token_run, "poisoned")[: len(GREEDY_PROMPTS)] == healthy
+    bad = token_run["runs"]["poisoned"][-1]
     assert len(bad["token_ids"]) < GREEDY["max_tokens"]
     assert bad["finish_reason"] == "stop"
-    assert "specaccept: request" in out["log"] and "logits must be finite" in out["log"]
-    assert texts(out, "after") == healthy
+    log = token_run["log"]
+    assert "specaccept: request" in log and "logits must be finite" in log
+    assert texts(token_run, "after_poisoned") == healthy
 
 
 # --- the replaced function against vLLM's own, in law (no engine) --------------------

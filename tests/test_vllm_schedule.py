@@ -357,11 +357,46 @@ def test_with_no_request_waiting_the_choice_weighs_each_request_s_remaining_toke
     del runner.requests["b"].output_token_ids
     t.trim(drafts, runner)
     assert t.schedule.remaining[-3:] == [None, None, None] and not t.broken
-    # A draft model's choice, before drafting, is given them too.
+    # A draft model's choice, before drafting (before vLLM's bookkeeping), is given
+    # them less the tokens sampled this step (ids >= 0 of each row, none for a row
+    # vLLM discards); without the sampled rows, none.
     d = trimmer(method="draft_model")
-    d.start(scheduled({r: [] for r in states}, waiting=0))
-    d.choose_before(model_runner(list(states), states, max_model_len=512), 4)
-    assert d.schedule.remaining == [[54, 4, 12, 1]]
+    runner = model_runner(list(states), states, max_model_len=512)
+    sampled = np.array([[5, 6, -1], [5, -1, -1], [5, 6, 7], [5, 6, -1]])
+    for discard in (None, [False, True, False, False]):
+        if discard is not None:
+            runner.discard_request_mask = SimpleNamespace(np=np.array(discard + [True] * 4))
+        d.start(scheduled({r: [] for r in states}, waiting=0))
+        d.choose_before(runner, 4, sampled)
+    d.choose_before(runner, 4)
+    d.choose_before(runner, 4, sampled[:2])
+    assert d.schedule.remaining == [[52, 3, 9, 1], [52, 4, 9, 1], None, None]
+    assert not d.broken
+
+
+def test_the_step_objective_never_weighs_the_remaining_tokens(monkeypatch, caplog):
+    """SPECACCEPT_VLLM_K_OBJECTIVE=step: each step's tokens per second, with no
+    request waiting too; a value it does not know is said and 'auto' used."""
+    states = {"a": (64, 10, 20), "b": (64, 60, 20)}
+    runner = model_runner(list(states), states)
+    config = SimpleNamespace(method="ngram")
+    made = {}
+    with caplog.at_level(logging.INFO, logger="vllm.specaccept"):
+        for value in ("step", "", "fastest"):
+            monkeypatch.setenv("SPECACCEPT_VLLM_K_OBJECTIVE", value)
+            made[value] = _Trimmer.for_runner(
+                SimpleNamespace(speculative_config=config, num_spec_tokens=4)
+            )
+    assert [made[v].objective for v in ("step", "", "fastest")] == ["step", "auto", "auto"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("objective 'step'" in m for m in messages) == 1
+    assert sum("SPECACCEPT_VLLM_K_OBJECTIVE='fastest' is not one of" in m for m in messages) == 1
+    for value, want in (("step", None), ("", [54, 4])):
+        t = made[value]
+        t.schedule = Spy(max_k=4)
+        t.start(scheduled({r: [] for r in states}, waiting=0))
+        t.trim(DraftTokenIds(list(states), [[1, 2]] * 2), runner)
+        assert t.schedule.remaining == [want]
 
 
 def test_the_waiting_and_remaining_tokens_are_recorded(tmp_path):

@@ -231,16 +231,17 @@ def _get(url: str) -> tuple[int, str]:
         return 0, ""
 
 
-@pytest.fixture(scope="module", params=["token", "block"])
-def server(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
     """vLLM's OpenAI server (the module docs/serving.md runs) on the loopback
-    address, SmolLM2 with n-gram drafts, the plugin on with each method."""
+    address, SmolLM2 with n-gram drafts, the plugin on (``token``; the block
+    method's engine runs are in tests/test_vllm_plugin.py)."""
     import os
     import subprocess
     import sys
     import time
 
-    method = request.param
+    method = "token"
     port = _free_port()
     log_path = tmp_path_factory.mktemp("server") / f"{method}.log"
     env = {

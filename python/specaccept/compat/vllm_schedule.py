@@ -44,7 +44,8 @@ runner is):
 (continuous batching) while requests wait for a slot; when none waits, the
 batch is run to its end before another request joins, so each request's
 ``remaining`` tokens (its ``max_tokens`` less what it emitted) are passed and the
-choice maximises the rate at which the slowest request finishes. vLLM's
+choice maximises the rate at which the slowest request finishes
+(``SPECACCEPT_VLLM_K_OBJECTIVE=step``: each step's tokens per second always). vLLM's
 scheduler, in the engine's process, says how many wait: ``Scheduler.schedule``
 is wrapped to set :data:`WAITING` on the ``SchedulerOutput`` it hands the
 runner (pickled with it to a worker process). Verification is untouched: a
@@ -72,6 +73,13 @@ __all__ = ["VALUES", "install"]
 
 #: ``SPECACCEPT_VLLM_K``'s values.
 VALUES = ("auto",)
+
+#: ``SPECACCEPT_VLLM_K_OBJECTIVE``'s values. ``auto`` (the default): each step's
+#: expected tokens per second while requests wait for a slot, the batch's end
+#: (each request's remaining tokens) when none waits. ``step``: each step's
+#: tokens per second always, for a server whose requests keep arriving (a slot
+#: left empty is soon filled).
+OBJECTIVES = ("auto", "step")
 
 #: The speculative methods whose drafts it chooses. ``ngram``: deterministic
 #: proposals that cost nothing to make, chosen after proposing (a trimmed draft
@@ -140,7 +148,8 @@ def install(value: str) -> bool:
         if trimmer is None or not trimmer.before_drafting:
             return propose_draft_token_ids(self, scheduler_output, *args, **kwargs)
         most = scheduler_output.num_spec_tokens_to_schedule
-        width = trimmer.guarded("choose", trimmer.choose_before, self, most)
+        sampled = args[0] if args else kwargs.get("sampled_token_ids")
+        width = trimmer.guarded("choose", trimmer.choose_before, self, most, sampled)
         if width is None:
             return propose_draft_token_ids(self, scheduler_output, *args, **kwargs)
         if trimmer.skipped:  # every request parked: no drafter forward
@@ -209,9 +218,12 @@ def _trimmer(runner: Any) -> _Trimmer | None:
 class _Trimmer:
     """One model runner's schedule, and what it remembers between the hooks."""
 
-    def __init__(self, max_k: int, record: str | None, method: str = "ngram"):
+    def __init__(
+        self, max_k: int, record: str | None, method: str = "ngram", objective: str = "auto"
+    ):
         self.schedule = AdaptiveK(max_k=max_k)
         self.before_drafting = method in BEFORE_DRAFTING
+        self.objective = objective  # one of OBJECTIVES
         self.chosen: KChoice | None = None  # a draft model's choice, made before it ran
         self.ended: float | None = None  # when the previous step's drafts were taken
         self.scheduled: Any = None  # the step's SchedulerOutput
@@ -246,14 +258,23 @@ class _Trimmer:
             )
             return None
         record = os.environ.get("SPECACCEPT_VLLM_K_RECORD") or None
+        objective = os.environ.get("SPECACCEPT_VLLM_K_OBJECTIVE") or "auto"
+        if objective not in OBJECTIVES:
+            logger.warning(
+                "specaccept: SPECACCEPT_VLLM_K_OBJECTIVE=%r is not one of %s; 'auto' is used",
+                objective,
+                OBJECTIVES,
+            )
+            objective = "auto"
         logger.info(
             "specaccept: SPECACCEPT_VLLM_K=auto: each request's %s drafts chosen per "
-            "step by AdaptiveK(max_k=%d)%s",
+            "step by AdaptiveK(max_k=%d)%s%s",
             "draft model's" if config.method in BEFORE_DRAFTING else "n-gram",
             max_k,
+            "; each step's tokens per second (objective 'step')" if objective == "step" else "",
             f"; choices recorded to {record}" if record else "",
         )
-        return cls(max_k, record, config.method)
+        return cls(max_k, record, config.method, objective)
 
     def guarded(self, what: str, call: Any, *args: Any) -> Any:
         """``call(*args)``; a failure logs once and stops the trimming (vLLM's
@@ -314,13 +335,15 @@ class _Trimmer:
         if requests:
             self.schedule.observe(requests, drafted, accepted, acceptances=acceptances)
 
-    def choose_before(self, runner: Any, most: int) -> int:
+    def choose_before(self, runner: Any, most: int, sampled: Any = None) -> int:
         """A draft model's step: each request's drafts chosen before the drafter
         runs (at most ``most``, the scheduler's width; none for a parked request);
-        requests parked; the width the drafter runs (``skipped``: not at all)."""
+        requests parked; the width the drafter runs (``skipped``: not at all).
+        ``sampled``: the step's sampled tokens vLLM hands its drafter, not yet in
+        its request states (the drafter runs before vLLM's bookkeeping)."""
         requests = list(runner.input_batch.req_ids)
         available = [0 if r in self.parked else int(most) for r in requests]
-        chosen = self._choose(requests, available, runner)
+        chosen = self._choose(requests, available, runner, _pending(runner, sampled, len(requests)))
         if chosen.reason != "start":  # the first steps alternate to fit the cost
             for request, k in zip(requests, chosen.k.tolist(), strict=True):
                 if k or request in self.parked:
@@ -334,10 +357,23 @@ class _Trimmer:
         self.chosen = chosen
         return chosen.width
 
-    def _choose(self, requests: list[str], available: list[int], runner: Any) -> KChoice:
+    def _choose(
+        self,
+        requests: list[str],
+        available: list[int],
+        runner: Any,
+        pending: list[int] | None = None,
+    ) -> KChoice:
         """``AdaptiveK.choose`` for the requests, ragged; with each request's
-        remaining tokens when no request waits for a slot (and they are known)."""
-        self.remaining = _remaining(runner, requests) if self.waiting == 0 else None
+        remaining tokens when no request waits for a slot (and they are known;
+        ``pending``: a draft model's step, the tokens emitted this step that the
+        request states do not hold yet)."""
+        known = (
+            self.objective == "auto"
+            and self.waiting == 0
+            and (pending is not None or not self.before_drafting)
+        )
+        self.remaining = _remaining(runner, requests, pending) if known else None
         return self.schedule.choose(requests, available, padded=False, remaining=self.remaining)
 
     def trim(self, drafts: Any, runner: Any = None) -> Any:
@@ -406,27 +442,47 @@ def _no_drafts(runner: Any) -> Any:
     )
 
 
-def _remaining(runner: Any, requests: list[str]) -> list[int] | None:
+def _remaining(
+    runner: Any, requests: list[str], pending: list[int] | None = None
+) -> list[int] | None:
     """Each request's tokens still to emit, at least 1: its ``max_tokens`` less
-    the output tokens of vLLM's request state, and no more than its room below
+    the output tokens of vLLM's request state and its ``pending`` ones (emitted
+    this step, not in the state yet), and no more than its room below
     ``max_model_len``; ``None`` when one of them is not known."""
     states = getattr(runner, "requests", None)
     limit = getattr(runner, "max_model_len", None)
-    if not isinstance(states, dict):
+    if not isinstance(states, dict) or (pending is not None and len(pending) != len(requests)):
         return None
     out = []
-    for request in requests:
+    for i, request in enumerate(requests):
         state = states.get(request)
         most = getattr(getattr(state, "sampling_params", None), "max_tokens", None)
         output = getattr(state, "output_token_ids", None)
         tokens = getattr(state, "num_tokens", None)
         if not isinstance(most, int) or not isinstance(output, list):
             return None
-        left = most - len(output)
+        step = 0 if pending is None else pending[i]
+        left = most - len(output) - step
         if isinstance(limit, int) and isinstance(tokens, int):
-            left = min(left, limit - tokens)
+            left = min(left, limit - tokens - step)
         out.append(max(left, 1))
     return out
+
+
+def _pending(runner: Any, sampled: Any, rows: int) -> list[int] | None:
+    """The tokens each request emitted this step, from the sampled ids vLLM hands
+    its drafter before its bookkeeping (``[rows, 1 + k]``, ``-1`` where nothing
+    was sampled): the ids ``>= 0`` per row, none for a request whose tokens vLLM
+    discards (a prompt's chunk: ``discard_request_mask``); ``None`` when they are
+    not there to count."""
+    shape = getattr(sampled, "shape", None)
+    if shape is None or len(shape) != 2 or int(shape[0]) < rows:
+        return None
+    counts = [int(n) for n in (sampled[:rows] >= 0).sum(-1).tolist()]
+    mask = getattr(getattr(runner, "discard_request_mask", None), "np", None)
+    if mask is not None:
+        counts = [0 if bool(mask[i]) else n for i, n in enumerate(counts)]
+    return counts
 
 
 def _decode_only(scheduled: Any) -> bool:
