@@ -1,4 +1,6 @@
-"""vLLM on SmolLM2 in a process of its own: ``python tests/vllm_engine.py JOB.json OUT.json``.
+"""vLLM on SmolLM2 in a process of its own: ``python tests/vllm_engine.py JOB.json OUT.json``,
+or, with ``--serve``, each job in a fork of one process that imported vLLM
+(:func:`serve`; tests/vllm_runs.py uses it).
 
 tests/test_vllm_plugin.py runs one engine configuration per process (vLLM loads
 its plugins once per process, so ``SPECACCEPT_VLLM`` is fixed there). The job:
@@ -17,7 +19,8 @@ replaced it), per run the requests' ``text``, ``token_ids``, ``finish_reason`` a
 ``logprobs`` (per position, token id to ``[logprob, rank]``) and ``preempted``
 (how many times vLLM's scheduler preempted it; one process mode), ``outputs``
 (every completion's token ids, for ``n > 1``); ``drafter_runs`` (how many times
-a model drafter ran its pass; one process mode); ``counters`` (vLLM's counters at
+a model drafter ran its pass; one process mode); ``seconds`` (wall time of
+the engine's start and of each run, for the test log); ``counters`` (vLLM's counters at
 the end, when its statistics are on); and ``steps``:
 each verification step's ``[num_draft_tokens, tokens emitted per request]`` (one
 process mode; empty when the worker is spawned), and ``run_steps`` the same per run.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 
@@ -118,7 +122,9 @@ def main(job_path: str, out_path: str) -> None:
     with open(job_path) as file:
         job = json.load(file)
     preempted = count_preemptions()
+    started = time.perf_counter()
     llm = LLM(model=job["model"], **job.get("llm", {}))
+    seconds = {"engine": time.perf_counter() - started}
     if job.get("poison"):
         poison(llm.get_tokenizer()(job["poison"]).input_ids)
     forward = RejectionSampler.forward
@@ -149,6 +155,7 @@ def main(job_path: str, out_path: str) -> None:
             params = [SamplingParams(**_params(s)) for s in sampling]
         preempted.clear()
         first_step = len(steps)
+        started = time.perf_counter()
         if run.get("expect_error"):
             try:
                 llm.generate(prompts, params, use_tqdm=False)
@@ -156,6 +163,7 @@ def main(job_path: str, out_path: str) -> None:
                 out["runs"][run["name"]] = {"error": f"{type(error).__name__}: {error}"}
             else:
                 out["runs"][run["name"]] = {"error": None}
+            seconds[run["name"]] = time.perf_counter() - started
             continue
         results = llm.generate(prompts, params, use_tqdm=False)
         out["runs"][run["name"]] = [
@@ -175,12 +183,73 @@ def main(job_path: str, out_path: str) -> None:
             for r in results
         ]
         out["run_steps"][run["name"]] = steps[first_step:]
+        seconds[run["name"]] = time.perf_counter() - started
     out["steps"] = steps
+    out["seconds"] = seconds
     out["drafter_runs"] = len(drafter_runs)
     out["counters"] = counters(llm)
     with open(out_path, "w") as file:
         json.dump(out, file)
 
 
+def serve() -> None:
+    """``python tests/vllm_engine.py --serve``: vLLM imported once, and each job run
+    in a fork of this process, which has not started an engine or loaded a
+    plugin (vLLM loads its plugins when an engine starts, in the fork, with the
+    job's environment). One job per line on stdin, ``{"job", "out", "log",
+    "env"}``: its environment replaces this one, its output and errors go to
+    ``log``; answered on stdout with ``{"pid"}`` when it started and
+    ``{"status"}`` (its exit status) when it ended. Each job then costs an
+    engine's start, not vLLM's and torch's imports."""
+    import os
+
+    import vllm.plugins
+    from vllm import LLM, SamplingParams  # noqa: F401  (imported once, for every fork)
+    from vllm.v1.core.sched.scheduler import Scheduler  # noqa: F401
+    from vllm.v1.sample.rejection_sampler import RejectionSampler  # noqa: F401
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer  # noqa: F401
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner  # noqa: F401
+
+    for line in sys.stdin:
+        request = json.loads(line)
+        # A plugin loaded here would keep this process's environment in every fork.
+        assert not vllm.plugins.plugins_loaded
+        pid = os.fork()
+        if pid == 0:
+            _run_forked(request)  # exits
+        print(json.dumps({"pid": pid}), flush=True)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"status": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
+def _run_forked(request: dict) -> None:
+    """A job in the fork :func:`serve` made: as ``main`` in a process of its own
+    (the process exits here, its exit handlers run: a recording is saved)."""
+    import os
+    import traceback
+
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(log)
+    os.close(null)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    code = 0
+    try:
+        main(request["job"], request["out"])
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        main(sys.argv[1], sys.argv[2])

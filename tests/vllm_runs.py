@@ -4,11 +4,16 @@ tests/test_vllm_serving.py."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import pathlib
+import select
+import signal
 import subprocess
 import sys
+import time
+from typing import Any
 
 import numpy as np
 
@@ -40,8 +45,72 @@ def draft_folder(layers: int = 8) -> str:
     return str(hf.save_smollm2(f"{smollm2_folder()}-{layers}-layers", layers))
 
 
+#: The longest a job may run.
+JOB_SECONDS = 900
+
+
+class _Forks:
+    """``tests/vllm_engine.py --serve``: one process that imported vLLM, forking a
+    process per job (started at the first job, kept for the session). Importing
+    vLLM and torch takes about 20 s here, an engine's start about 10 s.
+    ``SPECACCEPT_VLLM_TEST_FORK=0`` runs each job in a fresh interpreter instead."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.buffer = b""
+
+    def run(self, job: pathlib.Path, out: pathlib.Path, log: pathlib.Path, env: dict) -> int:
+        """The job's exit status (``-9`` when it ran past :data:`JOB_SECONDS`)."""
+        process = self._process(env)
+        request = {"job": str(job), "out": str(out), "log": str(log), "env": env}
+        assert process.stdin is not None
+        process.stdin.write((json.dumps(request) + "\n").encode())
+        process.stdin.flush()
+        deadline = time.monotonic() + JOB_SECONDS
+        started = self._answer(process, deadline)
+        assert started is not None, "tests/vllm_engine.py --serve did not fork in time"
+        ended = self._answer(process, deadline)
+        if ended is None:  # ran too long: killed, and its end awaited
+            os.kill(started["pid"], signal.SIGKILL)
+            self._answer(process, time.monotonic() + 60)
+            return -9
+        return int(ended["status"])
+
+    def _process(self, env: dict) -> subprocess.Popen:
+        if self.process is None or self.process.poll() is not None:
+            base = {k: v for k, v in env.items() if not k.startswith("SPECACCEPT_VLLM")}
+            self.process = subprocess.Popen(
+                [sys.executable, str(HERE / "vllm_engine.py"), "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=base,
+            )
+            self.buffer = b""
+            atexit.register(self.process.kill)
+        return self.process
+
+    def _answer(self, process: subprocess.Popen, deadline: float) -> dict[str, Any] | None:
+        """The server's next line, as JSON; ``None`` past ``deadline`` (an
+        AssertionError when the server ended)."""
+        assert process.stdout is not None
+        fd = process.stdout.fileno()
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            assert chunk, f"tests/vllm_engine.py --serve ended ({process.wait()})"
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+
+_FORKS = _Forks()
+
+
 def run_engine(model, tmp_path, name, runs, *, method="token", record=False, **options):
-    """Runs tests/vllm_engine.py once; returns its output (and the recording)."""
+    """Runs tests/vllm_engine.py's job once (in a fork of :class:`_Forks`' process);
+    returns its output (and the recording)."""
     job = {"model": model, "llm": {**LLM_ARGS, **options.get("llm", {})}, "runs": runs}
     if options.get("poison"):
         job["poison"] = options["poison"]
@@ -62,15 +131,20 @@ def run_engine(model, tmp_path, name, runs, *, method="token", record=False, **o
     recording = tmp_path / f"{name}.npz"
     if record:
         env["SPECACCEPT_VLLM_RECORD"] = str(recording)
-    done = subprocess.run(
-        [sys.executable, str(HERE / "vllm_engine.py"), str(job_path), str(out_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    log = done.stdout + done.stderr
-    assert done.returncode == 0, f"vLLM exited with {done.returncode}:\n{log[-6000:]}"
+    if os.environ.get("SPECACCEPT_VLLM_TEST_FORK", "1") == "0":
+        done = subprocess.run(
+            [sys.executable, str(HERE / "vllm_engine.py"), str(job_path), str(out_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=JOB_SECONDS,
+        )
+        status, log = done.returncode, done.stdout + done.stderr
+    else:
+        log_path = tmp_path / f"{name}.log"
+        status = _FORKS.run(job_path, out_path, log_path, env)
+        log = log_path.read_text(errors="replace")
+    assert status == 0, f"vLLM exited with {status}:\n{log[-6000:]}"
     out = json.loads(out_path.read_text())
     out["log"] = log
     if record:

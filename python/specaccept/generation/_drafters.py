@@ -328,51 +328,87 @@ class ModelDrafter:
                     for j, n in enumerate(fed[b]):
                         slot[b][n] = base[b] + j
                         after[b][n] = scored[b, j]
-            for b in range(rows):
-                for n in level:
-                    kids = [c for c in children[n] if alive[b, c]]
-                    if not kids or b in errors:
-                        continue
-                    law, rank, error = self._laws(after[b][n], sampling.rows([b]))
-                    if error is not None:
-                        errors[b] = error
-                        break
-                    for c in kids:
-                        if (rank if sampling.greedy[b] else law).sum() <= 0:
-                            alive[b, _subtree(children, c)] = False  # nothing left to draw
-                            continue
-                        if sampling.greedy[b]:
-                            x = int(rank.argmax())
-                        else:
-                            u = None if uniforms is None else uniforms[b : b + 1, c]
-                            x = int(sample_rows(law[None], u, np.zeros(1, bool))[0])
-                        tokens[b, c], probs[b, c] = x, law
-                        law = without(law[None], np.array([x]))[0]
-                        rank = without(rank[None], np.array([x]))[0]
+            for n in level:
+                self._draw_children(
+                    n, children, after, alive, errors, sampling, uniforms, tokens, probs
+                )
             level = [c for n in level for c in children[n]]
         parents = np.tile(np.array(shape, dtype=np.int64), (rows, 1))
         parents[~alive] = -1
         tokens[~alive] = 0
         return Tree(tokens, parents, probs, errors)
 
+    def _draw_children(
+        self,
+        n: int,
+        children: list[list[int]],
+        after: list[dict[int, np.ndarray]],
+        alive: np.ndarray,
+        errors: dict[int, Exception],
+        sampling: Sampling,
+        uniforms: np.ndarray | None,
+        tokens: np.ndarray,
+        probs: np.ndarray,
+    ) -> None:
+        """Node ``n``'s live children in every row that has one, drawn in order
+        without replacement from the law after ``n`` (a row whose law fails
+        ends with its error); a child with nothing left to draw is cut with its
+        subtree."""
+        kids = children[n]
+        if not kids:
+            return
+        rows = np.array(
+            [b for b in range(len(after)) if b not in errors and alive[b, kids].any()],
+            dtype=np.int64,
+        )
+        if not rows.size:
+            return
+        scores = np.stack([after[b][n] for b in rows])
+        law, rank, bad = self._laws(scores, sampling.rows(rows), rows)
+        for j, error in bad.items():
+            errors[int(rows[j])] = error
+        ok = np.array([j not in bad for j in range(len(rows))], dtype=bool)
+        rows, law, rank = rows[ok], law[ok], rank[ok]
+        greedy = sampling.greedy[rows]
+        for c in kids:
+            live = alive[rows, c]
+            empty = np.where(greedy, rank.sum(axis=1), law.sum(axis=1)) <= 0
+            for b in rows[live & empty]:
+                alive[b, _subtree(children, c)] = False  # nothing left to draw
+            draw = live & ~empty
+            if not draw.any():
+                continue
+            at = rows[draw]
+            u = None if uniforms is None else uniforms[at, c]
+            x = np.where(
+                greedy[draw],
+                rank[draw].argmax(axis=1),
+                sample_rows(law[draw], u, np.zeros(len(at), bool)),
+            )
+            tokens[at, c], probs[at, c] = x, law[draw]
+            law[draw] = without(law[draw], x)
+            rank[draw] = without(rank[draw], x)
+
     def _laws(
-        self, scores: np.ndarray, sampling: Sampling
-    ) -> tuple[np.ndarray, np.ndarray, Exception | None]:
-        """The law a node's children are drawn from, and the order a greedy row
-        ranks them by (the row at temperature 1: a greedy transform is one-hot)."""
+        self, scores: np.ndarray, sampling: Sampling, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, dict[int, InputError]]:
+        """The laws the children of one node are drawn from (``scores [B, V]``,
+        the batch's ``rows``), the order a greedy row ranks them by (the row at
+        temperature 1: a greedy transform is one-hot), and the rows whose law
+        fails, by index in ``scores``."""
         if self.scores != "logits":
-            row = np.asarray(scores, np.float64)
+            values = np.asarray(scores, np.float64)
             if sampling.plain:
-                return row, row, None
-            scores = log(row)
-        law, bad = transform(scores[None], sampling, name="draft")
-        if bad:
-            return law[0], law[0], next(iter(bad.values()))
-        if not sampling.greedy[0]:
-            return law[0], law[0], None
-        plain = sampling.with_temperature(np.ones(1))
-        rank, _ = transform(scores[None], plain, name="draft")
-        return law[0], rank[0], None
+                return values, values.copy(), {}
+            scores = log(values)
+        law, bad = transform(scores, sampling, name="draft", numbers=rows)
+        rank = law.copy()
+        greedy = sampling.greedy
+        if greedy.any():
+            plain = sampling.rows(greedy).with_temperature(np.ones(int(greedy.sum())))
+            ranked, _ = transform(scores[greedy], plain, name="draft")
+            rank[greedy] = ranked
+        return law, rank, bad
 
     def advance(self, sequences: list[list[int]], failed: Any) -> None:
         if self._tracked is not None:

@@ -111,8 +111,17 @@ def sample_logits(
     return np.asarray(result.output_token_ids)[:, 0].astype(np.int64), errors
 
 
+#: :func:`transform` works on blocks of rows of at most this many values (its
+#: float64 temporaries stay near 8 MB each, however large the batch).
+BLOCK_VALUES = 1 << 20
+
+
 def transform(
-    logits: np.ndarray, sampling: Sampling, counts: list[int] | None = None, name: str = "target"
+    logits: np.ndarray,
+    sampling: Sampling,
+    counts: list[int] | None = None,
+    name: str = "target",
+    numbers: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[int, InputError]]:
     """``logits [R, ..., V]`` as float64 probabilities, row by row, with
     :func:`specaccept.verify_logits`'s (docs/spec.md section 8.2) temperature,
@@ -120,55 +129,101 @@ def transform(
     greedy row becomes one-hot at its first largest logit.
     With ``counts``, only the first ``counts[r]`` rows of ``r`` are read (the rest
     stay 0). Rows with NaN, ``+inf`` or no finite logit are returned as errors
-    (an :class:`InputError` naming ``name``, the model; the row stays zeros)."""
+    (an :class:`InputError` naming ``name`` and the row, ``numbers[r]`` where
+    the rows are others' subset; the row stays zeros). Computed on
+    blocks of rows at once (:data:`BLOCK_VALUES`), each value as a row alone
+    would give it."""
     values = np.asarray(logits, dtype=np.float64)
     shape = values.shape
     flat = values.reshape(shape[0], -1, shape[-1])
+    rows, positions, vocab = flat.shape
     out = np.zeros(flat.shape)
+    read = np.ones((rows, positions), dtype=bool)
+    if counts is not None:
+        read = np.arange(positions) < np.asarray(counts, dtype=np.int64)[:, None]
     errors: dict[int, InputError] = {}
-    for b in range(shape[0]):
-        used = flat.shape[1] if counts is None else counts[b]
-        rows = flat[b, :used]
-        bad = np.isnan(rows) | (rows == np.inf)
-        if bad.any() or not (rows > -np.inf).any(axis=-1).all():
-            where = np.argwhere(bad)
-            detail = (
-                f"logits must be finite or -inf (a {rows[tuple(where[0])]} at {tuple(where[0])})"
-                if len(where)
-                else "a row has no finite logit"
-            )
-            errors[b] = InputError(f"{name} row {b}: {detail}", argument=name, row=b)
-            continue
-        temperature = float(sampling.temperature[b])
-        top = rows.max(axis=-1, keepdims=True)
-        if temperature == 0:
-            out[b, np.arange(len(rows)), rows.argmax(axis=-1)] = 1.0
-            continue
-        with np.errstate(under="ignore", over="ignore", invalid="ignore"):
-            weights = np.exp((rows - top) * (1.0 / temperature))
-        weights[rows == -np.inf] = 0.0
-        keep = np.ones(weights.shape, dtype=bool)
-        # Min-p: weights at least min_p (the largest weight is exp(0) = 1).
-        min_p = float(sampling.min_p[b])
-        if min_p > 0 and not sampling.min_p_last:
-            keep &= weights >= min_p
-        k = int(sampling.top_k[b])
-        if 0 < k < weights.shape[-1]:
-            kth = np.partition(weights, -k, axis=-1)[:, -k][:, None]
-            keep &= weights >= kth
-        p = float(sampling.top_p[b])
-        if p < 1.0:
-            kept = np.where(keep, weights, 0.0)
-            ordered = -np.sort(-kept, axis=-1)
-            cumulative = np.cumsum(ordered, axis=-1)
-            reach = cumulative >= p * cumulative[:, -1:]
-            last = np.where(reach.any(axis=-1), reach.argmax(axis=-1), ordered.shape[-1] - 1)
-            keep &= weights >= ordered[np.arange(len(rows)), last][:, None]
-        if min_p > 0 and sampling.min_p_last:
-            keep &= weights >= min_p
-        weights = np.where(keep, weights, 0.0)
-        out[b, :used] = weights / weights.sum(axis=-1, keepdims=True)
+    step = max(1, BLOCK_VALUES // max(1, positions * vocab))
+    for first in range(0, rows, step):
+        block = slice(first, min(rows, first + step))
+        found = _transform_block(flat[block], read[block], sampling, first, name, out[block])
+        for r, error in found.items():
+            if numbers is not None:
+                n = int(numbers[r])
+                error = InputError(
+                    str(error).replace(f"{name} row {r}:", f"{name} row {n}:", 1),
+                    argument=name,
+                    row=n,
+                )
+            errors[r] = error
     return out.reshape(shape), errors
+
+
+def _transform_block(
+    values: np.ndarray,
+    read: np.ndarray,
+    sampling: Sampling,
+    first: int,
+    name: str,
+    out: np.ndarray,
+) -> dict[int, InputError]:
+    """:func:`transform` of rows ``first ..`` (``values [B, P, V]``, ``read [B,
+    P]``), written into ``out``; the rows' errors."""
+    errors: dict[int, InputError] = {}
+    bad = (np.isnan(values) | (values == np.inf)).any(axis=-1) & read
+    empty = ~(values > -np.inf).any(axis=-1) & read
+    failed = bad.any(axis=1) | empty.any(axis=1)
+    for b in np.flatnonzero(failed):
+        used = values[b, : int(read[b].sum())]
+        where = np.argwhere(np.isnan(used) | (used == np.inf))
+        detail = (
+            f"logits must be finite or -inf (a {used[tuple(where[0])]} at {tuple(where[0])})"
+            if len(where)
+            else "a row has no finite logit"
+        )
+        row = first + int(b)
+        errors[row] = InputError(f"{name} row {row}: {detail}", argument=name, row=row)
+    use = read & ~failed[:, None]  # the positions computed
+    index = np.arange(first, first + len(values))
+    temperature = sampling.temperature[index].astype(np.float64)
+    greedy = temperature == 0
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+        top = values.max(axis=-1, keepdims=True)
+        scale = 1.0 / np.where(greedy, 1.0, temperature)
+        weights = np.exp((values - top) * scale[:, None, None])
+    weights[values == -np.inf] = 0.0
+    keep = np.ones(weights.shape, dtype=bool)
+    # Min-p: weights at least min_p (the largest weight is exp(0) = 1).
+    min_p = sampling.min_p[index].astype(np.float64)[:, None, None]
+    if not sampling.min_p_last:
+        keep &= (min_p <= 0) | (weights >= min_p)
+    k = sampling.top_k[index].astype(np.int64)
+    cut = (k > 0) & (k < weights.shape[-1])
+    if cut.any():
+        ordered = -np.sort(-weights[cut], axis=-1)
+        kth = np.take_along_axis(
+            ordered, (k[cut] - 1)[:, None, None].repeat(ordered.shape[1], 1), -1
+        )
+        keep[cut] &= weights[cut] >= kth
+    p = sampling.top_p[index].astype(np.float64)
+    nucleus = p < 1.0
+    if nucleus.any():
+        kept = np.where(keep[nucleus], weights[nucleus], 0.0)
+        ordered = -np.sort(-kept, axis=-1)
+        cumulative = np.cumsum(ordered, axis=-1)
+        reach = cumulative >= p[nucleus][:, None, None] * cumulative[..., -1:]
+        last = np.where(reach.any(axis=-1), reach.argmax(axis=-1), ordered.shape[-1] - 1)
+        bound = np.take_along_axis(ordered, last[..., None], -1)
+        keep[nucleus] &= weights[nucleus] >= bound
+    if sampling.min_p_last:
+        keep &= (min_p <= 0) | (weights >= min_p)
+    weights = np.where(keep, weights, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        probs = weights / weights.sum(axis=-1, keepdims=True)
+    hot = np.zeros(values.shape)
+    np.put_along_axis(hot, values.argmax(axis=-1)[..., None], 1.0, -1)
+    probs = np.where(greedy[:, None, None], hot, probs)
+    out[use] = probs[use]
+    return errors
 
 
 def sample_rows(probs: np.ndarray, uniforms: np.ndarray | None, greedy: np.ndarray) -> np.ndarray:
