@@ -321,3 +321,24 @@ def test_cli_demo_records_steps_the_laboratory_reads(tmp_path):
 @pytest.mark.parametrize("command", ["demo", "check", "compare", "example"])
 def test_cli_help_on_each_subcommand(command):
     assert "usage: python -m specaccept" in run_cli(command, "--help")
+
+
+def test_a_probability_drafter_s_tree_laws_are_each_row_s_own():
+    """A draft model scoring probabilities: a row that is greedy, or at
+    temperature 1 without filters, draws its tree's children from its
+    probabilities as they are (a greedy row ranks by them), whatever the other
+    rows of the batch ask; a filtered row is transformed. (Deciding for the whole
+    batch turned the greedy row's law one-hot and cut children it should keep.)"""
+    from specaccept.generation._drafters import ModelDrafter
+    from specaccept.generation._sampling import Sampling
+
+    drafter = ModelDrafter.__new__(ModelDrafter)
+    drafter.scores, drafter.vocab_size = "probs", 4
+    scores = np.array([[0.1, 0.3, 0.2, 0.4], [0.3, 0.3, 0.15, 0.25], [0.4, 0.3, 0.2, 0.1]])
+    sampling = Sampling(np.array([0.0, 1.0, 0.5]), np.array([2, 0, 2]), np.ones(3), np.zeros(3))
+    law, rank, bad = drafter._laws(scores, sampling, np.array([4, 5, 6]))
+    assert not bad
+    np.testing.assert_array_equal(law[:2], scores[:2])
+    np.testing.assert_array_equal(rank[:2], scores[:2])
+    want = np.array([0.4, 0.3, 0.0, 0.0]) ** 2
+    np.testing.assert_allclose(law[2], want / want.sum())

@@ -362,7 +362,7 @@ def test_with_no_request_waiting_the_choice_weighs_each_request_s_remaining_toke
     # vLLM discards); without the sampled rows, none.
     d = trimmer(method="draft_model")
     runner = model_runner(list(states), states, max_model_len=512)
-    sampled = np.array([[5, 6, -1], [5, -1, -1], [5, 6, 7], [5, 6, -1]])
+    sampled = np.array([[5, 0, -1], [0, -1, -1], [5, 6, 7], [5, 6, -1]])  # (0: a token)
     for discard in (None, [False, True, False, False]):
         if discard is not None:
             runner.discard_request_mask = SimpleNamespace(np=np.array(discard + [True] * 4))
@@ -370,7 +370,17 @@ def test_with_no_request_waiting_the_choice_weighs_each_request_s_remaining_toke
         d.choose_before(runner, 4, sampled)
     d.choose_before(runner, 4)
     d.choose_before(runner, 4, sampled[:2])
-    assert d.schedule.remaining == [[52, 3, 9, 1], [52, 4, 9, 1], None, None]
+    d.choose_before(runner, 4, sampled[:, 0])
+    # (disable_padded_drafter_batch: lists, after vLLM's bookkeeping.)
+    d.choose_before(runner, 4, [[5, 0], [0], [5, 6, 7], [5, 6]])
+    assert d.schedule.remaining == [
+        [52, 3, 9, 1],
+        [52, 4, 9, 1],
+        None,
+        None,
+        None,
+        [54, 4, 12, 1],
+    ]
     assert not d.broken
 
 

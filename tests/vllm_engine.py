@@ -1,5 +1,5 @@
 """vLLM on SmolLM2 in a process of its own: ``python tests/vllm_engine.py JOB.json OUT.json``,
-or, with ``--serve``, each job in a fork of one process that imported vLLM
+or, with ``--serve FD``, each job in a fork of one process that imported vLLM
 (:func:`serve`; tests/vllm_runs.py uses it).
 
 tests/test_vllm_plugin.py runs one engine configuration per process (vLLM loads
@@ -192,16 +192,20 @@ def main(job_path: str, out_path: str) -> None:
         json.dump(out, file)
 
 
-def serve() -> None:
-    """``python tests/vllm_engine.py --serve``: vLLM imported once, and each job run
-    in a fork of this process, which has not started an engine or loaded a
+def serve(answers: int) -> None:
+    """``python tests/vllm_engine.py --serve FD``: vLLM imported once, and each job
+    run in a fork of this process, which has not started an engine or loaded a
     plugin (vLLM loads its plugins when an engine starts, in the fork, with the
     job's environment). One job per line on stdin, ``{"job", "out", "log",
     "env"}``: its environment replaces this one, its output and errors go to
-    ``log``; answered on stdout with ``{"pid"}`` when it started and
-    ``{"status"}`` (its exit status) when it ended. Each job then costs an
-    engine's start, not vLLM's and torch's imports."""
+    ``log``; answered on the file descriptor ``answers`` (not stdout, which
+    vLLM's log may write to) with ``{"pid"}`` when it started and ``{"status"}``
+    (its exit status) when it ended. Each job then costs an engine's start, not
+    vLLM's and torch's imports. This process, and each job, die with their
+    parent (Linux's parent-death signal)."""
     import os
+
+    _die_with_parent()
 
     import vllm.plugins
     from vllm import LLM, SamplingParams  # noqa: F401  (imported once, for every fork)
@@ -216,10 +220,25 @@ def serve() -> None:
         assert not vllm.plugins.plugins_loaded
         pid = os.fork()
         if pid == 0:
+            os.close(answers)
             _run_forked(request)  # exits
-        print(json.dumps({"pid": pid}), flush=True)
+        os.write(answers, (json.dumps({"pid": pid}) + "\n").encode())
         _, status = os.waitpid(pid, 0)
-        print(json.dumps({"status": os.waitstatus_to_exitcode(status)}), flush=True)
+        os.write(
+            answers, (json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n").encode()
+        )
+
+
+def _die_with_parent() -> None:
+    """SIGKILL for this process when its parent ends (``prctl(PR_SET_PDEATHSIG)``;
+    nothing where the call is missing)."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (AttributeError, OSError):
+        pass
 
 
 def _run_forked(request: dict) -> None:
@@ -228,6 +247,7 @@ def _run_forked(request: dict) -> None:
     import os
     import traceback
 
+    _die_with_parent()
     log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -249,7 +269,7 @@ def _run_forked(request: dict) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--serve"]:
-        serve()
+    if sys.argv[1:2] == ["--serve"]:
+        serve(int(sys.argv[2]))
     else:
         main(sys.argv[1], sys.argv[2])

@@ -5,6 +5,7 @@ tests/test_vllm_serving.py."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import pathlib
@@ -50,13 +51,16 @@ JOB_SECONDS = 900
 
 
 class _Forks:
-    """``tests/vllm_engine.py --serve``: one process that imported vLLM, forking a
-    process per job (started at the first job, kept for the session). Importing
-    vLLM and torch takes about 20 s here, an engine's start about 10 s.
-    ``SPECACCEPT_VLLM_TEST_FORK=0`` runs each job in a fresh interpreter instead."""
+    """``tests/vllm_engine.py --serve FD``: one process that imported vLLM, forking
+    a process per job (started at the first job, kept for the session; answering
+    on a pipe of its own). Importing vLLM and torch takes about 20 s here, an
+    engine's start about 10 s. A job that runs too long is killed and the server
+    started anew. ``SPECACCEPT_VLLM_TEST_FORK=0`` runs each job in a fresh
+    interpreter instead."""
 
     def __init__(self) -> None:
         self.process: subprocess.Popen | None = None
+        self.answers = -1  # the read end of the server's answers
         self.buffer = b""
 
     def run(self, job: pathlib.Path, out: pathlib.Path, log: pathlib.Path, env: dict) -> int:
@@ -68,32 +72,45 @@ class _Forks:
         process.stdin.flush()
         deadline = time.monotonic() + JOB_SECONDS
         started = self._answer(process, deadline)
-        assert started is not None, "tests/vllm_engine.py --serve did not fork in time"
-        ended = self._answer(process, deadline)
-        if ended is None:  # ran too long: killed, and its end awaited
-            os.kill(started["pid"], signal.SIGKILL)
-            self._answer(process, time.monotonic() + 60)
+        ended = None if started is None else self._answer(process, deadline)
+        if started is None or ended is None:  # too long: the job and the server killed
+            if started is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(started["pid"], signal.SIGKILL)
+            self.stop()
             return -9
         return int(ended["status"])
 
+    def stop(self) -> None:
+        """Ends the server (its running job dies with it); the next job starts one."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            if self.process.stdin is not None:
+                self.process.stdin.close()
+            os.close(self.answers)
+            self.process = None
+
     def _process(self, env: dict) -> subprocess.Popen:
-        if self.process is None or self.process.poll() is not None:
+        if self.process is not None and self.process.poll() is not None:
+            self.stop()
+        if self.process is None:
             base = {k: v for k, v in env.items() if not k.startswith("SPECACCEPT_VLLM")}
+            read, write = os.pipe()
             self.process = subprocess.Popen(
-                [sys.executable, str(HERE / "vllm_engine.py"), "--serve"],
+                [sys.executable, str(HERE / "vllm_engine.py"), "--serve", str(write)],
                 stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
+                pass_fds=(write,),
                 env=base,
             )
-            self.buffer = b""
-            atexit.register(self.process.kill)
+            os.close(write)
+            self.answers, self.buffer = read, b""
         return self.process
 
     def _answer(self, process: subprocess.Popen, deadline: float) -> dict[str, Any] | None:
         """The server's next line, as JSON; ``None`` past ``deadline`` (an
         AssertionError when the server ended)."""
-        assert process.stdout is not None
-        fd = process.stdout.fileno()
+        fd = self.answers
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([fd], [], [], left)[0]:
@@ -106,6 +123,7 @@ class _Forks:
 
 
 _FORKS = _Forks()
+atexit.register(_FORKS.stop)
 
 
 def run_engine(model, tmp_path, name, runs, *, method="token", record=False, **options):

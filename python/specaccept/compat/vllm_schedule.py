@@ -343,7 +343,7 @@ class _Trimmer:
         its request states (the drafter runs before vLLM's bookkeeping)."""
         requests = list(runner.input_batch.req_ids)
         available = [0 if r in self.parked else int(most) for r in requests]
-        chosen = self._choose(requests, available, runner, _pending(runner, sampled, len(requests)))
+        chosen = self._choose(requests, available, runner, sampled)
         if chosen.reason != "start":  # the first steps alternate to fit the cost
             for request, k in zip(requests, chosen.k.tolist(), strict=True):
                 if k or request in self.parked:
@@ -358,22 +358,17 @@ class _Trimmer:
         return chosen.width
 
     def _choose(
-        self,
-        requests: list[str],
-        available: list[int],
-        runner: Any,
-        pending: list[int] | None = None,
+        self, requests: list[str], available: list[int], runner: Any, sampled: Any = None
     ) -> KChoice:
         """``AdaptiveK.choose`` for the requests, ragged; with each request's
         remaining tokens when no request waits for a slot (and they are known;
-        ``pending``: a draft model's step, the tokens emitted this step that the
-        request states do not hold yet)."""
-        known = (
-            self.objective == "auto"
-            and self.waiting == 0
-            and (pending is not None or not self.before_drafting)
-        )
-        self.remaining = _remaining(runner, requests, pending) if known else None
+        ``sampled``: a draft model's step, the tokens it sampled, which the
+        request states may not hold yet)."""
+        self.remaining = None
+        if self.objective == "auto" and self.waiting == 0:
+            pending = _pending(runner, sampled, len(requests)) if self.before_drafting else None
+            if pending is not None or not self.before_drafting:
+                self.remaining = _remaining(runner, requests, pending)
         return self.schedule.choose(requests, available, padded=False, remaining=self.remaining)
 
     def trim(self, drafts: Any, runner: Any = None) -> Any:
@@ -470,15 +465,19 @@ def _remaining(
 
 
 def _pending(runner: Any, sampled: Any, rows: int) -> list[int] | None:
-    """The tokens each request emitted this step, from the sampled ids vLLM hands
-    its drafter before its bookkeeping (``[rows, 1 + k]``, ``-1`` where nothing
-    was sampled): the ids ``>= 0`` per row, none for a request whose tokens vLLM
-    discards (a prompt's chunk: ``discard_request_mask``); ``None`` when they are
-    not there to count."""
+    """The tokens each request emitted this step that its state does not hold
+    yet. vLLM hands a draft model the sampled ids before its bookkeeping (a
+    tensor ``[rows, 1 + k]``, ``-1`` where nothing was sampled): the ids ``>= 0``
+    per row, none for a request whose tokens vLLM discards (a prompt's chunk:
+    ``discard_request_mask``). With ``disable_padded_drafter_batch`` it hands the
+    kept ids as lists after its bookkeeping: none. ``None`` when they are not
+    there to count."""
+    if isinstance(sampled, list):
+        return [0] * rows if len(sampled) == rows else None
     shape = getattr(sampled, "shape", None)
-    if shape is None or len(shape) != 2 or int(shape[0]) < rows:
+    if shape is None or len(shape) != 2 or int(shape[0]) != rows:
         return None
-    counts = [int(n) for n in (sampled[:rows] >= 0).sum(-1).tolist()]
+    counts = [int(n) for n in (sampled >= 0).sum(-1).tolist()]
     mask = getattr(getattr(runner, "discard_request_mask", None), "np", None)
     if mask is not None:
         counts = [0 if bool(mask[i]) else n for i, n in enumerate(counts)]

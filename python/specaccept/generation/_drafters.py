@@ -24,7 +24,15 @@ import numpy as np
 
 from .._errors import InputError
 from ._answers import model_probs, model_tokens
-from ._sampling import Sampling, log, sample_logits, sample_rows, transform, without
+from ._sampling import (
+    BLOCK_VALUES,
+    Sampling,
+    log,
+    sample_logits,
+    sample_rows,
+    transform,
+    without,
+)
 from ._session import Session, StatelessSession, TrackedSession
 
 __all__ = [
@@ -328,10 +336,15 @@ class ModelDrafter:
                     for j, n in enumerate(fed[b]):
                         slot[b][n] = base[b] + j
                         after[b][n] = scored[b, j]
+            # A row whose law fails ends with the level's first error of its own;
+            # the level's errors join the others in row order.
+            failed = dict(errors)
             for n in level:
                 self._draw_children(
-                    n, children, after, alive, errors, sampling, uniforms, tokens, probs
+                    n, children, after, alive, failed, sampling, uniforms, tokens, probs
                 )
+            for b in sorted(set(failed) - set(errors)):
+                errors[b] = failed[b]
             level = [c for n in level for c in children[n]]
         parents = np.tile(np.array(shape, dtype=np.int64), (rows, 1))
         parents[~alive] = -1
@@ -344,31 +357,59 @@ class ModelDrafter:
         children: list[list[int]],
         after: list[dict[int, np.ndarray]],
         alive: np.ndarray,
-        errors: dict[int, Exception],
+        failed: dict[int, Exception],
         sampling: Sampling,
         uniforms: np.ndarray | None,
         tokens: np.ndarray,
         probs: np.ndarray,
     ) -> None:
-        """Node ``n``'s live children in every row that has one, drawn in order
-        without replacement from the law after ``n`` (a row whose law fails
-        ends with its error); a child with nothing left to draw is cut with its
-        subtree."""
+        """Node ``n``'s live children in every row that has one (none in ``failed``,
+        where a row whose law fails is added), drawn in order without replacement
+        from the law after ``n``; a child with nothing left to draw is cut with
+        its subtree. Rows go in blocks of :data:`BLOCK_VALUES` values."""
         kids = children[n]
         if not kids:
             return
         rows = np.array(
-            [b for b in range(len(after)) if b not in errors and alive[b, kids].any()],
+            [b for b in range(len(after)) if b not in failed and alive[b, kids].any()],
             dtype=np.int64,
         )
-        if not rows.size:
-            return
-        scores = np.stack([after[b][n] for b in rows])
-        law, rank, bad = self._laws(scores, sampling.rows(rows), rows)
-        for j, error in bad.items():
-            errors[int(rows[j])] = error
-        ok = np.array([j not in bad for j in range(len(rows))], dtype=bool)
-        rows, law, rank = rows[ok], law[ok], rank[ok]
+        step = max(1, BLOCK_VALUES // max(1, self.vocab_size))
+        for first in range(0, rows.size, step):
+            block = rows[first : first + step]
+            scores = np.stack([after[b][n] for b in block])
+            law, rank, bad = self._laws(scores, sampling.rows(block), block)
+            for j, error in bad.items():
+                failed[int(block[j])] = error
+            ok = np.array([j not in bad for j in range(len(block))], dtype=bool)
+            self._draw(
+                block[ok],
+                law[ok],
+                rank[ok],
+                kids,
+                children,
+                alive,
+                sampling,
+                uniforms,
+                tokens,
+                probs,
+            )
+
+    @staticmethod
+    def _draw(
+        rows: np.ndarray,
+        law: np.ndarray,
+        rank: np.ndarray,
+        kids: list[int],
+        children: list[list[int]],
+        alive: np.ndarray,
+        sampling: Sampling,
+        uniforms: np.ndarray | None,
+        tokens: np.ndarray,
+        probs: np.ndarray,
+    ) -> None:
+        """``kids`` drawn in order for ``rows`` from ``law`` (a greedy row takes
+        the top of ``rank``), each removed from both before the next."""
         greedy = sampling.greedy[rows]
         for c in kids:
             live = alive[rows, c]
@@ -393,21 +434,35 @@ class ModelDrafter:
         self, scores: np.ndarray, sampling: Sampling, rows: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, dict[int, InputError]]:
         """The laws the children of one node are drawn from (``scores [B, V]``,
-        the batch's ``rows``), the order a greedy row ranks them by (the row at
-        temperature 1: a greedy transform is one-hot), and the rows whose law
-        fails, by index in ``scores``."""
-        if self.scores != "logits":
-            values = np.asarray(scores, np.float64)
-            if sampling.plain:
-                return values, values.copy(), {}
-            scores = log(values)
-        law, bad = transform(scores, sampling, name="draft", numbers=rows)
-        rank = law.copy()
+        the batch's ``rows``), the order a greedy row ranks them by, and the rows
+        whose law fails, by index in ``scores``. Probability scores of a row that
+        is greedy or at temperature 1 without filters are its law and its rank as
+        they are; other rows are transformed, a greedy one ranked at temperature 1
+        (its transform is one-hot)."""
         greedy = sampling.greedy
-        if greedy.any():
-            plain = sampling.rows(greedy).with_temperature(np.ones(int(greedy.sum())))
-            ranked, _ = transform(scores[greedy], plain, name="draft")
-            rank[greedy] = ranked
+        raw = np.zeros(len(scores), dtype=bool)
+        if self.scores != "logits":
+            scores = np.asarray(scores, np.float64)
+            raw = greedy | (
+                (sampling.temperature == 1)
+                & (sampling.top_k == 0)
+                & (sampling.top_p == 1)
+                & (sampling.min_p == 0)
+            )
+        law = np.array(scores, dtype=np.float64)
+        rank = law.copy()
+        bad: dict[int, InputError] = {}
+        moved = np.flatnonzero(~raw)
+        if moved.size:
+            logits = scores[moved] if self.scores == "logits" else log(scores[moved])
+            subset = sampling.rows(moved)
+            law[moved], found = transform(logits, subset, name="draft", numbers=rows[moved])
+            bad = {int(moved[j]): error for j, error in found.items()}
+            rank[moved] = law[moved]
+            ranked = np.flatnonzero(greedy[moved])
+            if ranked.size:
+                plain = subset.rows(ranked).with_temperature(np.ones(ranked.size))
+                rank[moved[ranked]], _ = transform(logits[ranked], plain, name="draft")
         return law, rank, bad
 
     def advance(self, sequences: list[list[int]], failed: Any) -> None:

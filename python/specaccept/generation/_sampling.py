@@ -111,9 +111,10 @@ def sample_logits(
     return np.asarray(result.output_token_ids)[:, 0].astype(np.int64), errors
 
 
-#: :func:`transform` works on blocks of rows of at most this many values (its
-#: float64 temporaries stay near 8 MB each, however large the batch).
-BLOCK_VALUES = 1 << 20
+#: :func:`transform` works on blocks of rows of at most this many values (512 KB
+#: of float64: a block's passes stay in cache; a row of a large vocabulary is a
+#: block alone).
+BLOCK_VALUES = 1 << 16
 
 
 def transform(
@@ -167,7 +168,9 @@ def _transform_block(
     out: np.ndarray,
 ) -> dict[int, InputError]:
     """:func:`transform` of rows ``first ..`` (``values [B, P, V]``, ``read [B,
-    P]``), written into ``out``; the rows' errors."""
+    P]``), written into ``out``; the rows' errors. A greedy row is its one-hot
+    rows alone; top-k partitions the rows of each ``k`` together (as a row
+    alone, no full sort)."""
     errors: dict[int, InputError] = {}
     bad = (np.isnan(values) | (values == np.inf)).any(axis=-1) & read
     empty = ~(values > -np.inf).any(axis=-1) & read
@@ -182,47 +185,58 @@ def _transform_block(
         )
         row = first + int(b)
         errors[row] = InputError(f"{name} row {row}: {detail}", argument=name, row=row)
-    use = read & ~failed[:, None]  # the positions computed
     index = np.arange(first, first + len(values))
-    temperature = sampling.temperature[index].astype(np.float64)
-    greedy = temperature == 0
+    temperature = sampling.temperature[index]
+    greedy = (temperature == 0) & ~failed
+    if greedy.any():
+        at = np.flatnonzero(greedy)
+        arg = values.argmax(axis=-1)[at]
+        row, position = np.nonzero(read[at])
+        out[at[row], position, arg[row, position]] = 1.0
+    rows = np.flatnonzero(~greedy & ~failed)
+    if not rows.size:
+        return errors
+    v = values if rows.size == len(values) else values[rows]
+    scale = 1.0 / temperature[rows].astype(np.float64)
+    top = v.max(axis=-1, keepdims=True)
     with np.errstate(under="ignore", over="ignore", invalid="ignore"):
-        top = values.max(axis=-1, keepdims=True)
-        scale = 1.0 / np.where(greedy, 1.0, temperature)
-        weights = np.exp((values - top) * scale[:, None, None])
-    weights[values == -np.inf] = 0.0
+        weights = np.exp((v - top) * scale[:, None, None])
+    weights[v == -np.inf] = 0.0
     keep = np.ones(weights.shape, dtype=bool)
     # Min-p: weights at least min_p (the largest weight is exp(0) = 1).
-    min_p = sampling.min_p[index].astype(np.float64)[:, None, None]
-    if not sampling.min_p_last:
-        keep &= (min_p <= 0) | (weights >= min_p)
-    k = sampling.top_k[index].astype(np.int64)
-    cut = (k > 0) & (k < weights.shape[-1])
-    if cut.any():
-        ordered = -np.sort(-weights[cut], axis=-1)
-        kth = np.take_along_axis(
-            ordered, (k[cut] - 1)[:, None, None].repeat(ordered.shape[1], 1), -1
-        )
-        keep[cut] &= weights[cut] >= kth
-    p = sampling.top_p[index].astype(np.float64)
-    nucleus = p < 1.0
-    if nucleus.any():
+    min_p = sampling.min_p[index][rows]
+    floor = None
+    if (min_p > 0).any():
+        floor = (min_p > 0)[:, None, None] & (weights < min_p[:, None, None])
+    if floor is not None and not sampling.min_p_last:
+        keep &= ~floor
+    k = sampling.top_k[index][rows]
+    for kk in np.unique(k[(k > 0) & (k < weights.shape[-1])]):
+        group = np.flatnonzero(k == kk)
+        kth = np.partition(weights[group], -int(kk), axis=-1)[..., -int(kk)]
+        keep[group] &= weights[group] >= kth[..., None]
+    top_p = sampling.top_p[index][rows]
+    nucleus = np.flatnonzero(top_p < 1.0)
+    if nucleus.size:
         kept = np.where(keep[nucleus], weights[nucleus], 0.0)
         ordered = -np.sort(-kept, axis=-1)
         cumulative = np.cumsum(ordered, axis=-1)
-        reach = cumulative >= p[nucleus][:, None, None] * cumulative[..., -1:]
+        reach = cumulative >= top_p[nucleus][:, None, None] * cumulative[..., -1:]
         last = np.where(reach.any(axis=-1), reach.argmax(axis=-1), ordered.shape[-1] - 1)
         bound = np.take_along_axis(ordered, last[..., None], -1)
         keep[nucleus] &= weights[nucleus] >= bound
-    if sampling.min_p_last:
-        keep &= (min_p <= 0) | (weights >= min_p)
+    if floor is not None and sampling.min_p_last:
+        keep &= ~floor
     weights = np.where(keep, weights, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         probs = weights / weights.sum(axis=-1, keepdims=True)
-    hot = np.zeros(values.shape)
-    np.put_along_axis(hot, values.argmax(axis=-1)[..., None], 1.0, -1)
-    probs = np.where(greedy[:, None, None], hot, probs)
-    out[use] = probs[use]
+    unread = ~read[rows]
+    if unread.any():
+        probs[unread] = 0.0
+    if rows.size == len(values):
+        out[...] = probs
+    else:
+        out[rows] = probs
     return errors
 
 
