@@ -191,8 +191,8 @@ def _transform_block(
     if greedy.any():
         at = np.flatnonzero(greedy)
         arg = values.argmax(axis=-1)[at]
-        row, position = np.nonzero(read[at])
-        out[at[row], position, arg[row, position]] = 1.0
+        which, position = np.nonzero(read[at])
+        out[at[which], position, arg[which, position]] = 1.0
     rows = np.flatnonzero(~greedy & ~failed)
     if not rows.size:
         return errors
