@@ -366,8 +366,9 @@ class _Trimmer:
         request states may not hold yet)."""
         self.remaining = None
         if self.objective == "auto" and self.waiting == 0:
-            pending = _pending(runner, sampled, len(requests)) if self.before_drafting else None
-            if pending is not None or not self.before_drafting:
+            if not self.before_drafting:
+                self.remaining = _remaining(runner, requests)
+            elif (pending := _pending(runner, sampled, len(requests))) is not None:
                 self.remaining = _remaining(runner, requests, pending)
         return self.schedule.choose(requests, available, padded=False, remaining=self.remaining)
 
@@ -446,7 +447,7 @@ def _remaining(
     ``max_model_len``; ``None`` when one of them is not known."""
     states = getattr(runner, "requests", None)
     limit = getattr(runner, "max_model_len", None)
-    if not isinstance(states, dict) or (pending is not None and len(pending) != len(requests)):
+    if not isinstance(states, dict):
         return None
     out = []
     for i, request in enumerate(requests):

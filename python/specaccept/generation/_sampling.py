@@ -146,16 +146,9 @@ def transform(
     step = max(1, BLOCK_VALUES // max(1, positions * vocab))
     for first in range(0, rows, step):
         block = slice(first, min(rows, first + step))
-        found = _transform_block(flat[block], read[block], sampling, first, name, out[block])
-        for r, error in found.items():
-            if numbers is not None:
-                n = int(numbers[r])
-                error = InputError(
-                    str(error).replace(f"{name} row {r}:", f"{name} row {n}:", 1),
-                    argument=name,
-                    row=n,
-                )
-            errors[r] = error
+        errors.update(
+            _transform_block(flat[block], read[block], sampling, first, name, numbers, out[block])
+        )
     return out.reshape(shape), errors
 
 
@@ -165,10 +158,12 @@ def _transform_block(
     sampling: Sampling,
     first: int,
     name: str,
+    numbers: np.ndarray | None,
     out: np.ndarray,
 ) -> dict[int, InputError]:
     """:func:`transform` of rows ``first ..`` (``values [B, P, V]``, ``read [B,
-    P]``), written into ``out``; the rows' errors. A greedy row is its one-hot
+    P]``), written into ``out``; the rows' errors, by row (each named
+    ``numbers[row]`` when given). A greedy row is its one-hot
     rows alone; top-k partitions the rows of each ``k`` together (as a row
     alone, no full sort)."""
     errors: dict[int, InputError] = {}
@@ -184,7 +179,8 @@ def _transform_block(
             else "a row has no finite logit"
         )
         row = first + int(b)
-        errors[row] = InputError(f"{name} row {row}: {detail}", argument=name, row=row)
+        label = row if numbers is None else int(numbers[row])
+        errors[row] = InputError(f"{name} row {label}: {detail}", argument=name, row=label)
     index = np.arange(first, first + len(values))
     temperature = sampling.temperature[index]
     greedy = (temperature == 0) & ~failed
